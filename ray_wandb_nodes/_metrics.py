@@ -1,0 +1,97 @@
+"""Turning what rank 0 reported into a W&B history row (pure functions)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Keys Ray adds to results that are not metrics.
+_RAY_EXCLUDES = ("done", "should_checkpoint")
+
+
+def flatten(metrics: Mapping[str, Any], sep: str = "/", prefix: str = "") -> dict[str, Any]:
+    """Nested dicts become ``a/b`` keys; everything else is kept as it is."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, sep, name))
+        else:
+            out[name] = value
+    return out
+
+
+def is_excluded(key: str, excludes: Sequence[str]) -> bool:
+    """``excludes`` match a key exactly or as a ``/``-separated prefix, as in Ray's callback."""
+    return any(key == item or key.startswith(item + "/") for item in excludes)
+
+
+def _scalar(value: Any) -> Any:
+    """A loggable value, or ``_SKIP``: numbers (numpy and torch scalars too), bools, strings."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Number) and not isinstance(value, complex):
+        return value
+    if isinstance(value, str):
+        return value
+    item = getattr(value, "item", None)
+    size = getattr(value, "size", None)
+    numel = getattr(value, "numel", None)
+    if callable(item):
+        # numpy scalars and 0-d or 1-element arrays; torch tensors with one element.
+        one = (size == 1) if isinstance(size, int) else (callable(numel) and numel() == 1)
+        if one:
+            try:
+                return _scalar(item())
+            except Exception:
+                return _SKIP
+    if hasattr(value, "_log_type") or type(value).__module__.startswith("wandb"):
+        return value  # wandb.Image, wandb.Histogram, ...: wandb logs these itself
+    return _SKIP
+
+
+class _Skip:
+    def __repr__(self) -> str:
+        return "<skip>"
+
+
+_SKIP = _Skip()
+
+
+def to_row(metrics: Mapping[str, Any], excludes: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The history row for one report, and the keys skipped because W&B cannot chart them."""
+    row: dict[str, Any] = {}
+    skipped: list[str] = []
+    all_excludes = (*_RAY_EXCLUDES, *excludes)
+    for key, value in flatten(metrics).items():
+        if is_excluded(key, all_excludes):
+            continue
+        cleaned = _scalar(value)
+        if cleaned is _SKIP:
+            skipped.append(key)
+        else:
+            row[key] = cleaned
+    return row, skipped
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-serialisable copy of run config: unknown objects become their ``repr``."""
+    if depth > 20:
+        return repr(value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        return f if math.isfinite(f) else str(f)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v, depth + 1) for v in value]
+    scalar = _scalar(value)
+    if scalar is not _SKIP and scalar is not value:
+        return jsonable(scalar, depth + 1)
+    return repr(value)

@@ -1,0 +1,209 @@
+"""The callback's options: one frozen dataclass, validated before any resource is taken."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("online", "offline", "disabled")
+# wandb's own spellings that mean one of ours.
+_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+NODE_SELECTIONS = ("workers", "cluster")
+
+# wandb.init parameters the plugin sets itself; the user sets them through the named options.
+_OWNED_INIT_KWARGS = {
+    "mode": "mode",
+    "project": "project",
+    "entity": "entity",
+    "group": "group",
+    "name": "name",
+    "tags": "tags",
+    "notes": "notes",
+    "config": "config",
+    "reinit": None,
+}
+# Settings fields that decide each writer's role; the plugin owns them.
+OWNED_SETTINGS = ("mode", "x_primary", "x_label", "x_update_finish_state", "api_key")
+# W&B rejects project names with these characters.
+_BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Validated options of :class:`~ray_wandb_nodes.WandbNodesCallback`."""
+
+    project: str | None = None
+    entity: str | None = None
+    group: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    notes: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    log_config: bool = True
+    excludes: tuple[str, ...] = ()
+    mode: str | None = None  # None: from WANDB_MODE at construction, else online
+    nodes: str = "workers"
+    sampling_interval_s: float = 15.0
+    gpu_device_ids: tuple[int, ...] | None = None
+    init_timeout_s: float = 90.0
+    finish_timeout_s: float = 60.0
+    wandb_init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _bad(option: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"ray_wandb_nodes: invalid {option}={value!r}; {allowed}")
+
+
+def resolve_mode(mode: str | None, env_mode: str | None) -> str:
+    """The effective mode: the option, else ``WANDB_MODE``, else online."""
+    if mode is not None:
+        source, value = "mode", mode
+    elif env_mode:
+        source, value = "WANDB_MODE", env_mode
+    else:
+        return "online"
+    if not isinstance(value, str):
+        raise _bad(source, value, f"expected one of {', '.join(MODES)}")
+    value = _MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
+    if value not in MODES:
+        extra = " (shared mode is what the plugin uses underneath online runs)" if value == "shared" else ""
+        raise _bad(source, value if source == "mode" else env_mode, f"expected one of {', '.join(MODES)}{extra}")
+    return value
+
+
+def _positive_seconds(option: str, value: Any, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise _bad(option, value, "expected a finite number of seconds greater than 0")
+    if value < minimum:
+        raise _bad(option, value, f"expected a finite number of seconds, at least {minimum}")
+    return float(value)
+
+
+def _str_or_none(option: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(option, value, "expected a non-empty string or None")
+    return value
+
+
+def _str_tuple(option: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise _bad(option, value, "expected a list of strings")
+    items = tuple(value)
+    if not all(isinstance(v, str) and v for v in items):
+        raise _bad(option, value, "expected a list of non-empty strings")
+    return items
+
+
+def _settings_dict(value: Any) -> dict[str, Any]:
+    """A user's ``settings=`` (dict or wandb.Settings) as the dict of fields they set."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        out = dict(value)
+    elif hasattr(value, "model_fields_set") and hasattr(value, "model_dump"):
+        dumped = value.model_dump()
+        out = {k: dumped[k] for k in value.model_fields_set if k in dumped}
+    else:
+        raise _bad("settings", value, "expected a dict or a wandb.Settings")
+    owned = sorted(k for k in out if k in OWNED_SETTINGS)
+    if owned:
+        raise _bad(
+            "settings",
+            {k: ("***" if k == "api_key" else out[k]) for k in owned},
+            f"the plugin sets {', '.join(owned)} itself for each writer; use the callback's mode/api_key options",
+        )
+    return out
+
+
+def build_options(
+    *,
+    project: Any = None,
+    entity: Any = None,
+    group: Any = None,
+    name: Any = None,
+    tags: Any = None,
+    notes: Any = None,
+    config: Any = None,
+    log_config: Any = True,
+    excludes: Any = None,
+    mode: Any = None,
+    env_mode: str | None = None,
+    nodes: Any = "workers",
+    sampling_interval_s: Any = 15.0,
+    gpu_device_ids: Any = None,
+    init_timeout_s: Any = 90.0,
+    finish_timeout_s: Any = 60.0,
+    api_key: Any = None,
+    api_key_file: Any = None,
+    wandb_init_kwargs: Mapping[str, Any] | None = None,
+    init_params: Sequence[str] | None = None,
+) -> Options:
+    """Validate every option; raise ValueError naming the option, the value and what is allowed.
+
+    ``init_params`` are the parameter names of ``wandb.init`` (when wandb is importable), used
+    to reject misspelled ``**wandb_init_kwargs`` early.
+    """
+    if project is not None:
+        _str_or_none("project", project)
+        if len(project) > 128 or _BAD_PROJECT_CHARS.search(project):
+            raise _bad("project", project, "W&B project names are at most 128 characters without / \\ # ? % :")
+    if nodes not in NODE_SELECTIONS:
+        raise _bad("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
+    if not isinstance(log_config, bool):
+        raise _bad("log_config", log_config, "expected True or False")
+    if config is not None and not isinstance(config, Mapping):
+        raise _bad("config", config, "expected a dict of extra run config or None")
+    if gpu_device_ids is not None:
+        ids = tuple(gpu_device_ids) if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str) else None
+        if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise _bad("gpu_device_ids", gpu_device_ids, "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None")
+        gpu_device_ids = ids
+    if api_key is not None and api_key_file is not None:
+        raise ValueError(
+            "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
+            "(the key itself is not shown here)"
+        )
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        raise ValueError("ray_wandb_nodes: invalid api_key (not shown); expected a non-empty string")
+    if api_key_file is not None and (not isinstance(api_key_file, str) or not api_key_file):
+        raise _bad("api_key_file", api_key_file, "expected the path of a file holding the W&B API key")
+
+    kwargs = dict(wandb_init_kwargs or {})
+    for key in kwargs:
+        if key in _OWNED_INIT_KWARGS:
+            use = _OWNED_INIT_KWARGS[key]
+            how = f"use the callback's {use}= option" if use else "the plugin manages it for each writer"
+            raise _bad(key, kwargs[key], f"{key} is not passed through to wandb.init; {how}")
+        if init_params is not None and key not in init_params:
+            raise _bad(key, kwargs[key], f"it is not a wandb.init parameter (those are: {', '.join(init_params)})")
+    settings = _settings_dict(kwargs.pop("settings", None))
+    if "id" in kwargs:
+        _str_or_none("id", kwargs["id"])
+
+    return Options(
+        project=project,
+        entity=_str_or_none("entity", entity),
+        group=_str_or_none("group", group),
+        name=_str_or_none("name", name),
+        tags=_str_tuple("tags", tags),
+        notes=notes if notes is None else str(notes),
+        config=dict(config or {}),
+        log_config=log_config,
+        excludes=_str_tuple("excludes", excludes),
+        mode=resolve_mode(mode, env_mode),
+        nodes=nodes,
+        sampling_interval_s=_positive_seconds("sampling_interval_s", sampling_interval_s, minimum=0.1),
+        gpu_device_ids=gpu_device_ids,
+        init_timeout_s=_positive_seconds("init_timeout_s", init_timeout_s),
+        finish_timeout_s=_positive_seconds("finish_timeout_s", finish_timeout_s),
+        wandb_init_kwargs=kwargs,
+        settings=settings,
+    )

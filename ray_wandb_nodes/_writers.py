@@ -1,0 +1,140 @@
+"""What each W&B writer gets: the ``wandb.init`` arguments and settings per role (pure).
+
+The primary creates the run (shared mode, ``x_primary=True``); node writers join it
+after (``x_primary=False``, ``x_update_finish_state=False``, console off), each with
+its own label. Offline runs cannot be shared, so in offline mode every writer writes
+its own offline run under the run's id, with the same labels.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._options import Options
+from ._secrets import CapturedEnv, Secret
+
+STEP_METRIC = "training_iteration"
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything one writer needs to call ``wandb.init``; plain data, picklable."""
+
+    role: str  # "primary" or "node"
+    label: str
+    init_kwargs: dict[str, Any]
+    settings: dict[str, Any]
+    api_key: Secret | None = None
+    step_metric: str = STEP_METRIC
+
+    @property
+    def run_id(self) -> str:
+        return str(self.init_kwargs["id"])
+
+
+def _common_settings(options: Options, env: CapturedEnv) -> dict[str, Any]:
+    settings = dict(options.settings)
+    settings.update(
+        x_stats_sampling_interval=options.sampling_interval_s,
+        init_timeout=options.init_timeout_s,
+        finish_timeout=options.finish_timeout_s,
+    )
+    if options.gpu_device_ids is not None:
+        settings["x_stats_gpu_device_ids"] = list(options.gpu_device_ids)
+    if env.base_url:
+        settings["base_url"] = env.base_url
+    return settings
+
+
+def _wandb_mode(mode: str) -> str:
+    return "shared" if mode == "online" else mode
+
+
+def primary_spec(
+    options: Options,
+    env: CapturedEnv,
+    *,
+    mode: str,
+    run_id: str,
+    label: str,
+    display_name: str | None,
+    group: str | None,
+    config: dict[str, Any],
+    default_dir: str | None,
+) -> WriterSpec:
+    """The writer on the driver side that creates the run and owns its final state."""
+    init_kwargs: dict[str, Any] = {"save_code": False, **options.wandb_init_kwargs}
+    init_kwargs.update(
+        id=init_kwargs.get("id") or run_id,
+        project=options.project or env.project,
+        entity=options.entity or env.entity,
+        name=options.name or display_name,
+        group=options.group or group,
+        tags=list(options.tags) or None,
+        notes=options.notes,
+        config=config,
+        resume=init_kwargs.get("resume", "allow"),
+    )
+    if not init_kwargs.get("dir"):
+        init_kwargs["dir"] = env.dir or default_dir
+    settings = {"console": "off", **_common_settings(options, env)}
+    settings.update(mode=_wandb_mode(mode), x_primary=True, x_label=label, x_update_finish_state=True)
+    return WriterSpec(role="primary", label=label, init_kwargs=_drop_none(init_kwargs), settings=settings, api_key=env.api_key)
+
+
+def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: str | None) -> WriterSpec:
+    """A writer that joins the primary's run from another node, only for system metrics.
+
+    ``entity``/``project`` are the ones the primary's run resolved to: run ids are scoped to
+    entity and project, so a node writer that guessed them differently would open a new run.
+    """
+    pk = primary.init_kwargs
+    init_kwargs: dict[str, Any] = {
+        "id": pk["id"],
+        "project": project or pk.get("project"),
+        "entity": entity or pk.get("entity"),
+        "dir": pk.get("dir"),  # a base folder; see node_dir()
+    }
+    settings = {k: v for k, v in primary.settings.items() if k != "console"}
+    settings.update(
+        x_primary=False,
+        x_update_finish_state=False,
+        x_label=label,
+        console="off",
+        x_disable_meta=True,
+        disable_git=True,
+        save_code=False,
+    )
+    return replace(
+        primary,
+        role="node",
+        label=label,
+        init_kwargs=_drop_none(init_kwargs),
+        settings=settings,
+    )
+
+
+def node_dir(base: str | None, run_id: str, label: str) -> str:
+    """The folder of a node writer, created on its node.
+
+    Writers of one run must not share a folder (offline runs of one id would collide), so
+    each gets ``<base>/ray_wandb_nodes/<label>``; where ``base`` is unset or cannot be made
+    on that node (the driver's folder rarely exists elsewhere), the node's temp folder.
+    """
+    candidates = [os.path.join(base, "ray_wandb_nodes", label)] if base else []
+    candidates.append(os.path.join(tempfile.gettempdir(), "ray_wandb_nodes", run_id, label))
+    for path in candidates:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    return candidates[-1]
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}

@@ -1,0 +1,215 @@
+"""End to end: a TorchTrainer on a local three-node cluster with WandbNodesCallback.
+
+The cluster is a head with no CPU (the driver and the Train controller live there) and
+two one-CPU worker nodes, so two train workers take every CPU of every node. The real
+wandb client in the controller and in the node loggers talks to the test backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import (
+    DUMMY_KEY,
+    FAST,
+    free_port,
+    node_logger_count,
+    plugin_leftovers,
+    session_log_text,
+    start_cluster,
+    stop_cluster,
+    unique,
+)
+from wandb_backend import WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+REPORTS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def node_labels() -> dict[str, str]:
+    """node id -> the label the plugin gives that node."""
+    import ray
+
+    from ray_wandb_nodes._naming import node_label
+
+    return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes() if n["Alive"]}
+
+
+def head_node_id(cluster: Any) -> str:
+    return str(cluster.head_node.node_id)
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    import ray
+    import ray.train
+    import torch
+
+    rank = ray.train.get_context().get_world_rank()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    for step in range(config.get("reports", REPORTS)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if config.get("fail_at") == step and rank == 0:
+            raise ValueError("training blew up on purpose")
+        metrics = {"step": step, "rank": rank, "score": 100 * rank + step, "loss": float(loss), "nested": {"depth": step}}
+        if config.get("report_free_cpus"):
+            metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
+        ray.train.report(metrics)
+
+
+def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"lr": 0.05, **loop_config},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    )
+    return trainer.fit()
+
+
+def make_callback(**kwargs: Any) -> Any:
+    from ray_wandb_nodes import WandbNodesCallback
+
+    kwargs.setdefault("project", "e2e")
+    return WandbNodesCallback(sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
+
+
+def user_rows(run: Any) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
+
+
+def primary_client(run: Any, label: str) -> str:
+    clients = [c for c, labels in run.labels_by_client().items() if label in labels]
+    assert len(clients) == 1, run.labels_by_client()
+    return clients[0]
+
+
+def assert_nothing_left() -> None:
+    deadline = time.monotonic() + 15
+    while plugin_leftovers() != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert plugin_leftovers() == ([], [])
+
+
+def run_of(backend: WandbTestBackend, name: str) -> Any:
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    assert len(runs) == 1, f"expected one run named {name}, got {[r.run_id for r in runs]}"
+    return runs[0]
+
+
+def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("every-node")
+    result = fit(name, make_callback(tags=["e2e"]), str(tmp_path))
+    assert result.error is None
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    assert run.labels == set(labels.values())
+    for label in labels.values():
+        assert "memory_percent" in run.system_metrics()[label], label
+
+    expected = [
+        {"step": s, "rank": 0, "score": s, "nested/depth": s, "training_iteration": s + 1} for s in range(REPORTS)
+    ]
+    got = [{k: v for k, v in row.items() if k != "loss"} for row in user_rows(run)]
+    assert got == expected
+    assert all(isinstance(row["loss"], float) for row in user_rows(run))
+
+    head_label = labels[head_node_id(cluster)]
+    assert run.completes == [type(run.completes[0])(client_id=primary_client(run, head_label), exit_code=0)]
+    assert len(run.client_ids) == 3
+    assert run.config["lr"]["value"] == 0.05
+    ranks_by_node = run.config["ray_train"]["value"]["ranks_by_node"]
+    assert sorted(r for ranks in ranks_by_node.values() for r in ranks) == [0, 1]
+    assert run.tags == ["e2e"]
+    assert DUMMY_KEY not in str(run.config)
+    assert_nothing_left()
+
+
+def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("fails")
+    result = None
+    try:
+        result = fit(name, make_callback(), str(tmp_path), fail_at=2)
+    except Exception as e:  # noqa: BLE001 - fit() raises the training error
+        error: BaseException | None = e
+    else:
+        error = result.error
+    assert error is not None and "training blew up on purpose" in str(error)
+
+    run = run_of(backend, name)
+    assert [row["step"] for row in user_rows(run)] == [0, 1]
+    assert len(run.completes) == 1
+    assert run.completes[0].exit_code not in (0, None)
+    assert_nothing_left()
+
+
+def test_workers_taking_every_cpu_still_start(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("saturated")
+    result = fit(name, make_callback(nodes="cluster"), str(tmp_path), report_free_cpus=True)
+    assert result.error is None
+    run = run_of(backend, name)
+    assert [row["free_cpus"] for row in user_rows(run)] == [0.0] * REPORTS
+    assert run.labels == set(node_labels().values())
+    assert_nothing_left()
+
+
+def test_restart_by_name_writes_to_the_same_run(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("resume")
+    fit(name, make_callback(), str(tmp_path), reports=2)
+    fit(name, make_callback(), str(tmp_path), reports=2)
+    run = run_of(backend, name)
+    assert [row["training_iteration"] for row in user_rows(run)] == [1, 2, 3, 4]
+    assert [c.exit_code for c in run.completes] == [0, 0]
+
+
+def test_disabled_mode_sends_nothing_and_starts_no_actor(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with WandbTestBackend() as own_backend:
+        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+        loggers_before = node_logger_count()
+        result = fit(unique("disabled"), make_callback(mode="disabled"), str(tmp_path))
+        assert result.error is None
+        time.sleep(1)
+        assert own_backend.requests == []
+    assert node_logger_count() == loggers_before
+
+
+def test_unreachable_backend_warns_and_training_completes(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
+    name = unique("unreachable")
+    from ray_wandb_nodes import WandbNodesCallback
+
+    callback = WandbNodesCallback(project="e2e", init_timeout_s=3, finish_timeout_s=5, settings=FAST)
+    started = time.monotonic()
+    result = fit(name, callback, str(tmp_path))
+    assert result.error is None
+    assert time.monotonic() - started < 60
+    deadline = time.monotonic() + 10
+    while "could not create the W&B run" not in session_log_text(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    logs = session_log_text(cluster)
+    assert f"ray_wandb_nodes: could not create the W&B run {name}" in logs
+    assert DUMMY_KEY not in logs
+    assert_nothing_left()

@@ -1,0 +1,439 @@
+"""A W&B-compatible test backend that the real wandb client talks to over HTTP.
+
+It answers the GraphQL operations and the file_stream protocol that wandb-core
+uses for a run (see shared/research/wandb.md, section 3) and records, per run,
+what each writer sent: history rows, system-metric events with their labels,
+the merged summary, config, uploaded files, the client id of each writer, and
+every ``complete`` with its exit code.
+
+Shared mode has several writers per run, and each counts its file_stream
+offsets from 0, so lines are stored per ``(client id, offset)``: a request the
+client retries after a failure overwrites the same slots instead of adding rows.
+
+Faults can be injected (``backend.faults``) to answer with an HTTP status,
+delay, or drop the connection, for tests of outages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_ENTITY = "test-entity"
+_LABEL_RE = re.compile(r"^system\.(?P<metric>.+)/l:(?P<label>[^/]+)$")
+_OP_RE = re.compile(r"\b(?:query|mutation)\s+(\w+)")
+_FILE_STREAM_RE = re.compile(r"^/files/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<run>[^/]+)/file_stream$")
+_UPLOAD_RE = re.compile(r"^/upload/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<run>[^/]+)/(?P<name>.+)$")
+
+
+@dataclass
+class Complete:
+    client_id: str
+    exit_code: int | None
+
+
+@dataclass
+class RunRecord:
+    """Everything the backend received for one run (entity, project, id)."""
+
+    entity: str
+    project: str
+    run_id: str
+    display_name: str | None = None
+    group: str | None = None
+    job_type: str | None = None
+    tags: list[str] = field(default_factory=list)
+    notes: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    wandb_config_by_client: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    completes: list[Complete] = field(default_factory=list)
+    client_ids: set[str] = field(default_factory=set)
+    upserts: int = 0
+    # (client id, file name) -> {offset: parsed line}
+    _lines: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
+
+    def _file_lines(self, name: str) -> list[tuple[str, Any]]:
+        out = []
+        for (client, fname), by_offset in self._lines.items():
+            if fname == name:
+                out.extend((client, by_offset[o]) for o in sorted(by_offset))
+        return out
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """History rows, in the order each writer sent them, writers one after another."""
+        return [row for _, row in self._file_lines("wandb-history.jsonl")]
+
+    def history_by_client(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for client, row in self._file_lines("wandb-history.jsonl"):
+            out.setdefault(client, []).append(row)
+        return out
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """System-metric rows (wandb-events.jsonl) from every writer."""
+        return [row for _, row in self._file_lines("wandb-events.jsonl")]
+
+    @property
+    def output(self) -> list[str]:
+        return [line for _, line in self._file_lines("output.log")]
+
+    def system_metrics(self) -> dict[str, dict[str, list[Any]]]:
+        """label -> metric name -> values, from the labelled system-metric keys."""
+        out: dict[str, dict[str, list[Any]]] = {}
+        for row in self.events:
+            for key, value in row.items():
+                m = _LABEL_RE.match(key)
+                if m:
+                    out.setdefault(m["label"], {}).setdefault(m["metric"], []).append(value)
+        return out
+
+    @property
+    def labels(self) -> set[str]:
+        return set(self.system_metrics())
+
+    def labels_by_client(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for client, row in self._file_lines("wandb-events.jsonl"):
+            for key in row:
+                m = _LABEL_RE.match(key)
+                if m:
+                    out.setdefault(client, set()).add(m["label"])
+        return out
+
+    @property
+    def exit_codes(self) -> list[int | None]:
+        return [c.exit_code for c in self.completes]
+
+
+class Faults:
+    """Faults to inject: answer ``status``, wait ``delay_s`` or drop the connection.
+
+    A fault applies to requests whose path contains ``path_contains`` (any path
+    when None) until ``until`` (time.monotonic) or for ``count`` requests.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        *,
+        status: int | None = None,
+        delay_s: float = 0.0,
+        drop: bool = False,
+        path_contains: str | None = None,
+        duration_s: float | None = None,
+        count: int | None = None,
+    ) -> None:
+        until = time.monotonic() + duration_s if duration_s is not None else None
+        with self._lock:
+            self._rules.append(
+                {"status": status, "delay_s": delay_s, "drop": drop, "path": path_contains, "until": until, "count": count}
+            )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def take(self, path: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        with self._lock:
+            self._rules = [
+                r for r in self._rules if (r["until"] is None or r["until"] > now) and (r["count"] is None or r["count"] > 0)
+            ]
+            for rule in self._rules:
+                if rule["path"] is None or rule["path"] in path:
+                    if rule["count"] is not None:
+                        rule["count"] -= 1
+                    return dict(rule)
+        return None
+
+
+class WandbTestBackend:
+    """A local W&B backend on 127.0.0.1; use as a context manager or start()/stop()."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._lock = threading.RLock()
+        self.runs: dict[tuple[str, str, str], RunRecord] = {}
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, graphql operation)
+        self.faults = Faults()
+        backend = self
+
+        class Handler(_Handler):
+            owner = backend
+
+        self._server = _QuietServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # lifecycle -------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> WandbTestBackend:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="wandb-test-backend", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> WandbTestBackend:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # queries ---------------------------------------------------------------------------------
+    def run(self, run_id: str) -> RunRecord:
+        """The one run with this id, whatever its entity and project."""
+        with self._lock:
+            found = [r for (_, _, rid), r in self.runs.items() if rid == run_id]
+        if len(found) != 1:
+            raise KeyError(f"expected one run with id {run_id!r}, found {len(found)}; runs: {sorted(self.runs)}")
+        return found[0]
+
+    def runs_in(self, project: str) -> list[RunRecord]:
+        with self._lock:
+            return [r for (_, p, _), r in self.runs.items() if p == project]
+
+    def wait_for(self, predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.2) -> bool:
+        """Poll ``predicate()`` until it is true or the timeout passes; returns the last value."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                ok = bool(predicate())
+            if ok or time.monotonic() > deadline:
+                return ok
+            time.sleep(interval_s)
+
+    # recording (called from handler threads) -------------------------------------------------
+    def _get_run(self, entity: str | None, project: str | None, run_id: str) -> RunRecord:
+        key = (entity or DEFAULT_ENTITY, project or "uncategorized", run_id)
+        if key not in self.runs:
+            self.runs[key] = RunRecord(entity=key[0], project=key[1], run_id=run_id)
+        return self.runs[key]
+
+    def _find_run(self, entity: str | None, project: str | None, run_id: str) -> RunRecord | None:
+        return self.runs.get((entity or DEFAULT_ENTITY, project or "uncategorized", run_id))
+
+    def graphql(self, body: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        query = body.get("query") or ""
+        op = body.get("operationName")
+        if not op:
+            m = _OP_RE.search(query)
+            op = m.group(1) if m else None
+        variables = body.get("variables") or {}
+        with self._lock:
+            self.requests[-1] = (self.requests[-1][0], self.requests[-1][1], op)
+            handler = getattr(self, f"_op_{op}", None)
+            if handler is None:
+                return {"data": {}}
+            result: dict[str, Any] = handler(variables, client_id)
+            return result
+
+    def _bucket(self, run: RunRecord) -> dict[str, Any]:
+        return {
+            "id": f"bucket-{run.run_id}",
+            "name": run.run_id,
+            "displayName": run.display_name or run.run_id,
+            "description": run.notes,
+            "config": json.dumps(run.config),
+            "sweepName": None,
+            "project": {
+                "id": f"project-{run.project}",
+                "name": run.project,
+                "entity": {"id": f"entity-{run.entity}", "name": run.entity},
+            },
+            "historyLineCount": len(run.history),
+        }
+
+    def _op_UpsertBucket(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        run_id = v.get("name") or v.get("id") or "unnamed"
+        existed = self._find_run(v.get("entity"), v.get("project"), run_id) is not None
+        run = self._get_run(v.get("entity"), v.get("project"), run_id)
+        run.upserts += 1
+        if client_id:
+            run.client_ids.add(client_id)
+        for var, attr in (("displayName", "display_name"), ("groupName", "group"), ("jobType", "job_type"), ("notes", "notes")):
+            if v.get(var) is not None:
+                setattr(run, attr, v[var])
+        if v.get("tags") is not None:
+            run.tags = list(v["tags"])
+        if v.get("config"):
+            config = json.loads(v["config"])
+            # Each writer sends its own whole config: merge user keys, keep _wandb per writer.
+            for key, value in config.items():
+                if key == "_wandb":
+                    run.wandb_config_by_client[client_id or "?"] = value.get("value", value)
+                else:
+                    run.config[key] = value
+        if v.get("summaryMetrics"):
+            run.summary.update(json.loads(v["summaryMetrics"]))
+        return {"data": {"upsertBucket": {"bucket": self._bucket(run), "inserted": not existed}}}
+
+    def _op_RunResumeStatus(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        run = self._find_run(v.get("entity"), v.get("project"), v.get("name") or "")
+        bucket = None
+        if run is not None:
+            history = run.history
+            bucket = {
+                **self._bucket(run),
+                "summaryMetrics": json.dumps(run.summary),
+                "logLineCount": len(run.output),
+                "eventsLineCount": len(run.events),
+                "historyTail": json.dumps([json.dumps(r) for r in history[-1:]]),
+                "eventsTail": json.dumps([]),
+                "tags": run.tags,
+                "notes": run.notes,
+                "wandbConfig": json.dumps({"t": next(iter(run.wandb_config_by_client.values()), {}).get("t", {})}),
+            }
+        project = v.get("project") or "uncategorized"
+        entity = v.get("entity") or DEFAULT_ENTITY
+        return {
+            "data": {
+                "model": {
+                    "id": f"project-{project}",
+                    "name": project,
+                    "entity": {"id": f"entity-{entity}", "name": entity},
+                    "bucket": bucket,
+                }
+            }
+        }
+
+    def _op_ServerFeaturesQuery(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        return {"data": {"serverInfo": {"features": []}}}
+
+    def _op_Viewer(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        return {
+            "data": {
+                "viewer": {
+                    "id": "user-1",
+                    "entity": DEFAULT_ENTITY,
+                    "username": "tester",
+                    "flags": "{}",
+                    "teams": {"edges": []},
+                }
+            }
+        }
+
+    def _op_CreateRunFiles(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        entity, project, run_id = v.get("entity"), v.get("project"), v.get("run")
+        files = [
+            {"name": name, "uploadUrl": f"{self.base_url}/upload/{entity}/{project}/{run_id}/{name}"}
+            for name in v.get("files") or []
+        ]
+        return {"data": {"createRunFiles": {"runID": f"bucket-{run_id}", "uploadHeaders": [], "files": files}}}
+
+    def file_stream(self, entity: str, project: str, run_id: str, body: dict[str, Any], client_id: str) -> None:
+        with self._lock:
+            run = self._get_run(entity, project, run_id)
+            run.client_ids.add(client_id)
+            for name, chunk in (body.get("files") or {}).items():
+                offset = int(chunk.get("offset", 0))
+                content = chunk.get("content") or []
+                if name == "wandb-summary.json":
+                    for line in content:
+                        run.summary.update(json.loads(line))
+                    continue
+                slots = run._lines.setdefault((client_id, name), {})
+                for i, line in enumerate(content):
+                    slots[offset + i] = json.loads(line) if name.endswith(".jsonl") else line
+            if body.get("complete"):
+                run.completes.append(Complete(client_id=client_id, exit_code=body.get("exitcode")))
+
+    def upload(self, entity: str, project: str, run_id: str, name: str, data: bytes) -> None:
+        with self._lock:
+            self._get_run(entity, project, run_id).files[name] = data
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that close keep-alive connections at exit are normal here.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: WandbTestBackend
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
+        pass
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _reply(self, status: int, payload: Any = None) -> None:
+        data = json.dumps(payload if payload is not None else {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fault(self) -> bool:
+        """Apply an injected fault; True when the request has been answered or dropped."""
+        rule = self.owner.faults.take(self.path)
+        if rule is None:
+            return False
+        if rule["delay_s"]:
+            time.sleep(rule["delay_s"])
+        if rule["drop"]:
+            self.close_connection = True
+            self.connection.close()
+            return True
+        if rule["status"]:
+            self._reply(rule["status"], {"error": "injected fault"})
+            return True
+        return False
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        body = self._read_body()
+        with self.owner._lock:
+            self.owner.requests.append(("POST", self.path, None))
+        if self._fault():
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/graphql":
+            client_id = self.headers.get("X-WANDB-CLIENT-ID")
+            self._reply(200, self.owner.graphql(json.loads(body or b"{}"), client_id))
+            return
+        m = _FILE_STREAM_RE.match(path)
+        if m:
+            client_id = self.headers.get("X-WANDB-ASYNC-CLIENT-ID") or "sync-client"
+            self.owner.file_stream(m["entity"], m["project"], m["run"], json.loads(body or b"{}"), client_id)
+            self._reply(200, {"exitcode": None, "limits": {}})
+            return
+        self._reply(404, {"error": f"not found: {path}"})
+
+    def do_PUT(self) -> None:  # noqa: N802
+        body = self._read_body()
+        with self.owner._lock:
+            self.owner.requests.append(("PUT", self.path, None))
+        if self._fault():
+            return
+        m = _UPLOAD_RE.match(self.path.split("?", 1)[0])
+        if m:
+            self.owner.upload(m["entity"], m["project"], m["run"], m["name"], body)
+            self._reply(200)
+            return
+        self._reply(404, {"error": f"not found: {self.path}"})
+
+    def do_GET(self) -> None:  # noqa: N802
+        with self.owner._lock:
+            self.owner.requests.append(("GET", self.path, None))
+        self._reply(404, {"error": f"not found: {self.path}"})
