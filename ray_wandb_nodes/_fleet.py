@@ -205,7 +205,8 @@ class NodeFleet:
                 except Exception as e:  # noqa: BLE001 - the actor died or could not be created
                     self._warner.warn(
                         f"node-dead:{lg.node.node_id}",
-                        f"the node logger on {lg.node.label} failed, so that node's system metrics are missing ({describe(e)})",
+                        f"the node logger on {lg.node.label} failed, so that node's system metrics "
+                        f"are missing ({describe(e)})",
                     )
                     continue
                 for run_id, error in status.get("errors", {}).items():

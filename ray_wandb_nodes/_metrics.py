@@ -45,7 +45,7 @@ def _scalar(value: Any) -> Any:
         if one:
             try:
                 return _scalar(item())
-            except Exception:
+            except Exception:  # noqa: BLE001 - an odd tensor is skipped, not fatal
                 return _SKIP
     if hasattr(value, "_log_type") or type(value).__module__.startswith("wandb"):
         return value  # wandb.Image, wandb.Histogram, ...: wandb logs these itself

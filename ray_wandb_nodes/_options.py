@@ -162,9 +162,17 @@ def build_options(
     if config is not None and not isinstance(config, Mapping):
         raise _bad("config", config, "expected a dict of extra run config or None")
     if gpu_device_ids is not None:
-        ids = tuple(gpu_device_ids) if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str) else None
+        ids = (
+            tuple(gpu_device_ids)
+            if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str)
+            else None
+        )
         if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-            raise _bad("gpu_device_ids", gpu_device_ids, "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None")
+            raise _bad(
+                "gpu_device_ids",
+                gpu_device_ids,
+                "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None",
+            )
         gpu_device_ids = ids
     if api_key is not None and api_key_file is not None:
         raise ValueError(

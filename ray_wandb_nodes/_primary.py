@@ -121,7 +121,8 @@ class PrimaryWriter:
         row, skipped = to_row(metrics, self._excludes)
         for key in skipped:
             self._warner.warn(
-                f"skip:{key}", f"metric {key!r} ({type(_get(metrics, key)).__name__}) is not a number or string; not logged"
+                f"skip:{key}",
+                f"metric {key!r} ({type(_get(metrics, key)).__name__}) is not a number or string; not logged",
             )
         user_step = row.get(self.spec.step_metric)
         if isinstance(user_step, (int, float)) and not isinstance(user_step, bool):
@@ -147,7 +148,8 @@ class PrimaryWriter:
             if self.dropped:
                 self._warner.warn(
                     "primary:dropped",
-                    f"{self.dropped} report(s) were not logged because the W&B run {self.spec.run_id} could not be created",
+                    f"{self.dropped} report(s) were not logged because the W&B run "
+                    f"{self.spec.run_id} could not be created",
                 )
             return
         try:

@@ -86,7 +86,9 @@ def read_api_key_file(path: str) -> str:
     try:
         text = Path(path).expanduser().read_text()
     except OSError as e:
-        raise ValueError(f"api_key_file={path!r} cannot be read ({e.strerror}); give a readable file holding the W&B API key") from None
+        raise ValueError(
+            f"api_key_file={path!r} cannot be read ({e.strerror}); give a readable file holding the W&B API key"
+        ) from None
     key = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if not key:
         raise ValueError(f"api_key_file={path!r} is empty; it must hold the W&B API key on its first line")

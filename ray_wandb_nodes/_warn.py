@@ -49,7 +49,10 @@ def guarded(hook: str) -> Callable[[_F], _F]:
                 return fn(self, *args, **kwargs)
             except Exception as e:  # noqa: BLE001 - logging must never kill training
                 warner: Warner = getattr(self, "_warner", None) or Warner()
-                warner.warn(f"hook:{hook}:{type(e).__name__}", f"{hook} failed and was skipped; training goes on ({describe(e)})")
+                warner.warn(
+                    f"hook:{hook}:{type(e).__name__}",
+                    f"{hook} failed and was skipped; training goes on ({describe(e)})",
+                )
                 return None
 
         return inner  # type: ignore[return-value]

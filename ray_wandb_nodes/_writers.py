@@ -82,7 +82,9 @@ def primary_spec(
         init_kwargs["dir"] = env.dir or default_dir
     settings = {"console": "off", **_common_settings(options, env)}
     settings.update(mode=_wandb_mode(mode), x_primary=True, x_label=label, x_update_finish_state=True)
-    return WriterSpec(role="primary", label=label, init_kwargs=_drop_none(init_kwargs), settings=settings, api_key=env.api_key)
+    return WriterSpec(
+        role="primary", label=label, init_kwargs=_drop_none(init_kwargs), settings=settings, api_key=env.api_key
+    )
 
 
 def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: str | None) -> WriterSpec:

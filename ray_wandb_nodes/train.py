@@ -156,7 +156,8 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         self._session: RunSession | None = None
 
     def __repr__(self) -> str:
-        return f"WandbNodesCallback(project={self.options.project!r}, mode={self.options.mode!r}, nodes={self.options.nodes!r})"
+        o = self.options
+        return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, nodes={o.nodes!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -41,7 +41,9 @@ def backend() -> Iterator[WandbTestBackend]:
 
 
 @pytest.fixture(autouse=True)
-def wandb_env(backend: WandbTestBackend, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def wandb_env(
+    backend: WandbTestBackend, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The driver's W&B environment, pointed at the test backend (captured by each callback)."""
     for name in list(os.environ):
         if name.startswith("WANDB_"):

@@ -66,7 +66,13 @@ def train_loop(config: dict[str, Any]) -> None:
         opt.step()
         if config.get("fail_at") == step and rank == 0:
             raise ValueError("training blew up on purpose")
-        metrics = {"step": step, "rank": rank, "score": 100 * rank + step, "loss": float(loss), "nested": {"depth": step}}
+        metrics = {
+            "step": step,
+            "rank": rank,
+            "score": 100 * rank + step,
+            "loss": float(loss),
+            "nested": {"depth": step},
+        }
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         ray.train.report(metrics)
@@ -212,4 +218,31 @@ def test_unreachable_backend_warns_and_training_completes(
     logs = session_log_text(cluster)
     assert f"ray_wandb_nodes: could not create the W&B run {name}" in logs
     assert DUMMY_KEY not in logs
+    assert_nothing_left()
+
+
+def test_a_node_writer_that_cannot_join_is_one_warning_and_training_goes_on(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("node-init-fails")
+    backend.faults.add(status=403, path_contains="/graphql", joiners_only=True)
+    try:
+        result = fit(name, make_callback(), str(tmp_path))
+    finally:
+        backend.faults.clear()
+    assert result.error is None
+    run = run_of(backend, name)
+    head_label = node_labels()[head_node_id(cluster)]
+    assert run.labels == {head_label}
+    assert [row["step"] for row in user_rows(run)] == list(range(REPORTS))
+    assert run.exit_codes == [0]
+    deadline = time.monotonic() + 10
+    while "could not join the W&B run" not in session_log_text(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    warnings = [
+        line for line in session_log_text(cluster).splitlines() if "could not join the W&B run " + run.run_id in line
+    ]
+    worker_labels = set(node_labels().values()) - {head_label}
+    assert {label for label in worker_labels if any(label in w for w in warnings)} == worker_labels
+    assert len(warnings) == len(worker_labels)
     assert_nothing_left()

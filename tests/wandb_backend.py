@@ -134,24 +134,38 @@ class Faults:
         path_contains: str | None = None,
         duration_s: float | None = None,
         count: int | None = None,
+        joiners_only: bool = False,
     ) -> None:
+        """Add a fault; ``joiners_only`` limits it to writers joining a run another writer created."""
         until = time.monotonic() + duration_s if duration_s is not None else None
         with self._lock:
             self._rules.append(
-                {"status": status, "delay_s": delay_s, "drop": drop, "path": path_contains, "until": until, "count": count}
+                {
+                    "status": status,
+                    "delay_s": delay_s,
+                    "drop": drop,
+                    "path": path_contains,
+                    "until": until,
+                    "count": count,
+                    "joiners_only": joiners_only,
+                }
             )
 
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
 
-    def take(self, path: str) -> dict[str, Any] | None:
+    def take(self, path: str, joiner: bool = False) -> dict[str, Any] | None:
         now = time.monotonic()
         with self._lock:
             self._rules = [
-                r for r in self._rules if (r["until"] is None or r["until"] > now) and (r["count"] is None or r["count"] > 0)
+                r
+                for r in self._rules
+                if (r["until"] is None or r["until"] > now) and (r["count"] is None or r["count"] > 0)
             ]
             for rule in self._rules:
+                if rule["joiners_only"] and not joiner:
+                    continue
                 if rule["path"] is None or rule["path"] in path:
                     if rule["count"] is not None:
                         rule["count"] -= 1
@@ -220,6 +234,22 @@ class WandbTestBackend:
                 return ok
             time.sleep(interval_s)
 
+    def is_joiner(self, path: str, body: bytes, headers: Any) -> bool:
+        """Is this a writer's first UpsertBucket on a run that another writer created?"""
+        if not path.startswith("/graphql"):
+            return False
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            return False
+        if "UpsertBucket" not in (payload.get("query") or ""):
+            return False
+        v = payload.get("variables") or {}
+        client_id = headers.get("X-WANDB-CLIENT-ID")
+        with self._lock:
+            run = self._find_run(v.get("entity"), v.get("project"), v.get("name") or v.get("id") or "")
+            return run is not None and client_id not in run.client_ids
+
     # recording (called from handler threads) -------------------------------------------------
     def _get_run(self, entity: str | None, project: str | None, run_id: str) -> RunRecord:
         key = (entity or DEFAULT_ENTITY, project or "uncategorized", run_id)
@@ -239,7 +269,13 @@ class WandbTestBackend:
         variables = body.get("variables") or {}
         with self._lock:
             self.requests[-1] = (self.requests[-1][0], self.requests[-1][1], op)
-            handler = getattr(self, f"_op_{op}", None)
+            handler = {
+                "UpsertBucket": self._upsert_bucket,
+                "RunResumeStatus": self._run_resume_status,
+                "ServerFeaturesQuery": self._server_features,
+                "Viewer": self._viewer,
+                "CreateRunFiles": self._create_run_files,
+            }.get(op or "")
             if handler is None:
                 return {"data": {}}
             result: dict[str, Any] = handler(variables, client_id)
@@ -261,14 +297,19 @@ class WandbTestBackend:
             "historyLineCount": len(run.history),
         }
 
-    def _op_UpsertBucket(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+    def _upsert_bucket(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         run_id = v.get("name") or v.get("id") or "unnamed"
         existed = self._find_run(v.get("entity"), v.get("project"), run_id) is not None
         run = self._get_run(v.get("entity"), v.get("project"), run_id)
         run.upserts += 1
         if client_id:
             run.client_ids.add(client_id)
-        for var, attr in (("displayName", "display_name"), ("groupName", "group"), ("jobType", "job_type"), ("notes", "notes")):
+        for var, attr in (
+            ("displayName", "display_name"),
+            ("groupName", "group"),
+            ("jobType", "job_type"),
+            ("notes", "notes"),
+        ):
             if v.get(var) is not None:
                 setattr(run, attr, v[var])
         if v.get("tags") is not None:
@@ -285,7 +326,7 @@ class WandbTestBackend:
             run.summary.update(json.loads(v["summaryMetrics"]))
         return {"data": {"upsertBucket": {"bucket": self._bucket(run), "inserted": not existed}}}
 
-    def _op_RunResumeStatus(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+    def _run_resume_status(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         run = self._find_run(v.get("entity"), v.get("project"), v.get("name") or "")
         bucket = None
         if run is not None:
@@ -314,10 +355,10 @@ class WandbTestBackend:
             }
         }
 
-    def _op_ServerFeaturesQuery(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+    def _server_features(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         return {"data": {"serverInfo": {"features": []}}}
 
-    def _op_Viewer(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+    def _viewer(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         return {
             "data": {
                 "viewer": {
@@ -330,7 +371,7 @@ class WandbTestBackend:
             }
         }
 
-    def _op_CreateRunFiles(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+    def _create_run_files(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         entity, project, run_id = v.get("entity"), v.get("project"), v.get("run")
         files = [
             {"name": name, "uploadUrl": f"{self.base_url}/upload/{entity}/{project}/{run_id}/{name}"}
@@ -385,9 +426,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _fault(self) -> bool:
+    def _fault(self, body: bytes = b"") -> bool:
         """Apply an injected fault; True when the request has been answered or dropped."""
-        rule = self.owner.faults.take(self.path)
+        rule = self.owner.faults.take(self.path, joiner=self.owner.is_joiner(self.path, body, self.headers))
         if rule is None:
             return False
         if rule["delay_s"]:
@@ -401,11 +442,11 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+    def do_POST(self) -> None:
         body = self._read_body()
         with self.owner._lock:
             self.owner.requests.append(("POST", self.path, None))
-        if self._fault():
+        if self._fault(body):
             return
         path = self.path.split("?", 1)[0]
         if path == "/graphql":
@@ -420,7 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(404, {"error": f"not found: {path}"})
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         body = self._read_body()
         with self.owner._lock:
             self.owner.requests.append(("PUT", self.path, None))
@@ -433,7 +474,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(404, {"error": f"not found: {self.path}"})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         with self.owner._lock:
             self.owner.requests.append(("GET", self.path, None))
         self._reply(404, {"error": f"not found: {self.path}"})

@@ -1,0 +1,35 @@
+"""One node: the primary covers it; no logger actor, no extra process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import node_logger_count, start_cluster, stop_cluster, unique
+from test_train_multinode import REPORTS, fit, make_callback, node_labels, run_of, user_rows
+from wandb_backend import WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(head_cpus=2)
+    yield c
+    stop_cluster(c)
+
+
+def test_single_node_run_has_no_logger_actor_and_its_node_label(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("single")
+    result = fit(name, make_callback(nodes="cluster"), str(tmp_path))
+    assert result.error is None
+    run = run_of(backend, name)
+    assert run.labels == set(node_labels().values())
+    assert len(run.labels) == 1
+    assert len(run.client_ids) == 1
+    assert [row["step"] for row in user_rows(run)] == list(range(REPORTS))
+    assert run.exit_codes == [0]
+    assert node_logger_count() == 0

@@ -1,0 +1,131 @@
+"""The exact wandb.init arguments and settings each writer gets (pure)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ray_wandb_nodes._options import build_options
+from ray_wandb_nodes._secrets import CapturedEnv, Secret
+from ray_wandb_nodes._writers import node_dir, node_spec, primary_spec
+
+ENV = CapturedEnv(base_url="http://127.0.0.1:9", project="env-proj", entity="env-ent", api_key=Secret("k" * 40))
+
+
+def make_primary(mode: str = "online", **options: Any) -> Any:
+    init_kwargs = {k: options.pop(k) for k in ("id", "job_type", "settings") if k in options}
+    return primary_spec(
+        build_options(
+            sampling_interval_s=2, init_timeout_s=30, finish_timeout_s=20, wandb_init_kwargs=init_kwargs, **options
+        ),
+        ENV,
+        mode=mode,
+        run_id="exp-abc",
+        label="node-head-aaaaaa",
+        display_name="exp",
+        group=None,
+        config={"lr": 0.1},
+        default_dir="/driver/cwd",
+    )
+
+
+def test_primary_creates_the_shared_run_and_owns_its_state() -> None:
+    spec = make_primary(gpu_device_ids=[0, 1], tags=["t"], job_type="train", settings={"x_stats_buffer_size": 5})
+    assert spec.role == "primary"
+    assert spec.init_kwargs == {
+        "id": "exp-abc",
+        "project": "env-proj",
+        "entity": "env-ent",
+        "name": "exp",
+        "tags": ["t"],
+        "config": {"lr": 0.1},
+        "resume": "allow",
+        "save_code": False,
+        "job_type": "train",
+        "dir": "/driver/cwd",
+    }
+    assert spec.settings == {
+        "console": "off",
+        "x_stats_buffer_size": 5,
+        "x_stats_sampling_interval": 2.0,
+        "x_stats_gpu_device_ids": [0, 1],
+        "init_timeout": 30.0,
+        "finish_timeout": 20.0,
+        "base_url": "http://127.0.0.1:9",
+        "mode": "shared",
+        "x_primary": True,
+        "x_label": "node-head-aaaaaa",
+        "x_update_finish_state": True,
+    }
+
+
+def test_options_win_over_the_captured_environment() -> None:
+    spec = make_primary(project="opt-proj", entity="opt-ent", name="shown", group="g", id="fixed-id")
+    assert spec.init_kwargs["project"] == "opt-proj"
+    assert spec.init_kwargs["entity"] == "opt-ent"
+    assert spec.init_kwargs["name"] == "shown"
+    assert spec.init_kwargs["group"] == "g"
+    assert spec.run_id == "fixed-id"
+
+
+def test_node_writer_joins_as_non_primary_without_finishing_the_run() -> None:
+    primary = make_primary()
+    spec = node_spec(primary, label="node-w1-bbbbbb", entity="resolved-ent", project="resolved-proj")
+    assert spec.role == "node"
+    assert spec.init_kwargs == {
+        "id": "exp-abc",
+        "entity": "resolved-ent",
+        "project": "resolved-proj",
+        "dir": "/driver/cwd",
+    }
+    assert spec.settings == {
+        "x_stats_sampling_interval": 2.0,
+        "init_timeout": 30.0,
+        "finish_timeout": 20.0,
+        "base_url": "http://127.0.0.1:9",
+        "mode": "shared",
+        "x_primary": False,
+        "x_update_finish_state": False,
+        "x_label": "node-w1-bbbbbb",
+        "console": "off",
+        "x_disable_meta": True,
+        "disable_git": True,
+        "save_code": False,
+    }
+    # Never the settings that would silence system metrics.
+    assert not {"x_disable_stats", "x_disable_machine_info"} & set(spec.settings)
+
+
+def test_offline_writers_write_their_own_offline_runs_under_the_run_id() -> None:
+    primary = make_primary(mode="offline")
+    node = node_spec(primary, label="node-w1-bbbbbb", entity=None, project=None)
+    assert primary.settings["mode"] == node.settings["mode"] == "offline"
+    assert primary.run_id == node.run_id == "exp-abc"
+    assert node.settings["x_label"] == "node-w1-bbbbbb"
+    assert node.init_kwargs["project"] == "env-proj"
+
+
+def test_the_key_travels_as_a_secret_never_in_kwargs_or_settings() -> None:
+    spec = make_primary()
+    node = node_spec(spec, label="n", entity=None, project=None)
+    for s in (spec, node):
+        assert s.api_key == Secret("k" * 40)
+        assert "k" * 40 not in repr(s.init_kwargs) + repr(s.settings) + repr(s)
+
+
+def test_node_dir_is_one_folder_per_label_with_a_temp_fallback(tmp_path: Path) -> None:
+    assert node_dir(str(tmp_path), "run", "node-a") == str(tmp_path / "ray_wandb_nodes" / "node-a")
+    assert node_dir(str(tmp_path), "run", "node-a") != node_dir(str(tmp_path), "run", "node-b")
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    fallback = node_dir(str(blocked), "run", "node-a")
+    assert fallback.endswith(os.path.join("ray_wandb_nodes", "run", "node-a")) and os.path.isdir(fallback)
+
+
+def test_importing_the_package_needs_neither_ray_nor_wandb_loaded() -> None:
+    code = "import sys, ray_wandb_nodes; print('ray' in sys.modules, 'wandb' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
