@@ -200,21 +200,7 @@ class NodeFleet:
         for lg in pending:
             if lg.ready_ref in ready_set:
                 lg.joined = True
-                try:
-                    status = ray.get(lg.ready_ref, timeout=0)
-                except Exception as e:  # noqa: BLE001 - the actor died or could not be created
-                    self._warner.warn(
-                        f"node-dead:{lg.node.node_id}",
-                        f"the node logger on {lg.node.label} failed, so that node's system metrics "
-                        f"are missing ({describe(e)})",
-                    )
-                    continue
-                for run_id, error in status.get("errors", {}).items():
-                    self._warner.warn(
-                        f"node-init:{lg.node.node_id}",
-                        f"the node writer on {lg.node.label} could not join the W&B run {run_id}; "
-                        f"that node's system metrics are missing ({error})",
-                    )
+                self._report(lg, lg.ready_ref)
             elif now - lg.started > self._init_timeout_s + _JOIN_GRACE_S:
                 lg.joined = True  # stop checking; say it once
                 self._warner.warn(
@@ -222,6 +208,25 @@ class NodeFleet:
                     f"the node logger on {lg.node.label} has not joined the run after "
                     f"{now - lg.started:.0f}s; that node's system metrics may be missing",
                 )
+
+    def _report(self, lg: _Logger, ref: Any) -> None:
+        """Turn a finished status call into one warning per problem it shows."""
+        import ray
+
+        try:
+            status = ray.get(ref, timeout=0)
+        except Exception as e:  # noqa: BLE001 - the actor died or could not be created
+            self._warner.warn(
+                f"node-dead:{lg.node.node_id}",
+                f"the node logger on {lg.node.label} failed, so that node's system metrics are missing ({describe(e)})",
+            )
+            return
+        for run_id, error in status.get("errors", {}).items():
+            self._warner.warn(
+                f"node-init:{lg.node.node_id}:{run_id}",
+                f"the node writer on {lg.node.label} could not join the W&B run {run_id}; "
+                f"that node's system metrics are missing ({error})",
+            )
 
     def _finish_writers(self, timeout: float) -> None:
         """Node writers finish first, in parallel, each bounded: the primary's state is the last word."""
@@ -234,13 +239,7 @@ class NodeFleet:
         refs = {lg.actor.finish.remote(): lg for lg in loggers}
         done, not_done = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in done:
-            try:
-                ray.get(ref, timeout=0)
-            except Exception as e:  # noqa: BLE001
-                self._warner.warn(
-                    f"node-finish:{refs[ref].node.node_id}",
-                    f"the node writer on {refs[ref].node.label} failed at finish ({describe(e)})",
-                )
+            self._report(refs[ref], ref)
         if not_done:
             labels = ", ".join(sorted(refs[r].node.label for r in not_done))
             self._warner.warn(

@@ -71,13 +71,19 @@ def start_cluster(*node_cpus: int, head_cpus: int = 0) -> Any:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": head_cpus, "include_dashboard": False},
-    )
-    for cpus in node_cpus:
-        cluster.add_node(num_cpus=cpus)
-    cluster.wait_for_nodes()
+    # Nodes start without any W&B setting, as on a real cluster: whatever reaches the
+    # controller and the node loggers must come through the callback.
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("WANDB_")}
+    try:
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": head_cpus, "include_dashboard": False},
+        )
+        for cpus in node_cpus:
+            cluster.add_node(num_cpus=cpus)
+        cluster.wait_for_nodes()
+    finally:
+        os.environ.update(saved)
     ray.init(address=cluster.address, log_to_driver=False)
     return cluster
 

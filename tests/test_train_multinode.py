@@ -146,7 +146,8 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
     ranks_by_node = run.config["ray_train"]["value"]["ranks_by_node"]
     assert sorted(r for ranks in ranks_by_node.values() for r in ranks) == [0, 1]
     assert run.tags == ["e2e"]
-    assert DUMMY_KEY not in str(run.config)
+    assert DUMMY_KEY not in str(run.config) + str(run.summary)
+    assert DUMMY_KEY not in session_log_text(cluster)
     assert_nothing_left()
 
 
