@@ -181,11 +181,43 @@ def test_workers_taking_every_cpu_still_start(cluster: Any, backend: WandbTestBa
 
 def test_restart_by_name_writes_to_the_same_run(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("resume")
-    fit(name, make_callback(), str(tmp_path), reports=2)
-    fit(name, make_callback(), str(tmp_path), reports=2)
+    fit(name, make_callback(excludes=["nested", "rank"]), str(tmp_path), reports=2)
+    fit(name, make_callback(excludes=["nested", "rank"]), str(tmp_path), reports=2)
     run = run_of(backend, name)
     assert [row["training_iteration"] for row in user_rows(run)] == [1, 2, 3, 4]
+    assert not any("rank" in row or "nested/depth" in row for row in user_rows(run))
     assert [c.exit_code for c in run.completes] == [0, 0]
+
+
+def test_offline_mode_writes_one_offline_run_per_writer_under_the_run_id(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    with WandbTestBackend() as own_backend:
+        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+        name = unique("offline")
+        result = fit(name, make_callback(mode="offline"), str(tmp_path))
+        assert result.error is None
+        assert own_backend.requests == []
+    logs = sorted(wandb_dir.glob("**/offline-run-*/run-*.wandb"))
+    assert len(logs) == 3, logs
+    assert len({p.name for p in logs}) == 1 and logs[0].name.startswith(f"run-{name}-")
+    labels = node_labels()
+    head_label = labels[head_node_id(cluster)]
+    by_label = {}
+    for path in logs:
+        data = path.read_bytes()
+        found = [label for label in labels.values() if f"/l:{label}".encode() in data]
+        assert len(found) == 1, (path, found)
+        by_label[found[0]] = path
+    assert set(by_label) == set(labels.values())
+    assert by_label[head_label].parent.parent.parent == wandb_dir  # the primary: <WANDB_DIR>/wandb/
+    for label, path in by_label.items():
+        if label != head_label:
+            assert path.parents[2] == wandb_dir / "ray_wandb_nodes" / label
+    assert_nothing_left()
 
 
 def test_disabled_mode_sends_nothing_and_starts_no_actor(
