@@ -1,15 +1,19 @@
-"""The node fleet: one ``NodeLogger`` actor per selected node, kept in step with the cluster.
+"""The node fleet: one ``NodeLogger`` actor per node, hosting one writer per W&B run.
 
-Everything here runs on one background thread of the Train controller (or Tune driver):
-hooks only hand it the latest worker placement. The thread waits for the primary to
-create the run, then reconciles: nodes that came get a logger (one placement group per
-batch, STRICT_SPREAD, one bundle of a little memory per node, pinned to the node by its
-NodeID label), nodes that left have theirs finished and retired. It also polls
-``ray.nodes()`` so dead nodes are retired, and, with ``nodes="cluster"``, new nodes join.
+Everything here runs on one background thread (of the Train controller or the Tune
+driver): hooks only hand it data. The fleet holds *run targets*: for each W&B run, the
+nodes it uses. Once a run's primary has created the run, the thread reconciles: a node
+that a run uses gets a logger actor if it has none (one placement group per batch of new
+nodes, STRICT_SPREAD, one bundle of a little memory per node, pinned by its NodeID label)
+and a writer for that run inside it; writers of runs that no longer use a node finish;
+loggers on dead nodes are killed. It re-reads ``ray.nodes()`` every few seconds, so dead
+nodes are retired and, with ``nodes="cluster"``, new nodes join. One actor per node serves
+every run on that node, so the cost grows with nodes, not runs times nodes.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
@@ -18,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._nodes import NodeInfo, alive_nodes, reconcile, select_nodes
+from ._nodes import NodeInfo, alive_nodes, select_nodes
 from ._primary import PrimaryWriter
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec
@@ -28,8 +32,34 @@ from ._writers import WriterSpec, node_spec
 BUNDLE = {"memory": float(1 << 20)}
 NODE_ID_LABEL = "ray.io/node-id"
 PG_NAME_PREFIX = "ray_wandb_nodes"
-POLL_S = 5.0
+POLL_S = 3.0
+_BUSY_POLL_S = 0.2  # while runs are being retired or primaries are starting
 _JOIN_GRACE_S = 60.0  # scheduling and process start, on top of wandb's init timeout
+
+
+@dataclass
+class RunTarget:
+    """One W&B run's wish: writers on the nodes it uses."""
+
+    primary: PrimaryWriter
+    selection: str  # "workers": the nodes in `nodes`; "cluster": every alive node
+    nodes: set[str] = field(default_factory=set)
+    # The node whose metrics the primary reports itself (no node writer there); None when
+    # the primary samples no system metrics.
+    covered_node: str | None = None
+    # Polled on every reconcile for more nodes (e.g. a Train run inside a Tune trial).
+    extra_nodes: Callable[[], Iterable[str]] | None = None
+    spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.primary.spec.run_id
+
+    def spec(self, node: NodeInfo) -> WriterSpec:
+        if self.spec_for is not None:
+            return self.spec_for(self.primary, node)
+        p = self.primary
+        return node_spec(p.spec, label=node.label, entity=p.entity, project=p.project)
 
 
 @dataclass
@@ -37,9 +67,24 @@ class _Logger:
     node: NodeInfo
     actor: Any
     pg_key: int
-    ready_ref: Any
+    runs: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Join:
+    logger: _Logger
+    run_id: str
+    ref: Any
     started: float
-    joined: bool = False
+
+
+@dataclass
+class _Retirement:
+    run_id: str
+    refs: dict[Any, _Logger]
+    deadline: float
+    timeout: float
+    then: Callable[[], None]
 
 
 @dataclass
@@ -57,92 +102,143 @@ def _logger_actor_class() -> Any:
 
 
 class NodeFleet:
-    def __init__(
-        self,
-        *,
-        selection: str,
-        primary_node_id: str | None,
-        primary: PrimaryWriter,
-        init_timeout_s: float,
-        warner: Warner,
-        poll_s: float = POLL_S,
-        spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None,
-    ) -> None:
-        self._selection = selection
-        self._primary_node_id = primary_node_id
-        self._primary = primary
+    def __init__(self, *, init_timeout_s: float, warner: Warner, poll_s: float = POLL_S) -> None:
         self._init_timeout_s = init_timeout_s
         self._warner = warner
         self._poll_s = poll_s
-        self._spec_for = spec_for or (lambda p, n: node_spec(p.spec, label=n.label, entity=p.entity, project=p.project))
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._worker_nodes: set[str] = set()
+        self._targets: dict[str, RunTarget] = {}
         self._loggers: dict[str, _Logger] = {}
         self._groups: dict[int, _Group] = {}
+        self._joins: list[_Join] = []
+        self._retirements: list[_Retirement] = []
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
-        self._finished = threading.Event()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
         self._actor_cls: Any = None
 
     # called from hooks: never blocks ---------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        if not self._thread.ident:
+            self._thread.start()
 
-    def set_worker_nodes(self, node_ids: Iterable[str]) -> None:
-        self._commands.put(("workers", set(node_ids)))
+    def add_run(self, target: RunTarget) -> None:
+        self._commands.put(("add", target))
+
+    def set_run_nodes(self, run_id: str, nodes: Iterable[str], covered_node: str | None = None) -> None:
+        """The nodes a run uses now (replaces the previous set), and the primary's own node."""
+        self._commands.put(("nodes", (run_id, set(nodes), covered_node)))
+
+    def retire_run(self, run_id: str, timeout: float, then: Callable[[], None]) -> None:
+        """Finish the run's node writers (bounded by ``timeout``), then call ``then``.
+
+        ``then`` finishes the primary: node writers end first so that no late write
+        reopens a run whose final state the primary has sent.
+        """
+        self._commands.put(("retire", (run_id, timeout, then)))
 
     def labels(self) -> dict[str, str]:
         """node id -> label of the current loggers (for diagnostics and tests)."""
         with self._lock:
             return {nid: lg.node.label for nid, lg in self._loggers.items()}
 
-    def finish(self, timeout: float) -> None:
-        """Finish every node writer (bounded by ``timeout``), then kill the actors and groups."""
-        if not self._thread.ident:
-            return
-        self._commands.put(("finish", timeout))
-        if not self._finished.wait(timeout + 10.0):
-            self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
+    def shutdown(self, timeout: float) -> None:
+        """Retire every run still open, then kill every actor and placement group (bounded)."""
+        if self._thread.ident:
+            self._commands.put(("shutdown", timeout))
+            if not self._stopped.wait(timeout + 10.0):
+                self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
         self._kill_all()
 
     # the fleet thread ------------------------------------------------------------------------
     def _main(self) -> None:
         try:
             while True:
-                wait = self._poll_s if self._primary.ready else 0.2
+                busy = self._retirements or any(
+                    not t.primary.ready and not t.primary.failed for t in self._targets.values()
+                )
                 try:
-                    kind, payload = self._commands.get(timeout=wait)
+                    kind, payload = self._commands.get(timeout=_BUSY_POLL_S if busy else self._poll_s)
                 except queue.Empty:
                     kind, payload = "poll", None
-                if kind == "finish":
-                    self._finish_writers(payload)
+                if kind == "shutdown":
+                    self._shutdown(payload)
                     return
-                if kind == "workers":
-                    self._worker_nodes = payload
                 try:
-                    self._check_joined()
-                    if self._primary.ready:
-                        self._reconcile()
+                    self._apply(kind, payload)
+                    self._check_joins()
+                    self._reconcile()
+                    self._check_retirements()
                 except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
                     self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
         finally:
-            self._finished.set()
+            self._stopped.set()
+
+    def _apply(self, kind: str, payload: Any) -> None:
+        if kind == "add":
+            self._targets[payload.run_id] = payload
+        elif kind == "nodes":
+            run_id, nodes, covered = payload
+            target = self._targets.get(run_id)
+            if target is not None:
+                target.nodes = nodes
+                target.covered_node = covered
+        elif kind == "retire":
+            run_id, timeout, then = payload
+            self._start_retirement(run_id, timeout, then)
+
+    def _wanted(self, alive: dict[str, NodeInfo]) -> dict[str, dict[str, RunTarget]]:
+        """node id -> run id -> target, for every run whose primary has created its run."""
+        wanted: dict[str, dict[str, RunTarget]] = {}
+        for target in self._targets.values():
+            if not target.primary.ready:
+                continue
+            nodes = set(target.nodes)
+            if target.extra_nodes is not None:
+                try:
+                    nodes |= set(target.extra_nodes())
+                except Exception as e:  # noqa: BLE001
+                    self._warner.warn(f"extra-nodes:{type(e).__name__}", f"could not read more nodes ({describe(e)})")
+            for node_id in select_nodes(target.selection, nodes, alive, target.covered_node):
+                wanted.setdefault(node_id, {})[target.run_id] = target
+        return wanted
 
     def _reconcile(self) -> None:
         import ray
 
+        if not self._targets and not self._loggers:
+            return
         alive = alive_nodes(ray.nodes())
-        wanted = select_nodes(self._selection, self._worker_nodes, alive, self._primary_node_id)
+        wanted = self._wanted(alive)
+        # Loggers on dead nodes: nothing to finish there, only clean up.
         with self._lock:
-            current = list(self._loggers)
-        to_add, to_retire = reconcile(current, wanted)
-        if to_retire:
-            self._retire(to_retire, alive)
-        if to_add:
-            self._add([wanted[nid] for nid in to_add])
+            dead = [lg for nid, lg in self._loggers.items() if nid not in alive]
+            for lg in dead:
+                del self._loggers[lg.node.node_id]
+        for lg in dead:
+            self._kill(lg)
+        # Writers of runs that no longer use a node finish (the actor stays for other runs).
+        for node_id, lg in list(self._loggers.items()):
+            for run_id in sorted(lg.runs - set(wanted.get(node_id, {}))):
+                lg.runs.discard(run_id)
+                lg.actor.finish.remote(run_id)
+        # New nodes get a logger; every wanted (node, run) pair gets a writer.
+        new_nodes = [alive[nid] for nid in sorted(wanted) if nid not in self._loggers]
+        if new_nodes:
+            self._start_loggers(new_nodes)
+        now = time.monotonic()
+        for node_id, runs in wanted.items():
+            host = self._loggers.get(node_id)
+            if host is None:
+                continue
+            for run_id, target in runs.items():
+                if run_id not in host.runs:
+                    host.runs.add(run_id)
+                    ref = host.actor.add_writer.remote(target.spec(host.node))
+                    self._joins.append(_Join(logger=host, run_id=run_id, ref=ref, started=now))
 
-    def _add(self, nodes: list[NodeInfo]) -> None:
+    def _start_loggers(self, nodes: list[NodeInfo]) -> None:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -153,63 +249,45 @@ class NodeFleet:
             [dict(BUNDLE) for _ in nodes],
             strategy="STRICT_SPREAD",
             bundle_label_selector=[{NODE_ID_LABEL: n.node_id} for n in nodes],
-            name=f"{PG_NAME_PREFIX}:{self._primary.spec.run_id}:{key}",
+            name=f"{PG_NAME_PREFIX}:{key}:{nodes[0].node_id[:8]}",
         )
-        group = _Group(pg=pg)
-        now = time.monotonic()
+        group = _Group(pg=pg, nodes={n.node_id for n in nodes})
+        with self._lock:
+            self._groups[key] = group
         for index, node in enumerate(nodes):
-            spec = self._spec_for(self._primary, node)
             actor = self._actor_cls.options(
                 num_cpus=0,
-                max_restarts=-1,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=index
                 ),
-            ).remote([spec])
-            group.nodes.add(node.node_id)
+            ).remote()
             with self._lock:
-                self._loggers[node.node_id] = _Logger(
-                    node=node, actor=actor, pg_key=key, ready_ref=actor.status.remote(), started=now
-                )
-        with self._lock:
-            self._groups[key] = group
+                self._loggers[node.node_id] = _Logger(node=node, actor=actor, pg_key=key)
 
-    def _retire(self, node_ids: list[str], alive: dict[str, NodeInfo]) -> None:
+    def _check_joins(self) -> None:
+        """Turn each writer's join result into one warning when it could not join."""
         import ray
 
-        with self._lock:
-            leaving = [self._loggers.pop(nid) for nid in node_ids if nid in self._loggers]
-        # Finish the writers on nodes that are still alive (bounded); dead nodes have none left.
-        refs = [lg.actor.finish.remote() for lg in leaving if lg.node.node_id in alive]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=min(30.0, self._init_timeout_s))
-        for lg in leaving:
-            self._kill(lg)
-
-    def _check_joined(self) -> None:
-        """Turn each logger's first status into a warning when its writer could not join."""
-        import ray
-
-        with self._lock:
-            pending = [lg for lg in self._loggers.values() if not lg.joined]
-        if not pending:
+        if not self._joins:
             return
-        ready, _ = ray.wait([lg.ready_ref for lg in pending], num_returns=len(pending), timeout=0)
+        ready, _ = ray.wait([j.ref for j in self._joins], num_returns=len(self._joins), timeout=0)
         ready_set = set(ready)
         now = time.monotonic()
-        for lg in pending:
-            if lg.ready_ref in ready_set:
-                lg.joined = True
-                self._report(lg, lg.ready_ref)
-            elif now - lg.started > self._init_timeout_s + _JOIN_GRACE_S:
-                lg.joined = True  # stop checking; say it once
+        still: list[_Join] = []
+        for join in self._joins:
+            if join.ref in ready_set:
+                self._report(join.logger, join.ref, join.run_id)
+            elif now - join.started > self._init_timeout_s + _JOIN_GRACE_S:
                 self._warner.warn(
-                    f"join-timeout:{lg.node.node_id}",
-                    f"the node logger on {lg.node.label} has not joined the run after "
-                    f"{now - lg.started:.0f}s; that node's system metrics may be missing",
+                    f"join-timeout:{join.logger.node.node_id}:{join.run_id}",
+                    f"the node writer on {join.logger.node.label} has not joined the W&B run {join.run_id} after "
+                    f"{now - join.started:.0f}s; that node's system metrics may be missing",
                 )
+            else:
+                still.append(join)
+        self._joins = still
 
-    def _report(self, lg: _Logger, ref: Any) -> None:
+    def _report(self, lg: _Logger, ref: Any, run_id: str | None = None) -> None:
         """Turn a finished status call into one warning per problem it shows."""
         import ray
 
@@ -221,32 +299,63 @@ class NodeFleet:
                 f"the node logger on {lg.node.label} failed, so that node's system metrics are missing ({describe(e)})",
             )
             return
-        for run_id, error in status.get("errors", {}).items():
-            self._warner.warn(
-                f"node-init:{lg.node.node_id}:{run_id}",
-                f"the node writer on {lg.node.label} could not join the W&B run {run_id}; "
-                f"that node's system metrics are missing ({error})",
-            )
+        for rid, error in status.get("errors", {}).items():
+            if run_id is None or rid == run_id:
+                self._warner.warn(
+                    f"node-init:{lg.node.node_id}:{rid}",
+                    f"the node writer on {lg.node.label} could not join the W&B run {rid}; "
+                    f"that node's system metrics are missing ({error})",
+                )
 
-    def _finish_writers(self, timeout: float) -> None:
-        """Node writers finish first, in parallel, each bounded: the primary's state is the last word."""
+    # retiring runs ---------------------------------------------------------------------------
+    def _start_retirement(self, run_id: str, timeout: float, then: Callable[[], None]) -> None:
+        self._targets.pop(run_id, None)
+        refs: dict[Any, _Logger] = {}
+        for lg in self._loggers.values():
+            if run_id in lg.runs:
+                lg.runs.discard(run_id)
+                refs[lg.actor.finish.remote(run_id)] = lg
+        self._retirements.append(
+            _Retirement(run_id=run_id, refs=refs, deadline=time.monotonic() + timeout, timeout=timeout, then=then)
+        )
+
+    def _check_retirements(self, final: bool = False) -> None:
         import ray
 
-        with self._lock:
-            loggers = list(self._loggers.values())
-        if not loggers:
-            return
-        refs = {lg.actor.finish.remote(): lg for lg in loggers}
-        done, not_done = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-        for ref in done:
-            self._report(refs[ref], ref)
-        if not_done:
-            labels = ", ".join(sorted(refs[r].node.label for r in not_done))
-            self._warner.warn(
-                "node-finish-timeout",
-                f"node writer(s) {labels} did not finish within {timeout:.0f}s; their last samples may be missing",
-            )
+        still: list[_Retirement] = []
+        for r in self._retirements:
+            pending = list(r.refs)
+            done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+            if not_done and time.monotonic() < r.deadline and not final:
+                still.append(r)
+                continue
+            for ref in done:
+                self._report(r.refs[ref], ref, r.run_id)
+            if not_done:
+                labels = ", ".join(sorted(r.refs[ref].node.label for ref in not_done))
+                self._warner.warn(
+                    f"node-finish-timeout:{r.run_id}",
+                    f"node writer(s) {labels} of the W&B run {r.run_id} did not finish within {r.timeout:.0f}s; "
+                    "their last samples may be missing",
+                )
+            try:
+                r.then()
+            except Exception as e:  # noqa: BLE001
+                self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
+        self._retirements = still
 
+    def _shutdown(self, timeout: float) -> None:
+        """Retire the runs still open (their primaries finish as failed: nobody said otherwise)."""
+        for run_id, target in list(self._targets.items()):
+            self._start_retirement(run_id, timeout, functools.partial(target.primary.request_finish, 1))
+        deadline = time.monotonic() + timeout
+        while self._retirements and time.monotonic() < deadline:
+            self._check_retirements()
+            if self._retirements:
+                time.sleep(0.1)
+        self._check_retirements(final=True)
+
+    # cleanup ---------------------------------------------------------------------------------
     def _kill(self, lg: _Logger) -> None:
         import ray
         from ray.util.placement_group import remove_placement_group

@@ -19,12 +19,12 @@ from ._writers import WriterSpec, node_dir
 
 
 class NodeLogger:
-    def __init__(self, specs: list[WriterSpec]) -> None:
+    def __init__(self, specs: list[WriterSpec] | None = None) -> None:
         os.environ.pop("WANDB_SERVICE", None)
         self._runs: dict[str, Any] = {}
         self._errors: dict[str, str] = {}
         self._labels: dict[str, str] = {}
-        for spec in specs:
+        for spec in specs or []:
             self.add_writer(spec)
 
     def add_writer(self, spec: WriterSpec) -> dict[str, Any]:

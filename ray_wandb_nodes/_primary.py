@@ -1,8 +1,9 @@
 """The run's primary writer: one background thread that owns the ``wandb`` run.
 
 Hooks only put work on a queue (a dict copy, no I/O), so the Train controller's event
-loop never waits on W&B. The thread creates the run, logs rank 0's reports against the
-step metric, and finishes the run with the training's exit code.
+loop and Tune's loop never wait on W&B. The thread creates the run, logs rank 0's
+reports (or a trial's results) against the step metric, logs artifacts, and finishes the
+run with the training's exit code.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._metrics import to_row
@@ -18,24 +19,46 @@ from ._wandb_io import init_writer
 from ._warn import Warner, describe
 from ._writers import WriterSpec
 
-_LOG, _CONFIG, _FINISH = "log", "config", "finish"
+# (row to log, run config update, keys skipped)
+RowBuilder = Callable[[Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any], list[str]]]
+
+_LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
+
+
+def train_rows(excludes: Sequence[str]) -> RowBuilder:
+    def build(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        row, skipped = to_row(metrics, excludes)
+        return row, {}, skipped
+
+    return build
 
 
 class PrimaryWriter:
-    def __init__(self, spec: WriterSpec, *, excludes: Sequence[str], warner: Warner) -> None:
+    def __init__(
+        self,
+        spec: WriterSpec,
+        *,
+        warner: Warner,
+        rows: RowBuilder | None = None,
+        prepare: Callable[[WriterSpec], WriterSpec] | None = None,
+    ) -> None:
+        """``prepare`` runs on the writer thread before ``wandb.init`` and may adjust the spec."""
         self.spec = spec
-        self._excludes = tuple(excludes)
+        self._rows = rows or train_rows(())
+        self._prepare = prepare
         self._warner = warner
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-primary", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=f"ray_wandb_nodes-{spec.run_id}", daemon=True)
         self._ready = threading.Event()
         self._done = threading.Event()
+        self._finish_requested = False
         self.run: Any = None
         self.error: BaseException | None = None
         self.entity: str | None = None
         self.project: str | None = None
         self.logged = 0
         self.dropped = 0
+        self.exit_code: int | None = None
         self._step = 0
 
     # called from hooks: never blocks on W&B --------------------------------------------------
@@ -48,9 +71,9 @@ class PrimaryWriter:
     def update_config(self, config: Mapping[str, Any]) -> None:
         self._queue.put((_CONFIG, dict(config)))
 
-    def wait_ready(self, timeout: float) -> bool:
-        """True once the run exists; False on timeout or when it could not be created."""
-        return self._ready.wait(timeout) and self.run is not None
+    def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = ()) -> None:
+        """``make(wandb)`` builds the artifact on the writer thread; it is logged with ``aliases``."""
+        self._queue.put((_ARTIFACT, (make, list(aliases))))
 
     @property
     def ready(self) -> bool:
@@ -60,20 +83,36 @@ class PrimaryWriter:
     def failed(self) -> bool:
         return self._ready.is_set() and self.run is None
 
-    def finish(self, exit_code: int, timeout: float) -> bool:
-        """Flush and finish the run with ``exit_code``; False when not done within ``timeout``."""
+    @property
+    def finish_requested(self) -> bool:
+        return self._finish_requested
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def request_finish(self, exit_code: int) -> None:
+        """Ask the thread to flush and finish the run with ``exit_code``; returns at once."""
+        if self._finish_requested:
+            return
+        self._finish_requested = True
         self._queue.put((_FINISH, exit_code))
-        if not self._thread.is_alive() and not self._thread.ident:
-            return True  # never started
-        self._done.wait(timeout)
-        if not self._done.is_set():
-            pending = self._queue.qsize()
+        if not self._thread.ident:
+            self._done.set()  # never started: nothing to finish
+
+    def wait_done(self, timeout: float) -> bool:
+        """Wait for the finish; False (and one warning) when not done within ``timeout``."""
+        if not self._done.wait(timeout):
             self._warner.warn(
-                "primary:finish-timeout",
+                f"primary:finish-timeout:{self.spec.run_id}",
                 f"the W&B run {self.spec.run_id} did not finish within {timeout:.0f}s "
-                f"({pending} queued item(s) not written); training results are unaffected",
+                f"({self._queue.qsize()} queued item(s) not written); training results are unaffected",
             )
         return self._done.is_set()
+
+    def finish(self, exit_code: int, timeout: float) -> bool:
+        self.request_finish(exit_code)
+        return self.wait_done(timeout)
 
     # the writer thread -----------------------------------------------------------------------
     def _main(self) -> None:
@@ -91,6 +130,8 @@ class PrimaryWriter:
                     self._log(payload)
                 elif kind == _CONFIG:
                     self._config(payload)
+                elif kind == _ARTIFACT:
+                    self._artifact(*payload)
         finally:
             self._ready.set()
             self._done.set()
@@ -98,11 +139,13 @@ class PrimaryWriter:
     def _init(self) -> None:
         started = time.monotonic()
         try:
+            if self._prepare is not None:
+                self.spec = self._prepare(self.spec)
             self.run = init_writer(self.spec)
         except Exception as e:  # noqa: BLE001
             self.error = e
             self._warner.warn(
-                "primary:init",
+                f"primary:init:{self.spec.run_id}",
                 f"could not create the W&B run {self.spec.run_id} after {time.monotonic() - started:.0f}s, "
                 f"so nothing is logged to W&B for this run; training goes on ({describe(e)})",
             )
@@ -118,12 +161,18 @@ class PrimaryWriter:
             self._step = 0
 
     def _log(self, metrics: dict[str, Any]) -> None:
-        row, skipped = to_row(metrics, self._excludes)
-        for key in skipped:
+        try:
+            row, config, skipped = self._rows(metrics)
+        except Exception as e:  # noqa: BLE001
+            self.dropped += 1
             self._warner.warn(
-                f"skip:{key}",
-                f"metric {key!r} ({type(_get(metrics, key)).__name__}) is not a number or string; not logged",
+                f"rows:{type(e).__name__}", f"a report could not be turned into a W&B row ({describe(e)})"
             )
+            return
+        for key in skipped:
+            self._warner.warn(f"skip:{key}", f"metric {key!r} is not a number or string; not logged")
+        if config:
+            self._config(config)
         user_step = row.get(self.spec.step_metric)
         if isinstance(user_step, (int, float)) and not isinstance(user_step, bool):
             self._step = int(user_step)
@@ -143,11 +192,23 @@ class PrimaryWriter:
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"config:{type(e).__name__}", f"run config could not be updated ({describe(e)})")
 
+    def _artifact(self, make: Callable[[Any], Any], aliases: list[str]) -> None:
+        import wandb
+
+        try:
+            artifact = make(wandb)
+            self.run.log_artifact(artifact, aliases=aliases or None)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(
+                f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
+            )
+
     def _finish(self, exit_code: int) -> None:
+        self.exit_code = exit_code
         if self.run is None:
             if self.dropped:
                 self._warner.warn(
-                    "primary:dropped",
+                    f"primary:dropped:{self.spec.run_id}",
                     f"{self.dropped} report(s) were not logged because the W&B run "
                     f"{self.spec.run_id} could not be created",
                 )
@@ -155,14 +216,6 @@ class PrimaryWriter:
         try:
             self.run.finish(exit_code=exit_code)
         except Exception as e:  # noqa: BLE001
-            self._warner.warn("primary:finish", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})")
-
-
-def _get(metrics: Mapping[str, Any], flat_key: str) -> Any:
-    value: Any = metrics
-    for part in flat_key.split("/"):
-        if isinstance(value, Mapping) and part in value:
-            value = value[part]
-        else:
-            return metrics.get(flat_key)
-    return value
+            self._warner.warn(
+                f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
+            )

@@ -1,25 +1,20 @@
-"""One W&B run's lifecycle: start, workers placed, report, finish.
+"""One W&B run's lifecycle: start, nodes used, report, finish.
 
-The Ray adapters (``train.py``; ``tune.py`` later) translate hooks into these calls. The
-session owns the primary writer and the node fleet and keeps the order the run's state
-needs: the primary creates the run before any node writer joins, and at the end node
-writers finish before the primary sends the final state.
+The Ray adapters (``train.py``, ``tune.py``) translate hooks into these calls. The session
+pairs the run's primary writer with its target in a node fleet and keeps the order the
+run's state needs: the primary creates the run before any node writer joins (the fleet
+waits for it), and at the end node writers finish before the primary sends the final state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._fleet import NodeFleet
-from ._metrics import jsonable
-from ._nodes import NodeInfo
-from ._options import Options
+from ._fleet import NodeFleet, RunTarget
 from ._primary import PrimaryWriter
-from ._secrets import CapturedEnv
-from ._warn import Warner
-from ._writers import primary_spec
 
 
 @dataclass(frozen=True)
@@ -32,68 +27,47 @@ class RankPlacement:
 
 
 class RunSession:
-    def __init__(
-        self,
-        options: Options,
-        env: CapturedEnv,
-        *,
-        run_id: str,
-        display_name: str | None,
-        group: str | None,
-        config: Mapping[str, Any],
-        primary_node: NodeInfo,
-        default_dir: str | None,
-        warner: Warner,
-    ) -> None:
-        self.options = options
-        self.mode = options.mode or "online"
-        self.primary_node = primary_node
-        self._warner = warner
-        spec = primary_spec(
-            options,
-            env,
-            mode=self.mode,
-            run_id=run_id,
-            label=primary_node.label,
-            display_name=display_name,
-            group=group,
-            config=jsonable(dict(config)),
-            default_dir=default_dir,
-        )
-        self.primary = PrimaryWriter(spec, excludes=options.excludes, warner=warner)
-        self.fleet = NodeFleet(
-            selection=options.nodes,
-            primary_node_id=primary_node.node_id,
-            primary=self.primary,
-            init_timeout_s=options.init_timeout_s,
-            warner=warner,
-        )
-        self._finished = False
+    def __init__(self, primary: PrimaryWriter, fleet: NodeFleet, target: RunTarget, finish_timeout_s: float) -> None:
+        self.primary = primary
+        self.fleet = fleet
+        self.target = target
+        self.finish_timeout_s = finish_timeout_s
+        self._finishing = False
 
     @property
     def run_id(self) -> str:
         return self.primary.spec.run_id
 
+    @property
+    def finishing(self) -> bool:
+        return self._finishing
+
     def start(self) -> None:
         self.primary.start()
         self.fleet.start()
+        self.fleet.add_run(self.target)
 
-    def workers_placed(self, placements: Sequence[RankPlacement]) -> None:
-        """A worker group (re)started: the fleet follows its nodes; the run config records them."""
-        self.fleet.set_worker_nodes(p.node_id for p in placements)
-        nodes: dict[str, list[int]] = {}
-        for p in placements:
-            nodes.setdefault(NodeInfo(p.node_id, p.hostname, "").label, []).append(p.rank)
-        self.primary.update_config({"ray_train": {"world_size": len(placements), "ranks_by_node": nodes}})
+    def set_nodes(self, nodes: Iterable[str], covered_node: str | None) -> None:
+        self.fleet.set_run_nodes(self.run_id, nodes, covered_node)
 
     def report(self, metrics: Mapping[str, Any]) -> None:
-        self.primary.log(metrics)
+        if not self._finishing:
+            self.primary.log(metrics)
 
-    def finish(self, exit_code: int, timeout: float | None = None) -> None:
-        """Node writers first (bounded), then the primary with ``exit_code``; idempotent."""
-        if self._finished:
+    def finish(self, exit_code: int, *, wait: bool, timeout: float | None = None) -> None:
+        """Node writers first (bounded), then the primary with ``exit_code``; idempotent.
+
+        With ``wait`` it returns once the run is finished or the bounds have passed.
+        """
+        if self._finishing:
             return
-        self._finished = True
-        timeout = self.options.finish_timeout_s if timeout is None else timeout
-        self.fleet.finish(timeout)
-        self.primary.finish(exit_code, timeout)
+        self._finishing = True
+        timeout = self.finish_timeout_s if timeout is None else timeout
+        self.fleet.retire_run(self.run_id, timeout, then=lambda: self.primary.request_finish(exit_code))
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout + 5.0
+        while not self.primary.done and time.monotonic() < deadline and not self.primary.finish_requested:
+            time.sleep(0.02)
+        self.primary.request_finish(exit_code)  # idempotent; covers a fleet that could not hand over
+        self.primary.wait_done(timeout)

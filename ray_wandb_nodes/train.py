@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
+from . import _handoff
+from ._metrics import jsonable
+from ._naming import node_label
 from ._options import Options, build_options
 from ._secrets import CapturedEnv, capture_env
 from ._session import RankPlacement, RunSession
-from ._warn import Warner, guarded
+from ._warn import Warner, describe, guarded
 
 SUPPORTED_RAY = ">=2.60,<2.61"
 
@@ -154,6 +158,9 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
         self._session: RunSession | None = None
+        # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
+        self._tune_trial_id = _handoff.current_trial_id() if options.mode != "disabled" else None
+        self._relay_trial: str | None = None
 
     def __repr__(self) -> str:
         o = self.options
@@ -162,6 +169,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_session"] = None  # runtime state never travels
+        state["_relay_trial"] = None
         return state
 
     @property
@@ -172,12 +180,20 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
     # ControllerCallback --------------------------------------------------------------------
     @guarded("after_controller_start")
     def after_controller_start(self, train_run_context: TrainRunContext) -> None:
-        if self.options.mode == "disabled" or self._session is not None:
+        if self.options.mode == "disabled" or self._session is not None or self._relay_trial:
+            return
+        if self._tune_trial_id and _handoff.trial_mark(self._tune_trial_id):
+            # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
+            # this callback only tells it where the train workers are.
+            self._relay_trial = self._tune_trial_id
             return
         import ray
 
+        from ._fleet import NodeFleet, RunTarget
         from ._naming import train_run_id
         from ._nodes import NodeInfo
+        from ._primary import PrimaryWriter, train_rows
+        from ._writers import primary_spec
 
         run_config = train_run_context.run_config
         config: dict[str, Any] = {}
@@ -191,34 +207,41 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             "use_gpu": getattr(scaling, "use_gpu", None),
         }
         node_id = ray.get_runtime_context().get_node_id()
-        self._session = RunSession(
+        spec = primary_spec(
             self.options,
             self._env,
+            mode=self.options.mode or "online",
             run_id=train_run_id(str(run_config.storage_path), str(run_config.name)),
+            label=NodeInfo(node_id=node_id, hostname=socket.gethostname(), ip="").label,
             display_name=run_config.name,
             group=None,
-            config=config,
-            primary_node=NodeInfo(node_id=node_id, hostname=socket.gethostname(), ip=""),
+            config=jsonable(config),
             default_dir=self._driver_cwd,
-            warner=self._warner,
         )
+        primary = PrimaryWriter(spec, warner=self._warner, rows=train_rows(self.options.excludes))
+        fleet = NodeFleet(init_timeout_s=self.options.init_timeout_s, warner=self._warner)
+        target = RunTarget(primary=primary, selection=self.options.nodes, covered_node=node_id)
+        self._session = RunSession(primary, fleet, target, self.options.finish_timeout_s)
         self._session.start()
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
         if self._session is not None:
-            self._session.finish(exit_code=1 if result.error is not None else 0)
+            self._session.finish(exit_code=1 if result.error is not None else 0, wait=True)
+            self._session.fleet.shutdown(self.options.finish_timeout_s)
 
     @guarded("before_controller_abort")
     def before_controller_abort(self) -> None:
         # The controller exits right after this hook: finish fast, as failed.
         if self._session is not None:
-            self._session.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
+            timeout = min(10.0, self.options.finish_timeout_s)
+            self._session.finish(exit_code=1, wait=True, timeout=timeout)
+            self._session.fleet.shutdown(timeout)
 
     # WorkerGroupCallback ---------------------------------------------------------------------
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
-        if self._session is None:
+        if self._session is None and not self._relay_trial:
             return
         placements = [
             RankPlacement(
@@ -228,13 +251,31 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             )
             for i, w in enumerate(worker_group.get_workers())
         ]
-        self._session.workers_placed(placements)
+        if self._relay_trial:
+            trial_id = self._relay_trial
+            published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]
+            # A GCS write: off the controller's event loop like everything else.
+            threading.Thread(target=_publish, args=(trial_id, published, self._warner), daemon=True).start()
+            return
+        assert self._session is not None
+        self._session.set_nodes({p.node_id for p in placements}, self._session.target.covered_node)
+        nodes: dict[str, list[int]] = {}
+        for p in placements:
+            nodes.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
+        self._session.primary.update_config({"ray_train": {"world_size": len(placements), "ranks_by_node": nodes}})
 
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
         if self._session is not None and metrics:
             self._session.report(metrics[0])
+
+
+def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) -> None:
+    try:
+        _handoff.publish_workers(trial_id, placements)
+    except Exception as e:  # noqa: BLE001
+        warner.warn("relay", f"could not tell the Tune callback where trial {trial_id}'s workers are ({describe(e)})")
 
 
 def _env_true(name: str) -> bool:
