@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["WandbNodesCallback", "__version__"]
+__all__ = ["WandbNodesCallback", "WandbNodesTuneCallback", "__version__"]
 
 if TYPE_CHECKING:
     from .train import WandbNodesCallback
+    from .tune import WandbNodesTuneCallback
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from .train import WandbNodesCallback
 
         return WandbNodesCallback
+    if name == "WandbNodesTuneCallback":
+        from .tune import WandbNodesTuneCallback
+
+        return WandbNodesTuneCallback
     raise AttributeError(f"module 'ray_wandb_nodes' has no attribute {name!r}")

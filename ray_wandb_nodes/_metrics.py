@@ -70,7 +70,7 @@ def to_row(metrics: Mapping[str, Any], excludes: Sequence[str]) -> tuple[dict[st
             continue
         cleaned = _scalar(value)
         if cleaned is _SKIP:
-            skipped.append(key)
+            skipped.append(f"{key!r} (a {type(value).__name__}, not a number or string)")
         else:
             row[key] = cleaned
     return row, skipped

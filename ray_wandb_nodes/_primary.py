@@ -170,7 +170,7 @@ class PrimaryWriter:
             )
             return
         for key in skipped:
-            self._warner.warn(f"skip:{key}", f"metric {key!r} is not a number or string; not logged")
+            self._warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
         if config:
             self._config(config)
         user_step = row.get(self.spec.step_metric)

@@ -121,7 +121,11 @@ def test_row_keeps_numbers_and_strings_and_applies_excludes() -> None:
 def test_row_skips_what_wandb_cannot_chart_and_names_it() -> None:
     row, skipped = to_row({"ok": 1, "vec": [1, 2], "arr": np.zeros(3), "obj": object()}, excludes=[])
     assert row == {"ok": 1}
-    assert skipped == ["vec", "arr", "obj"]
+    assert skipped == [
+        "'vec' (a list, not a number or string)",
+        "'arr' (a ndarray, not a number or string)",
+        "'obj' (a object, not a number or string)",
+    ]
 
 
 def test_exclude_prefix_matches_whole_path_segments_only() -> None:

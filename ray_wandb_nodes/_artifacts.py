@@ -1,0 +1,53 @@
+"""Checkpoints as W&B artifacts: local folders are uploaded, remote ones become references.
+
+Ray's own callback silently drops checkpoints that are not on the local filesystem
+(ray issue #58991); here a checkpoint on S3, GCS or any other pyarrow filesystem is
+logged as a reference artifact pointing at its URI, so it is never lost from the run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def artifact_name(name: str) -> str:
+    """A name W&B accepts for an artifact (letters, digits, '-', '_', '.')."""
+    return _NAME_UNSAFE.sub("-", name).strip("-.")[:128] or "checkpoint"
+
+
+def checkpoint_uri(filesystem: Any, path: str) -> str | None:
+    """The URI of a checkpoint on a non-local filesystem; None when it is local."""
+    import pyarrow.fs as pafs
+
+    if filesystem is None or isinstance(filesystem, pafs.LocalFileSystem):
+        return None
+    if isinstance(filesystem, pafs.S3FileSystem):
+        return f"s3://{path.lstrip('/')}"
+    if isinstance(filesystem, pafs.GcsFileSystem):
+        return f"gs://{path.lstrip('/')}"
+    if isinstance(filesystem, pafs.PyFileSystem):
+        handler = getattr(filesystem, "handler", None)
+        inner = getattr(handler, "fs", None)
+        protocol = getattr(inner, "protocol", None)
+        if isinstance(protocol, (list, tuple)):
+            protocol = protocol[0]
+        if protocol and protocol not in ("file", "local"):
+            return f"{protocol}://{path.lstrip('/')}"
+        if protocol in ("file", "local"):
+            return None
+    return f"{filesystem.type_name}://{path.lstrip('/')}"
+
+
+def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
+    """A ``model`` artifact of a Ray checkpoint: its files, or a reference to its URI."""
+    path = str(checkpoint.path)
+    uri = checkpoint_uri(getattr(checkpoint, "filesystem", None), path)
+    artifact = wandb.Artifact(name=artifact_name(name), type="model", metadata={"ray_checkpoint_path": uri or path})
+    if uri is None:
+        artifact.add_dir(path)
+    else:
+        artifact.add_reference(uri, checksum=False)
+    return artifact

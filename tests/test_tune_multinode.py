@@ -1,0 +1,216 @@
+"""End to end: Ray Tune experiments on a local four-node cluster with WandbNodesTuneCallback.
+
+A CPU-less head (the Tune driver) and three one-CPU nodes: trials of a function trainable
+spread over the nodes, one trial each. The real wandb client in the driver and in the node
+loggers talks to the test backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import DUMMY_KEY, FAST, start_cluster, stop_cluster, unique
+from test_train_multinode import assert_nothing_left, node_labels, train_loop, user_rows
+from wandb_backend import RunRecord, WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+ITERATIONS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def trainable(config: dict[str, Any]) -> None:
+    import os
+    import time
+
+    import ray
+    from ray import tune
+
+    node_id = ray.get_runtime_context().get_node_id()
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "step")) as f:
+            start = int(f.read())
+    for i in range(start, ITERATIONS):
+        time.sleep(0.3)
+        marker = os.path.join(config.get("marker_dir", ""), f"failed-{config['x']}")
+        if config.get("fail_once_at") == i and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("interrupted on purpose")
+        if config.get("fail_at") == i:
+            raise RuntimeError("trial failed on purpose")
+        metrics = {"score": 10 * config["x"] + i, "node_id": node_id}
+        if config.get("checkpoint"):
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "step"), "w") as f:
+                    f.write(str(i + 1))
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        else:
+            tune.report(metrics)
+
+
+def train_driver(config: dict[str, Any]) -> None:
+    """A Tune trial that wraps a two-worker TorchTrainer (Train V2 inside Tune)."""
+    from ray import train, tune
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from ray_wandb_nodes import WandbNodesCallback
+
+    ctx = tune.get_context()
+    TorchTrainer(
+        train_loop,
+        train_loop_config={"lr": 0.05, "reports": 3},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(
+            name=f"{ctx.get_experiment_name()}-{ctx.get_trial_id()}",
+            storage_path=config["storage"],
+            callbacks=[
+                TuneReportCallback(),
+                WandbNodesCallback(project="tune-e2e", sampling_interval_s=0.5, settings=FAST),
+            ],
+        ),
+    ).fit()
+
+
+def make_callback(**kwargs: Any) -> Any:
+    from ray_wandb_nodes import WandbNodesTuneCallback
+
+    return WandbNodesTuneCallback(
+        project="tune-e2e", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs
+    )
+
+
+def tuner(fn: Any, name: str, storage: str, param_space: dict[str, Any], callback: Any) -> Any:
+    from ray import tune
+
+    return tune.Tuner(
+        fn,
+        param_space=param_space,
+        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    )
+
+
+def experiment_runs(backend: WandbTestBackend, name: str) -> dict[str, RunRecord]:
+    return {r.run_id: r for r in backend.runs.values() if r.group == name}
+
+
+def test_each_trial_gets_a_run_labelled_for_its_own_node(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    from ray import tune
+
+    name = unique("tune-three")
+    results = tuner(trainable, name, str(tmp_path), {"x": tune.grid_search([0, 1, 2])}, make_callback()).fit()
+    assert not results.errors
+    runs = experiment_runs(backend, name)
+    assert len(runs) == 3
+    labels = node_labels()
+    for result in results:
+        trial_id = result.metrics["trial_id"]
+        run = runs[trial_id]
+        x = result.config["x"]
+        assert run.display_name.endswith(trial_id)
+        assert run.labels == {labels[result.metrics["node_id"]]}
+        assert [row["score"] for row in user_rows(run)] == [10 * x + i for i in range(ITERATIONS)]
+        assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, ITERATIONS + 1))
+        assert run.config["x"]["value"] == x
+        assert run.config["trial_id"]["value"] == trial_id
+        assert "node_id" not in user_rows(run)[0]  # strings are left out, as Ray's callback does
+        assert run.exit_codes == [0]
+    # Trials spread over the three worker nodes: one logger per node, never the head's.
+    assert {label for run in runs.values() for label in run.labels} == set(labels.values()) - {
+        labels[str(cluster.head_node.node_id)]
+    }
+    assert DUMMY_KEY not in str([r.config for r in runs.values()])
+    # Tune pickles its callbacks into the experiment folder: the key is not in there.
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or DUMMY_KEY.encode() not in path.read_bytes(), path
+    assert_nothing_left()
+
+
+def test_a_failing_trial_fails_its_run_while_the_others_finish(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    from ray import tune
+
+    name = unique("tune-fail")
+    results = tuner(
+        trainable, name, str(tmp_path), {"x": tune.grid_search([0, 1]), "fail_at": 2}, make_callback()
+    ).fit()
+    assert len(results.errors) == 2  # both raise at iteration 2
+    runs = experiment_runs(backend, name)
+    assert len(runs) == 2
+    for run in runs.values():
+        assert len(user_rows(run)) == 2
+        assert len(run.completes) == 1 and run.exit_codes[0] not in (0, None)
+
+    name = unique("tune-mixed")
+    results = tuner(
+        trainable,
+        name,
+        str(tmp_path),
+        {"x": tune.grid_search([0, 1]), "fail_at": tune.grid_search([2, None])},
+        make_callback(),
+    ).fit()
+    runs = experiment_runs(backend, name)
+    failed = {r.metrics["trial_id"] for r in results if r.error is not None}
+    assert len(runs) == 4 and len(failed) == 2
+    for trial_id, run in runs.items():
+        assert len(run.completes) == 1
+        assert (run.exit_codes[0] != 0) == (trial_id in failed)
+    assert_nothing_left()
+
+
+def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("tune-train")
+    results = tuner(train_driver, name, str(tmp_path), {"storage": str(tmp_path)}, make_callback()).fit()
+    assert not results.errors
+    runs = experiment_runs(backend, name)
+    assert len(runs) == 1
+    run = next(iter(runs.values()))
+    labels = node_labels()
+    head = labels[str(cluster.head_node.node_id)]
+    # The trial actor's node and both train workers' nodes: every worker node, not the head.
+    assert run.labels == set(labels.values()) - {head}
+    assert [row["step"] for row in user_rows(run)] == [0, 1, 2]
+    assert all(row["rank"] == 0 for row in user_rows(run))
+    assert run.exit_codes == [0]
+    # The Train run inside did not open a W&B run of its own.
+    assert not [r for r in backend.runs.values() if r.display_name and r.display_name.startswith(name + "-")]
+    assert_nothing_left()
+
+
+def test_restored_experiment_writes_to_the_same_runs(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    from ray import tune
+
+    name = unique("tune-restore")
+    space = {"x": tune.grid_search([0, 1]), "checkpoint": True, "fail_once_at": 2, "marker_dir": str(tmp_path)}
+    first = tuner(trainable, name, str(tmp_path), space, make_callback()).fit()
+    assert len(first.errors) == 2
+    runs_before = set(experiment_runs(backend, name))
+    assert len(runs_before) == 2
+
+    restored = tune.Tuner.restore(os.path.join(str(tmp_path), name), trainable, resume_errored=True).fit()
+    assert not restored.errors
+    runs = experiment_runs(backend, name)
+    assert set(runs) == runs_before
+    for run in runs.values():
+        assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, ITERATIONS + 1))
+        assert run.exit_codes[0] != 0 and run.exit_codes[-1] == 0
+        assert len(run.completes) == 2
+    assert_nothing_left()
