@@ -49,5 +49,20 @@ def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
     if uri is None:
         artifact.add_dir(path)
     else:
-        artifact.add_reference(uri, checksum=False)
+        add_reference(artifact, uri)
     return artifact
+
+
+def add_reference(artifact: Any, uri: str) -> None:
+    """Reference ``uri`` without reading it (no checksum).
+
+    wandb's handlers for s3:// and gs:// need boto3 or google-cloud-storage even then; where
+    those are missing the entry is recorded as it would be, rather than the checkpoint lost.
+    """
+    name = uri.rstrip("/").rsplit("/", 1)[-1] or "checkpoint"
+    try:
+        artifact.add_reference(uri, name=name, checksum=False)
+    except Exception:  # noqa: BLE001 - a storage library is missing
+        from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
+
+        artifact.manifest.add_entry(ArtifactManifestEntry(path=name, ref=uri, digest=uri))

@@ -113,7 +113,8 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
     from ray import tune
 
     name = unique("tune-three")
-    results = tuner(trainable, name, str(tmp_path), {"x": tune.grid_search([0, 1, 2])}, make_callback()).fit()
+    space = {"x": tune.grid_search([0, 1, 2]), "checkpoint": True}
+    results = tuner(trainable, name, str(tmp_path), space, make_callback(upload_checkpoints=True)).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
     assert len(runs) == 3
@@ -130,6 +131,10 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
         assert run.config["trial_id"]["value"] == trial_id
         assert "node_id" not in user_rows(run)[0]  # strings are left out, as Ray's callback does
         assert run.exit_codes == [0]
+        # upload_checkpoints: every checkpoint's files reached W&B as a model artifact.
+        assert [a.files.get("step") for a in run.artifacts] == [str(i + 1).encode() for i in range(ITERATIONS)]
+        assert {(a.name, a.type) for a in run.artifacts} == {(f"checkpoint_trainable_{trial_id}", "model")}
+        assert all(a.committed for a in run.artifacts)
     # Trials spread over the three worker nodes: one logger per node, never the head's.
     assert {label for run in runs.values() for label in run.labels} == set(labels.values()) - {
         labels[str(cluster.head_node.node_id)]

@@ -153,6 +153,29 @@ def test_local_checkpoints_are_uploaded_remote_ones_referenced() -> None:
     assert checkpoint_uri(memory, "/bucket/ckpt") == "memory://bucket/ckpt"
 
 
+def test_remote_checkpoint_becomes_a_reference_even_without_storage_libraries(tmp_path: Any) -> None:
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._artifacts import checkpoint_artifact
+
+    remote = checkpoint_artifact(
+        wandb,
+        name="checkpoint_t",
+        checkpoint=SimpleNamespace(
+            path="bucket/run/checkpoint_000002", filesystem=pafs.S3FileSystem(anonymous=True, region="us-east-1")
+        ),
+    )
+    assert {p: e.ref for p, e in remote.manifest.entries.items()} == {
+        "checkpoint_000002": "s3://bucket/run/checkpoint_000002"
+    }
+    (tmp_path / "model.pt").write_text("weights")
+    local = checkpoint_artifact(
+        wandb, name="checkpoint_t", checkpoint=SimpleNamespace(path=str(tmp_path), filesystem=pafs.LocalFileSystem())
+    )
+    assert list(local.manifest.entries) == ["model.pt"] and local.manifest.entries["model.pt"].ref is None
+    assert local.type == "model"
+
+
 def test_artifact_names_are_what_wandb_accepts() -> None:
     assert artifact_name("checkpoint_trainable_abc_00001") == "checkpoint_trainable_abc_00001"
     assert artifact_name("checkpoint_f(x=1, y=2)") == "checkpoint_f-x-1-y-2"

@@ -38,6 +38,27 @@ class Complete:
 
 
 @dataclass
+class ArtifactRecord:
+    """One artifact a run logged: its files (uploads) and its manifest (references too)."""
+
+    id: str
+    name: str
+    type: str
+    aliases: list[str]
+    digest: str
+    run_id: str | None
+    files: dict[str, bytes] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    committed: bool = False
+
+    @property
+    def references(self) -> dict[str, str]:
+        """entry path -> reference URI, for entries that point at remote storage."""
+        entries = self.manifest.get("contents") or {}
+        return {path: e["ref"] for path, e in entries.items() if e.get("ref")}
+
+
+@dataclass
 class RunRecord:
     """Everything the backend received for one run (entity, project, id)."""
 
@@ -56,6 +77,7 @@ class RunRecord:
     completes: list[Complete] = field(default_factory=list)
     client_ids: set[str] = field(default_factory=set)
     upserts: int = 0
+    artifacts: list[ArtifactRecord] = field(default_factory=list)
     # (client id, file name) -> {offset: parsed line}
     _lines: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
@@ -179,6 +201,8 @@ class WandbTestBackend:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._lock = threading.RLock()
         self.runs: dict[tuple[str, str, str], RunRecord] = {}
+        self.artifacts: dict[str, ArtifactRecord] = {}  # by artifact id
+        self._manifests: dict[str, str] = {}  # manifest id -> artifact id
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, graphql operation)
         self.faults = Faults()
         backend = self
@@ -275,6 +299,12 @@ class WandbTestBackend:
                 "ServerFeaturesQuery": self._server_features,
                 "Viewer": self._viewer,
                 "CreateRunFiles": self._create_run_files,
+                "CreateArtifact": self._create_artifact,
+                "CreateArtifactManifest": self._create_artifact_manifest,
+                "UpdateArtifactManifest": self._update_artifact_manifest,
+                "CreateArtifactFiles": self._create_artifact_files,
+                "CommitArtifact": self._commit_artifact,
+                "ArtifactType": lambda v, c: {"data": {"project": None}},
             }.get(op or "")
             if handler is None:
                 return {"data": {}}
@@ -379,6 +409,84 @@ class WandbTestBackend:
         ]
         return {"data": {"createRunFiles": {"runID": f"bucket-{run_id}", "uploadHeaders": [], "files": files}}}
 
+    # artifacts -------------------------------------------------------------------------------
+    def _create_artifact(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        i = v.get("input") or v
+        artifact_id = f"artifact-{len(self.artifacts) + 1}"
+        names = i.get("artifactCollectionNames") or [i.get("artifactCollectionName") or "artifact"]
+        record = ArtifactRecord(
+            id=artifact_id,
+            name=names[0],
+            type=i.get("artifactTypeName") or "",
+            aliases=[a.get("alias") if isinstance(a, dict) else a for a in i.get("aliases") or []],
+            digest=i.get("digest") or "",
+            run_id=i.get("runName"),
+        )
+        self.artifacts[artifact_id] = record
+        run = self._find_run(i.get("entityName"), i.get("projectName"), i.get("runName") or "")
+        if run is not None:
+            run.artifacts.append(record)
+        payload = {"id": artifact_id, "state": "PENDING", "artifactSequence": {"latestArtifact": None}}
+        return {"data": {"createArtifact": {"artifact": payload}}}
+
+    def _manifest_payload(self, manifest_id: str) -> dict[str, Any]:
+        return {
+            "id": manifest_id,
+            "file": {
+                "id": f"file-{manifest_id}",
+                "uploadUrl": f"{self.base_url}/artifact-manifest/{manifest_id}",
+                "uploadHeaders": [],
+            },
+        }
+
+    def _create_artifact_manifest(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        manifest_id = f"manifest-{v.get('artifactID')}"
+        self._manifests[manifest_id] = v.get("artifactID") or ""
+        return {"data": {"createArtifactManifest": {"artifactManifest": self._manifest_payload(manifest_id)}}}
+
+    def _update_artifact_manifest(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        manifest_id = v.get("artifactManifestID") or ""
+        return {"data": {"updateArtifactManifest": {"artifactManifest": self._manifest_payload(manifest_id)}}}
+
+    def _create_artifact_files(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        edges = []
+        for f in (v.get("input") or v).get("artifactFiles") or []:
+            artifact_id = f.get("artifactID")
+            url = f"{self.base_url}/artifact-file/{artifact_id}/{f.get('name')}"
+            node = {
+                "storagePath": f"{artifact_id}/{f.get('name')}",
+                "uploadUrl": url,
+                "uploadHeaders": [],
+                "uploadMultipartUrls": None,
+                "artifact": {"id": artifact_id},
+            }
+            edges.append({"node": node})
+        return {"data": {"createArtifactFiles": {"files": {"edges": edges}}}}
+
+    def _commit_artifact(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        record = self.artifacts.get(v.get("artifactID") or "")
+        if record is not None:
+            record.committed = True
+        return {
+            "data": {
+                "commitArtifact": {"artifact": {"id": v.get("artifactID"), "digest": record.digest if record else ""}}
+            }
+        }
+
+    def artifact_upload(self, path: str, data: bytes) -> bool:
+        with self._lock:
+            if path.startswith("/artifact-manifest/"):
+                artifact_id = self._manifests.get(path.split("/", 2)[2], "")
+                if artifact_id in self.artifacts:
+                    self.artifacts[artifact_id].manifest = json.loads(data or b"{}")
+                    return True
+            elif path.startswith("/artifact-file/"):
+                _, _, artifact_id, name = path.split("/", 3)
+                if artifact_id in self.artifacts:
+                    self.artifacts[artifact_id].files[name] = data
+                    return True
+        return False
+
     def file_stream(self, entity: str, project: str, run_id: str, body: dict[str, Any], client_id: str) -> None:
         with self._lock:
             run = self._get_run(entity, project, run_id)
@@ -467,7 +575,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.owner.requests.append(("PUT", self.path, None))
         if self._fault():
             return
-        m = _UPLOAD_RE.match(self.path.split("?", 1)[0])
+        path = self.path.split("?", 1)[0]
+        if self.owner.artifact_upload(path, body):
+            self._reply(200)
+            return
+        m = _UPLOAD_RE.match(path)
         if m:
             self.owner.upload(m["entity"], m["project"], m["run"], m["name"], body)
             self._reply(200)
