@@ -34,6 +34,7 @@ NODE_ID_LABEL = "ray.io/node-id"
 PG_NAME_PREFIX = "ray_wandb_nodes"
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired or primaries are starting
+_RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run inside a trial)
 _JOIN_GRACE_S = 60.0  # scheduling and process start, on top of wandb's init timeout
 
 

@@ -51,6 +51,8 @@ def head_node_id(cluster: Any) -> str:
 
 
 def train_loop(config: dict[str, Any]) -> None:
+    import time
+
     import ray
     import ray.train
     import torch
@@ -73,6 +75,7 @@ def train_loop(config: dict[str, Any]) -> None:
             "loss": float(loss),
             "nested": {"depth": step},
         }
+        time.sleep(config.get("step_sleep_s", 0))
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         ray.train.report(metrics)

@@ -72,7 +72,8 @@ def train_driver(config: dict[str, Any]) -> None:
     ctx = tune.get_context()
     TorchTrainer(
         train_loop,
-        train_loop_config={"lr": 0.05, "reports": 3},
+        # Long enough for node writers that join after the workers start to sample.
+        train_loop_config={"lr": 0.05, "reports": 6, "step_sleep_s": 0.5},
         scaling_config=train.ScalingConfig(num_workers=2),
         run_config=train.RunConfig(
             name=f"{ctx.get_experiment_name()}-{ctx.get_trial_id()}",
@@ -192,7 +193,7 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     head = labels[str(cluster.head_node.node_id)]
     # The trial actor's node and both train workers' nodes: every worker node, not the head.
     assert run.labels == set(labels.values()) - {head}
-    assert [row["step"] for row in user_rows(run)] == [0, 1, 2]
+    assert [row["step"] for row in user_rows(run)] == list(range(6))
     assert all(row["rank"] == 0 for row in user_rows(run))
     assert run.exit_codes == [0]
     # The Train run inside did not open a W&B run of its own.
