@@ -8,6 +8,7 @@ logged as a reference artifact pointing at its URI, so it is never lost from the
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -39,6 +40,25 @@ def checkpoint_uri(filesystem: Any, path: str) -> str | None:
         if protocol in ("file", "local"):
             return None
     return f"{filesystem.type_name}://{path.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class CheckpointAt:
+    """A checkpoint known only by its path, as Train-in-Tune results carry it (``checkpoint_path``)."""
+
+    path: str
+    filesystem: Any = None
+
+    @classmethod
+    def from_result(cls, path: str, fallback_filesystem: Any) -> CheckpointAt:
+        """Local when the path exists here, else on ``fallback_filesystem`` (the trial's storage)."""
+        import os
+
+        import pyarrow.fs as pafs
+
+        if os.path.exists(path):
+            return cls(path, pafs.LocalFileSystem())
+        return cls(path, fallback_filesystem)
 
 
 def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:

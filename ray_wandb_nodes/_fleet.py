@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
 from ._primary import PrimaryWriter
 from ._warn import Warner, describe
@@ -35,14 +36,20 @@ PG_NAME_PREFIX = "ray_wandb_nodes"
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired or primaries are starting
 _RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run inside a trial)
+_MAX_PENDING_ROWS = 10_000
 _JOIN_GRACE_S = 60.0  # scheduling and process start, on top of wandb's init timeout
 
 
 @dataclass
 class RunTarget:
-    """One W&B run's wish: writers on the nodes it uses."""
+    """One W&B run's wish: writers on the nodes it uses.
 
-    primary: PrimaryWriter
+    A shared run has a ``primary`` that creates it; the fleet's writers only join once it
+    has. A run of the node or all strategy has none: its one writer, on its node, is the
+    run (``standalone``), and the fleet routes its history rows there.
+    """
+
+    primary: PrimaryWriter | None
     selection: str  # "workers": the nodes in `nodes`; "cluster": every alive node
     nodes: set[str] = field(default_factory=set)
     # The node whose metrics the primary reports itself (no node writer there); None when
@@ -51,15 +58,31 @@ class RunTarget:
     # Polled on every reconcile for more nodes (e.g. a Train run inside a Tune trial).
     extra_nodes: Callable[[], Iterable[str]] | None = None
     spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
+    standalone: WriterSpec | None = None
+    excludes: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
+        if self.standalone is not None:
+            return self.standalone.run_id
+        assert self.primary is not None
         return self.primary.spec.run_id
 
+    @property
+    def ready(self) -> bool:
+        return self.primary.ready if self.primary is not None else True
+
+    @property
+    def starting(self) -> bool:
+        return self.primary is not None and not self.primary.ready and not self.primary.failed
+
     def spec(self, node: NodeInfo) -> WriterSpec:
-        if self.spec_for is not None:
-            return self.spec_for(self.primary, node)
+        if self.standalone is not None:
+            return self.standalone
         p = self.primary
+        assert p is not None
+        if self.spec_for is not None:
+            return self.spec_for(p, node)
         return node_spec(p.spec, label=node.label, entity=p.entity, project=p.project)
 
 
@@ -85,7 +108,7 @@ class _Retirement:
     refs: dict[Any, _Logger]
     deadline: float
     timeout: float
-    then: Callable[[], None]
+    then: Callable[[], None] | None
 
 
 @dataclass
@@ -113,6 +136,7 @@ class NodeFleet:
         self._groups: dict[int, _Group] = {}
         self._joins: list[_Join] = []
         self._retirements: list[_Retirement] = []
+        self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -131,13 +155,24 @@ class NodeFleet:
         """The nodes a run uses now (replaces the previous set), and the primary's own node."""
         self._commands.put(("nodes", (run_id, set(nodes), covered_node)))
 
-    def retire_run(self, run_id: str, timeout: float, then: Callable[[], None]) -> None:
-        """Finish the run's node writers (bounded by ``timeout``), then call ``then``.
+    def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
+        self._commands.put(("artifact", (run_id, checkpoint, name, aliases)))
 
-        ``then`` finishes the primary: node writers end first so that no late write
-        reopens a run whose final state the primary has sent.
+    def log(self, run_id: str, metrics: dict[str, Any]) -> None:
+        """A history row for a standalone run, delivered to the actor hosting it (in order)."""
+        self._commands.put(("log", (run_id, metrics)))
+
+    def retire_run(
+        self, run_id: str, timeout: float, then: Callable[[], None] | None = None, exit_code: int | None = None
+    ) -> None:
+        """Finish the run's writers (bounded by ``timeout``), then call ``then``.
+
+        ``then`` finishes the primary: node writers end first so that no late write reopens a
+        run whose final state the primary has sent. A standalone run's writer finishes with
+        ``exit_code``; a joining writer never sends the run's state.
         """
-        self._commands.put(("retire", (run_id, timeout, then)))
+        self._commands.put(("retire", (run_id, timeout, then, exit_code)))
 
     def labels(self) -> dict[str, str]:
         """node id -> label of the current loggers (for diagnostics and tests)."""
@@ -156,11 +191,11 @@ class NodeFleet:
     def _main(self) -> None:
         try:
             while True:
-                busy = self._retirements or any(
-                    not t.primary.ready and not t.primary.failed for t in self._targets.values()
-                )
+                busy = self._retirements or any(t.starting for t in self._targets.values())
+                relay = any(t.extra_nodes is not None for t in self._targets.values())
+                wait = _BUSY_POLL_S if busy else min(self._poll_s, _RELAY_POLL_S) if relay else self._poll_s
                 try:
-                    kind, payload = self._commands.get(timeout=_BUSY_POLL_S if busy else self._poll_s)
+                    kind, payload = self._commands.get(timeout=wait)
                 except queue.Empty:
                     kind, payload = "poll", None
                 if kind == "shutdown":
@@ -186,14 +221,26 @@ class NodeFleet:
                 target.nodes = nodes
                 target.covered_node = covered
         elif kind == "retire":
-            run_id, timeout, then = payload
-            self._start_retirement(run_id, timeout, then)
+            run_id, timeout, then, exit_code = payload
+            self._start_retirement(run_id, timeout, then, exit_code)
+        elif kind == "log":
+            run_id, metrics = payload
+            self._route(run_id, metrics)
+        elif kind == "artifact":
+            run_id = payload[0]
+            host = next((lg for lg in self._loggers.values() if run_id in lg.runs), None)
+            if host is not None:
+                host.actor.log_artifact.remote(*payload)
+            else:
+                self._warner.warn(
+                    f"artifact:{run_id}", f"a checkpoint of {run_id} was not logged: its writer is not placed"
+                )
 
     def _wanted(self, alive: dict[str, NodeInfo]) -> dict[str, dict[str, RunTarget]]:
         """node id -> run id -> target, for every run whose primary has created its run."""
         wanted: dict[str, dict[str, RunTarget]] = {}
         for target in self._targets.values():
-            if not target.primary.ready:
+            if not target.ready:
                 continue
             nodes = set(target.nodes)
             if target.extra_nodes is not None:
@@ -223,7 +270,7 @@ class NodeFleet:
         for node_id, lg in list(self._loggers.items()):
             for run_id in sorted(lg.runs - set(wanted.get(node_id, {}))):
                 lg.runs.discard(run_id)
-                lg.actor.finish.remote(run_id)
+                lg.actor.finish.remote(run_id, None)
         # New nodes get a logger; every wanted (node, run) pair gets a writer.
         new_nodes = [alive[nid] for nid in sorted(wanted) if nid not in self._loggers]
         if new_nodes:
@@ -238,6 +285,27 @@ class NodeFleet:
                     host.runs.add(run_id)
                     ref = host.actor.add_writer.remote(target.spec(host.node))
                     self._joins.append(_Join(logger=host, run_id=run_id, ref=ref, started=now))
+                    for row in self._pending_rows.pop(run_id, []):
+                        host.actor.log.remote(run_id, row)
+
+    def _route(self, run_id: str, metrics: dict[str, Any]) -> None:
+        target = self._targets.get(run_id)
+        if target is None:
+            return
+        row, skipped = to_row(metrics, target.excludes)
+        for key in skipped:
+            self._warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
+        host = next((lg for lg in self._loggers.values() if run_id in lg.runs), None)
+        if host is not None:
+            host.actor.log.remote(run_id, row)
+            return
+        pending = self._pending_rows.setdefault(run_id, [])
+        if len(pending) < _MAX_PENDING_ROWS:
+            pending.append(row)
+        else:
+            self._warner.warn(
+                f"pending:{run_id}", f"the W&B run {run_id} has no writer yet; rows beyond {_MAX_PENDING_ROWS} dropped"
+            )
 
     def _start_loggers(self, nodes: list[NodeInfo]) -> None:
         from ray.util.placement_group import placement_group
@@ -309,13 +377,21 @@ class NodeFleet:
                 )
 
     # retiring runs ---------------------------------------------------------------------------
-    def _start_retirement(self, run_id: str, timeout: float, then: Callable[[], None]) -> None:
-        self._targets.pop(run_id, None)
+    def _start_retirement(
+        self, run_id: str, timeout: float, then: Callable[[], None] | None, exit_code: int | None = None
+    ) -> None:
+        target = self._targets.pop(run_id, None)
+        if target is not None and target.standalone is not None and self._pending_rows.get(run_id):
+            # Rows that never found their writer: place it now, so they are not lost.
+            self._targets[run_id] = target
+            self._reconcile()
+            self._targets.pop(run_id, None)
+        self._pending_rows.pop(run_id, None)
         refs: dict[Any, _Logger] = {}
         for lg in self._loggers.values():
             if run_id in lg.runs:
                 lg.runs.discard(run_id)
-                refs[lg.actor.finish.remote(run_id)] = lg
+                refs[lg.actor.finish.remote(run_id, exit_code)] = lg
         self._retirements.append(
             _Retirement(run_id=run_id, refs=refs, deadline=time.monotonic() + timeout, timeout=timeout, then=then)
         )
@@ -340,7 +416,8 @@ class NodeFleet:
                     "their last samples may be missing",
                 )
             try:
-                r.then()
+                if r.then is not None:
+                    r.then()
             except Exception as e:  # noqa: BLE001
                 self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
         self._retirements = still
@@ -348,7 +425,8 @@ class NodeFleet:
     def _shutdown(self, timeout: float) -> None:
         """Retire the runs still open (their primaries finish as failed: nobody said otherwise)."""
         for run_id, target in list(self._targets.items()):
-            self._start_retirement(run_id, timeout, functools.partial(target.primary.request_finish, 1))
+            then = functools.partial(target.primary.request_finish, 1) if target.primary is not None else None
+            self._start_retirement(run_id, timeout, then, exit_code=1)
         deadline = time.monotonic() + timeout
         while self._retirements and time.monotonic() < deadline:
             self._check_retirements()

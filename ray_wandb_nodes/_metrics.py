@@ -76,6 +76,36 @@ def to_row(metrics: Mapping[str, Any], excludes: Sequence[str]) -> tuple[dict[st
     return row, skipped
 
 
+class Stepper:
+    """The run's own step: shared mode ignores ``step=``, so rows carry ``key`` as a value.
+
+    Rows that bring their own numeric ``key`` set it; others get the next report count.
+    ``start`` continues a resumed run where it stopped.
+    """
+
+    def __init__(self, key: str, start: int = 0) -> None:
+        self.key = key
+        self.value = start
+
+    def stamp(self, row: dict[str, Any]) -> dict[str, Any]:
+        given = row.get(self.key)
+        if isinstance(given, (int, float)) and not isinstance(given, bool):
+            self.value = int(given)
+        else:
+            self.value += 1
+            row[self.key] = self.value
+        return row
+
+    @classmethod
+    def resuming(cls, key: str, run: Any) -> Stepper:
+        """A stepper that continues ``run``'s last ``key`` (0 for a fresh run)."""
+        try:
+            last = run.summary.get(key)
+        except Exception:  # noqa: BLE001 - a fresh run has no summary to read
+            last = None
+        return cls(key, int(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else 0)
+
+
 def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-serialisable copy of run config: unknown objects become their ``repr``."""
     if depth > 20:

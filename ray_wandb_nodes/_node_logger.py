@@ -1,10 +1,12 @@
 """``NodeLogger``: the small Ray actor on each node that hosts that node's W&B writers.
 
-A writer in shared mode joins the run as a non-primary: wandb-core then samples this
-node's GPUs, CPU, memory, disk and network and labels every key with the node's label.
-The actor takes no CPU (``num_cpus=0``) and sits in a placement-group bundle of a little
-memory. It reports failures as data (``status()``) instead of dying, so one bad node is
-one warning on the driver side, never a dead run.
+A writer that joins a shared run (``role="node"``) is there for system metrics: wandb-core
+samples this node's GPUs, CPU, memory, disk and network and labels every key with the
+node's label. A writer of the node or all strategy (``role="run"``) is a run of its own:
+it also logs the history rows the controller routes to it and ends with the training's
+exit code. The actor takes no CPU (``num_cpus=0``) and sits in a placement-group bundle of
+a little memory. It reports failures as data (``status()``) instead of dying, so one bad
+node is one warning on the driver side, never a dead run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import socket
 from typing import Any
 
+from ._metrics import Stepper
 from ._wandb_io import init_writer
 from ._warn import describe
 from ._writers import WriterSpec, node_dir
@@ -22,23 +25,54 @@ class NodeLogger:
     def __init__(self, specs: list[WriterSpec] | None = None) -> None:
         os.environ.pop("WANDB_SERVICE", None)
         self._runs: dict[str, Any] = {}
+        self._roles: dict[str, str] = {}
+        self._steppers: dict[str, Stepper] = {}
         self._errors: dict[str, str] = {}
         self._labels: dict[str, str] = {}
+        self._logged: dict[str, int] = {}
         for spec in specs or []:
             self.add_writer(spec)
 
     def add_writer(self, spec: WriterSpec) -> dict[str, Any]:
-        """Join ``spec``'s run (idempotent per run id); returns :meth:`status`."""
+        """Start ``spec``'s writer (idempotent per run id); returns :meth:`status`."""
         if spec.run_id in self._runs:
             return self.status()
         self._labels[spec.run_id] = spec.label
+        self._roles[spec.run_id] = spec.role
         try:
             path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label)
-            self._runs[spec.run_id] = init_writer(spec, dir=path)
+            run = init_writer(spec, dir=path)
+            self._runs[spec.run_id] = run
+            self._steppers[spec.run_id] = Stepper.resuming(spec.step_metric, run)
             self._errors.pop(spec.run_id, None)
         except Exception as e:  # noqa: BLE001 - reported through status()
             self._errors[spec.run_id] = describe(e)
         return self.status()
+
+    def log(self, run_id: str, row: dict[str, Any]) -> None:
+        """Log one history row to a run this actor hosts (the node and all strategies)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        try:
+            run.log(self._steppers[run_id].stamp(dict(row)))
+            self._logged[run_id] = self._logged.get(run_id, 0) + 1
+        except Exception as e:  # noqa: BLE001
+            self._errors[run_id] = f"log failed: {describe(e)}"
+
+    def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        """Log a checkpoint as an artifact of a run this actor hosts (uploaded in the background)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        try:
+            import wandb
+
+            from ._artifacts import checkpoint_artifact
+
+            run.log_artifact(checkpoint_artifact(wandb, name=name, checkpoint=checkpoint), aliases=aliases)
+        except Exception as e:  # noqa: BLE001
+            self._errors[run_id] = f"artifact failed: {describe(e)}"
 
     def status(self) -> dict[str, Any]:
         import ray
@@ -49,18 +83,26 @@ class NodeLogger:
             "node_id": ray.get_runtime_context().get_node_id(),
             "runs": sorted(self._runs),
             "labels": dict(self._labels),
+            "logged": dict(self._logged),
             "errors": dict(self._errors),
         }
 
-    def finish(self, run_id: str | None = None) -> dict[str, Any]:
-        """Finish one writer, or all when ``run_id`` is None; never sends the run's final state."""
+    def finish(self, run_id: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
+        """Finish one writer, or all when ``run_id`` is None.
+
+        Only a writer that is its own run (``role="run"``) sends a final state, with
+        ``exit_code``; a writer that joined a shared run never does.
+        """
         ids = [run_id] if run_id is not None else list(self._runs)
         for rid in ids:
             run = self._runs.pop(rid, None)
             if run is None:
                 continue
             try:
-                run.finish()
+                if self._roles.get(rid) == "run" and exit_code is not None:
+                    run.finish(exit_code=exit_code)
+                else:
+                    run.finish()
             except Exception as e:  # noqa: BLE001
                 self._errors[rid] = f"finish failed: {describe(e)}"
         return self.status()

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODES = ("online", "offline", "disabled")
+STRATEGIES = ("shared", "main", "node", "all")
+RANK_METRICS = ("rank0", "reduce", "all")
 # wandb's own spellings that mean one of ours.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 NODE_SELECTIONS = ("workers", "cluster")
@@ -50,6 +52,10 @@ class Options:
     gpu_device_ids: tuple[int, ...] | None = None
     init_timeout_s: float = 90.0
     finish_timeout_s: float = 60.0
+    strategy: str = "shared"
+    rank_metrics: str = "rank0"
+    upload_checkpoints: bool = False
+    upload_timeout_s: float = 1800.0
     wandb_init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -143,6 +149,10 @@ def build_options(
     finish_timeout_s: Any = 60.0,
     api_key: Any = None,
     api_key_file: Any = None,
+    strategy: Any = "shared",
+    rank_metrics: Any = "rank0",
+    upload_checkpoints: Any = False,
+    upload_timeout: Any = 1800.0,
     wandb_init_kwargs: Mapping[str, Any] | None = None,
     init_params: Sequence[str] | None = None,
 ) -> Options:
@@ -159,6 +169,12 @@ def build_options(
         raise _bad("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
     if not isinstance(log_config, bool):
         raise _bad("log_config", log_config, "expected True or False")
+    if strategy not in STRATEGIES:
+        raise _bad("strategy", strategy, f"expected one of {', '.join(repr(s) for s in STRATEGIES)}")
+    if rank_metrics not in RANK_METRICS:
+        raise _bad("rank_metrics", rank_metrics, f"expected one of {', '.join(repr(r) for r in RANK_METRICS)}")
+    if not isinstance(upload_checkpoints, bool):
+        raise _bad("upload_checkpoints", upload_checkpoints, "expected True or False")
     if config is not None and not isinstance(config, Mapping):
         raise _bad("config", config, "expected a dict of extra run config or None")
     if gpu_device_ids is not None:
@@ -212,6 +228,10 @@ def build_options(
         gpu_device_ids=gpu_device_ids,
         init_timeout_s=_positive_seconds("init_timeout_s", init_timeout_s),
         finish_timeout_s=_positive_seconds("finish_timeout_s", finish_timeout_s),
+        strategy=strategy,
+        rank_metrics=rank_metrics,
+        upload_checkpoints=upload_checkpoints,
+        upload_timeout_s=_positive_seconds("upload_timeout", upload_timeout),
         wandb_init_kwargs=kwargs,
         settings=settings,
     )

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._metrics import to_row
+from ._metrics import Stepper, to_row
 from ._wandb_io import init_writer
 from ._warn import Warner, describe
 from ._writers import WriterSpec
 
-# (row to log, run config update, keys skipped)
-RowBuilder = Callable[[Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any], list[str]]]
+# report -> (row to log, run config update, keys skipped)
+RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
 
@@ -59,14 +59,15 @@ class PrimaryWriter:
         self.logged = 0
         self.dropped = 0
         self.exit_code: int | None = None
-        self._step = 0
+        self._stepper = Stepper(spec.step_metric)
 
     # called from hooks: never blocks on W&B --------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
-    def log(self, metrics: Mapping[str, Any]) -> None:
-        self._queue.put((_LOG, dict(metrics)))
+    def log(self, payload: Any) -> None:
+        """Queue one report (the caller's own copy: a dict, or all ranks' dicts) for the row builder."""
+        self._queue.put((_LOG, payload))
 
     def update_config(self, config: Mapping[str, Any]) -> None:
         self._queue.put((_CONFIG, dict(config)))
@@ -153,14 +154,10 @@ class PrimaryWriter:
         finally:
             self._ready.set()
         self.entity, self.project = self.run.entity, self.run.project
-        try:
-            # A resumed run (restart, auto-resume by name) continues its step count.
-            last = self.run.summary.get(self.spec.step_metric)
-            self._step = int(last) if isinstance(last, (int, float)) else 0
-        except Exception:  # noqa: BLE001 - a fresh run has no summary to read
-            self._step = 0
+        # A resumed run (restart, auto-resume by name) continues its step count.
+        self._stepper = Stepper.resuming(self.spec.step_metric, self.run)
 
-    def _log(self, metrics: dict[str, Any]) -> None:
+    def _log(self, metrics: Any) -> None:
         try:
             row, config, skipped = self._rows(metrics)
         except Exception as e:  # noqa: BLE001
@@ -173,12 +170,7 @@ class PrimaryWriter:
             self._warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
         if config:
             self._config(config)
-        user_step = row.get(self.spec.step_metric)
-        if isinstance(user_step, (int, float)) and not isinstance(user_step, bool):
-            self._step = int(user_step)
-        else:
-            self._step += 1
-            row[self.spec.step_metric] = self._step
+        self._stepper.stamp(row)
         try:
             self.run.log(row)
             self.logged += 1

@@ -9,21 +9,11 @@ waits for it), and at the end node writers finish before the primary sends the f
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from ._fleet import NodeFleet, RunTarget
 from ._primary import PrimaryWriter
-
-
-@dataclass(frozen=True)
-class RankPlacement:
-    """Where one train worker runs (from the worker group's metadata)."""
-
-    rank: int
-    node_id: str
-    hostname: str
 
 
 class RunSession:
@@ -50,7 +40,7 @@ class RunSession:
     def set_nodes(self, nodes: Iterable[str], covered_node: str | None) -> None:
         self.fleet.set_run_nodes(self.run_id, nodes, covered_node)
 
-    def report(self, metrics: Mapping[str, Any]) -> None:
+    def report(self, metrics: Any) -> None:
         if not self._finishing:
             self.primary.log(metrics)
 

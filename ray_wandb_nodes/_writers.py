@@ -37,10 +37,16 @@ class WriterSpec:
 
 def _common_settings(options: Options, env: CapturedEnv) -> dict[str, Any]:
     settings = dict(options.settings)
+    # wandb's own finish bound; artifacts uploading at the end get upload_timeout.
+    finish = (
+        max(options.finish_timeout_s, options.upload_timeout_s)
+        if options.upload_checkpoints
+        else options.finish_timeout_s
+    )
     settings.update(
         x_stats_sampling_interval=options.sampling_interval_s,
         init_timeout=options.init_timeout_s,
-        finish_timeout=options.finish_timeout_s,
+        finish_timeout=finish,
     )
     if options.gpu_device_ids is not None:
         settings["x_stats_gpu_device_ids"] = list(options.gpu_device_ids)
@@ -64,8 +70,12 @@ def primary_spec(
     group: str | None,
     config: dict[str, Any],
     default_dir: str | None,
+    shared: bool = True,
 ) -> WriterSpec:
-    """The writer on the driver side that creates the run and owns its final state."""
+    """The writer on the driver side that creates the run and owns its final state.
+
+    ``shared=False`` makes a plain run that no other writer joins (the main strategy).
+    """
     init_kwargs: dict[str, Any] = {"save_code": False, **options.wandb_init_kwargs}
     init_kwargs.update(
         id=init_kwargs.get("id") or run_id,
@@ -81,10 +91,48 @@ def primary_spec(
     if not init_kwargs.get("dir"):
         init_kwargs["dir"] = env.dir or default_dir
     settings = {"console": "off", **_common_settings(options, env)}
-    settings.update(mode=_wandb_mode(mode), x_primary=True, x_label=label, x_update_finish_state=True)
+    settings.update(
+        mode=_wandb_mode(mode) if shared else mode, x_primary=True, x_label=label, x_update_finish_state=True
+    )
     return WriterSpec(
         role="primary", label=label, init_kwargs=_drop_none(init_kwargs), settings=settings, api_key=env.api_key
     )
+
+
+def run_spec(
+    options: Options,
+    env: CapturedEnv,
+    *,
+    mode: str,
+    run_id: str,
+    name: str,
+    group: str | None,
+    label: str,
+    config: dict[str, Any],
+    gpu_ids: tuple[int, ...] = (),
+) -> WriterSpec:
+    """A run of its own, written from a node's logger actor (the node and all strategies).
+
+    It is created, logged and finished by that one writer, so it is a plain run (not shared);
+    ``gpu_ids`` narrows its GPU metrics to one rank's GPUs.
+    """
+    primary = primary_spec(
+        options,
+        env,
+        mode=mode,
+        run_id=run_id,
+        label=label,
+        display_name=name,
+        group=group,
+        config=config,
+        default_dir=None,
+        shared=False,
+    )
+    init_kwargs = {**primary.init_kwargs, "id": run_id, "name": name}
+    settings = dict(primary.settings)
+    if gpu_ids:
+        settings["x_stats_gpu_device_ids"] = list(gpu_ids)
+    return replace(primary, role="run", init_kwargs=_drop_none(init_kwargs), settings=settings)
 
 
 def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: str | None) -> WriterSpec:

@@ -12,18 +12,24 @@ fails the whole run.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _handoff
-from ._metrics import jsonable
-from ._naming import node_label
+from ._artifacts import checkpoint_artifact
+from ._fleet import NodeFleet, RunTarget
+from ._metrics import flatten, jsonable, to_row
+from ._naming import node_label, train_run_id
 from ._options import Options, build_options
+from ._primary import PrimaryWriter
 from ._secrets import CapturedEnv, capture_env
-from ._session import RankPlacement, RunSession
+from ._session import RunSession
+from ._strategies import Placement, PlannedRun, combine_ranks, plan_runs
 from ._warn import Warner, describe, guarded
+from ._writers import primary_spec, run_spec
 
 SUPPORTED_RAY = ">=2.60,<2.61"
 
@@ -70,24 +76,34 @@ def _default_base_url() -> str | None:
 
 
 class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc]
-    """One W&B run that shows every node of a Ray Train run.
+    """One W&B run that shows every node of a Ray Train run (or the classic strategies).
 
     Add it to ``ray.train.RunConfig(callbacks=[WandbNodesCallback(project="my-proj")])``.
-    The Train controller becomes the run's primary writer (rank 0's reports, config, final
-    state); every other node hosting train workers gets a ``NodeLogger`` actor that joins the
-    same run in W&B shared mode, so each node's GPU, CPU, memory, disk and network metrics
-    appear in the run, labelled ``node-<hostname>-<node id>``.
+    With the default ``strategy="shared"`` the Train controller becomes the run's primary
+    writer (rank 0's reports, config, checkpoints, final state) and every other node hosting
+    train workers gets a ``NodeLogger`` actor that joins the same run in W&B shared mode, so
+    each node's GPU, CPU, memory, disk and network metrics appear in the run, labelled
+    ``node-<hostname>-<node id>``.
 
     Args:
         project, entity, group, name, tags, notes: as in ``wandb.init``. ``project`` and
             ``entity`` default to ``WANDB_PROJECT``/``WANDB_ENTITY``; ``name`` to the Ray
-            run name.
+            run name; ``group`` (node and all strategies) to the Ray run name.
         config: extra run config, merged over the train loop config.
         log_config: put ``train_loop_config`` into the run config (default True).
         excludes: metric keys not to log (exact, or a ``/`` prefix of nested keys).
         mode: ``"online"``, ``"offline"`` or ``"disabled"``; default ``WANDB_MODE``, else online.
         nodes: ``"workers"`` (nodes hosting train workers, default) or ``"cluster"`` (every
             alive node).
+        strategy: ``"shared"`` (one run, every node's writer joins it), ``"main"`` (one run,
+            the controller's node only), ``"node"`` (one run per node, grouped) or ``"all"``
+            (one run per rank, grouped).
+        rank_metrics: what the shared or main run logs of each report: ``"rank0"``,
+            ``"reduce"`` (mean, min, max, std, argmax and argmin rank of every numeric key
+            across ranks) or ``"all"`` (``rank_<r>/key``).
+        upload_checkpoints: log every reported checkpoint as a ``model`` artifact (local
+            folders uploaded, remote ones referenced), aliased ``latest`` and ``best``.
+        upload_timeout: how long the end of the run waits for artifact uploads.
         sampling_interval_s: system-metric sampling interval (default 15 s, at least 0.1).
         gpu_device_ids: GPU indices to sample on every node (default all).
         init_timeout_s, finish_timeout_s: bounds on joining and finishing the run.
@@ -112,6 +128,10 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         excludes: list[str] | None = None,
         mode: str | None = None,
         nodes: str = "workers",
+        strategy: str = "shared",
+        rank_metrics: str = "rank0",
+        upload_checkpoints: bool = False,
+        upload_timeout: float = 1800.0,
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
         init_timeout_s: float = 90.0,
@@ -140,6 +160,10 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             mode=mode,
             env_mode=os.environ.get("WANDB_MODE") or ("disabled" if _env_true("WANDB_DISABLED") else None),
             nodes=nodes,
+            strategy=strategy,
+            rank_metrics=rank_metrics,
+            upload_checkpoints=upload_checkpoints,
+            upload_timeout=upload_timeout,
             sampling_interval_s=sampling_interval_s,
             gpu_device_ids=gpu_device_ids,
             init_timeout_s=init_timeout_s,
@@ -157,97 +181,59 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         )
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
-        self._session: RunSession | None = None
+        self._run: _TrainRun | None = None
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
         self._tune_trial_id = _handoff.current_trial_id() if options.mode != "disabled" else None
         self._relay_trial: str | None = None
 
     def __repr__(self) -> str:
         o = self.options
-        return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, nodes={o.nodes!r})"
+        return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, strategy={o.strategy!r}, nodes={o.nodes!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_session"] = None  # runtime state never travels
-        state["_relay_trial"] = None
+        state.update(_run=None, _relay_trial=None)  # runtime state never travels
         return state
 
     @property
     def run_id(self) -> str | None:
-        """The W&B run id, once the run has started (on the Train controller)."""
-        return self._session.run_id if self._session else None
+        """The W&B run id (the group's base id for the node and all strategies), once started."""
+        return self._run.base_id if self._run else None
 
     # ControllerCallback --------------------------------------------------------------------
     @guarded("after_controller_start")
     def after_controller_start(self, train_run_context: TrainRunContext) -> None:
-        if self.options.mode == "disabled" or self._session is not None or self._relay_trial:
+        if self.options.mode == "disabled" or self._run is not None or self._relay_trial:
             return
         if self._tune_trial_id and _handoff.trial_mark(self._tune_trial_id):
             # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
             # this callback only tells it where the train workers are.
             self._relay_trial = self._tune_trial_id
             return
-        import ray
-
-        from ._fleet import NodeFleet, RunTarget
-        from ._naming import train_run_id
-        from ._nodes import NodeInfo
-        from ._primary import PrimaryWriter, train_rows
-        from ._writers import primary_spec
-
-        run_config = train_run_context.run_config
-        config: dict[str, Any] = {}
-        if self.options.log_config and train_run_context.train_loop_config:
-            config.update(train_run_context.train_loop_config)
-        config.update(self.options.config)
-        scaling = train_run_context.scaling_config
-        config["ray_train"] = {
-            "run_name": run_config.name,
-            "num_workers": getattr(scaling, "num_workers", None),
-            "use_gpu": getattr(scaling, "use_gpu", None),
-        }
-        node_id = ray.get_runtime_context().get_node_id()
-        spec = primary_spec(
-            self.options,
-            self._env,
-            mode=self.options.mode or "online",
-            run_id=train_run_id(str(run_config.storage_path), str(run_config.name)),
-            label=NodeInfo(node_id=node_id, hostname=socket.gethostname(), ip="").label,
-            display_name=run_config.name,
-            group=None,
-            config=jsonable(config),
-            default_dir=self._driver_cwd,
-        )
-        primary = PrimaryWriter(spec, warner=self._warner, rows=train_rows(self.options.excludes))
-        fleet = NodeFleet(init_timeout_s=self.options.init_timeout_s, warner=self._warner)
-        target = RunTarget(primary=primary, selection=self.options.nodes, covered_node=node_id)
-        self._session = RunSession(primary, fleet, target, self.options.finish_timeout_s)
-        self._session.start()
+        self._run = _TrainRun(self, train_run_context)
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
-        if self._session is not None:
-            self._session.finish(exit_code=1 if result.error is not None else 0, wait=True)
-            self._session.fleet.shutdown(self.options.finish_timeout_s)
+        if self._run is not None:
+            self._run.finish(exit_code=1 if result.error is not None else 0, timeout=self.options.finish_timeout_s)
 
     @guarded("before_controller_abort")
     def before_controller_abort(self) -> None:
         # The controller exits right after this hook: finish fast, as failed.
-        if self._session is not None:
-            timeout = min(10.0, self.options.finish_timeout_s)
-            self._session.finish(exit_code=1, wait=True, timeout=timeout)
-            self._session.fleet.shutdown(timeout)
+        if self._run is not None:
+            self._run.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
 
     # WorkerGroupCallback ---------------------------------------------------------------------
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
-        if self._session is None and not self._relay_trial:
+        if self._run is None and not self._relay_trial:
             return
         placements = [
-            RankPlacement(
+            Placement(
                 rank=w.distributed_context.world_rank if w.distributed_context else i,
                 node_id=w.metadata.node_id,
                 hostname=w.metadata.hostname,
+                gpu_ids=_gpu_ids(w.metadata.accelerator_ids),
             )
             for i, w in enumerate(worker_group.get_workers())
         ]
@@ -257,18 +243,160 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             # A GCS write: off the controller's event loop like everything else.
             threading.Thread(target=_publish, args=(trial_id, published, self._warner), daemon=True).start()
             return
-        assert self._session is not None
-        self._session.set_nodes({p.node_id for p in placements}, self._session.target.covered_node)
-        nodes: dict[str, list[int]] = {}
-        for p in placements:
-            nodes.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
-        self._session.primary.update_config({"ray_train": {"world_size": len(placements), "ranks_by_node": nodes}})
+        assert self._run is not None
+        self._run.workers_placed(placements)
 
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
-        if self._session is not None and metrics:
-            self._session.report(metrics[0])
+        if self._run is not None and metrics:
+            self._run.report(metrics, getattr(training_report, "checkpoint", None))
+
+
+class _TrainRun:
+    """The W&B side of one Train run, on the controller: a shared or main run with its
+    primary writer, or the runs of the node or all strategy, all served by one node fleet."""
+
+    def __init__(self, callback: WandbNodesCallback, ctx: TrainRunContext) -> None:
+        import ray
+
+        self.options = o = callback.options
+        self._env = callback._env
+        self._warner = callback._warner
+        run_config = ctx.run_config
+        self.run_name = str(run_config.name)
+        self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
+        self.mode = o.mode or "online"
+        config: dict[str, Any] = {}
+        if o.log_config and ctx.train_loop_config:
+            config.update(ctx.train_loop_config)
+        config.update(o.config)
+        scaling = ctx.scaling_config
+        config["ray_train"] = {
+            "run_name": self.run_name,
+            "num_workers": getattr(scaling, "num_workers", None),
+            "use_gpu": getattr(scaling, "use_gpu", None),
+            "strategy": o.strategy,
+        }
+        self.config = jsonable(config)
+        checkpointing = run_config.checkpoint_config
+        self._score_key = getattr(checkpointing, "checkpoint_score_attribute", None)
+        self._score_max = getattr(checkpointing, "checkpoint_score_order", "max") != "min"
+        self._best: float | None = None
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=self._warner)
+        self.session: RunSession | None = None
+        self.planned: dict[str, PlannedRun] = {}
+        if o.strategy in ("shared", "main"):
+            spec = primary_spec(
+                o,
+                self._env,
+                mode=self.mode,
+                run_id=self.base_id,
+                label=node_label(socket.gethostname(), self.node_id),
+                display_name=self.run_name,
+                group=None,
+                config=self.config,
+                default_dir=callback._driver_cwd,
+                shared=o.strategy == "shared",
+            )
+            primary = PrimaryWriter(spec, warner=self._warner, rows=_rank_rows(o.rank_metrics, o.excludes))
+            # main: no node writer at all (the target never learns any node).
+            target = RunTarget(primary=primary, selection=o.nodes if o.strategy == "shared" else "workers")
+            self.session = RunSession(primary, self.fleet, target, o.finish_timeout_s)
+            self.session.start()
+        else:
+            self.fleet.start()
+
+    def workers_placed(self, placements: list[Placement]) -> None:
+        by_node: dict[str, list[int]] = {}
+        for p in placements:
+            by_node.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
+        if self.session is not None:
+            if self.options.strategy == "shared":
+                self.session.set_nodes({p.node_id for p in placements}, self.node_id)
+            self.session.primary.update_config({"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}})
+            return
+        for planned in plan_runs(self.options.strategy, placements, self.base_id):
+            known = self.planned.get(planned.run_id)
+            self.planned[planned.run_id] = planned
+            if known is None:
+                spec = run_spec(
+                    self.options,
+                    self._env,
+                    mode=self.mode,
+                    run_id=planned.run_id,
+                    name=planned.name,
+                    group=self.options.group or self.run_name,
+                    label=planned.label,
+                    config={**self.config, "ray_train": {**self.config["ray_train"], "rank": planned.rank}},
+                    gpu_ids=planned.gpu_ids,
+                )
+                target = RunTarget(
+                    primary=None,
+                    selection="workers",
+                    nodes={planned.node_id},
+                    standalone=spec,
+                    excludes=self.options.excludes,
+                )
+                self.fleet.add_run(target)
+            elif known.node_id != planned.node_id:
+                self.fleet.set_run_nodes(planned.run_id, {planned.node_id})
+
+    def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        if self.session is not None:
+            payload = dict(metrics[0]) if self.options.rank_metrics == "rank0" else [dict(m) for m in metrics]
+            self.session.report(payload)
+        else:
+            for run_id, planned in self.planned.items():
+                if planned.rank < len(metrics):
+                    self.fleet.log(run_id, dict(metrics[planned.rank]))
+        if checkpoint is not None and self.options.upload_checkpoints:
+            self._log_checkpoint(checkpoint, metrics[0])
+
+    def _log_checkpoint(self, checkpoint: Any, rank0: dict[str, Any]) -> None:
+        aliases = ["latest"]
+        if self._score_key:
+            score = flatten(rank0).get(self._score_key)
+            if isinstance(score, (int, float)) and not isinstance(score, bool):
+                better = self._best is None or (score > self._best if self._score_max else score < self._best)
+                if better:
+                    self._best = float(score)
+                    aliases.append("best")
+        name = f"checkpoint-{self.base_id}"
+        make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
+        if self.session is not None:
+            self.session.primary.log_artifact(make, aliases=aliases)
+        else:
+            rank0_run = next((r for r, p in self.planned.items() if p.rank == 0), None)
+            if rank0_run is not None:
+                self.fleet.log_artifact(rank0_run, checkpoint, name, aliases)
+
+    def finish(self, exit_code: int, timeout: float) -> None:
+        """Node writers first, then the primary (or each run of its own), then every actor."""
+        wait = max(timeout, self.options.upload_timeout_s) if self.options.upload_checkpoints else timeout
+        if self.session is not None:
+            self.session.finish(exit_code, wait=True, timeout=wait)
+        else:
+            for run_id in self.planned:
+                self.fleet.retire_run(run_id, wait, exit_code=exit_code)
+        self.fleet.shutdown(wait)
+
+
+def _rank_rows(mode: str, excludes: tuple[str, ...]) -> Any:
+    def build(payload: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        metrics = payload if isinstance(payload, dict) else combine_ranks(payload, mode)
+        row, skipped = to_row(metrics, excludes)
+        return row, {}, skipped
+
+    return build
+
+
+def _gpu_ids(accelerator_ids: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(i) for i in (accelerator_ids or {}).get("GPU", []))
+    except (TypeError, ValueError):
+        return ()
 
 
 def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) -> None:

@@ -82,10 +82,6 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
             if owned in wandb_init_kwargs:
                 raise _bad(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
-        if not isinstance(upload_checkpoints, bool):
-            raise _bad("upload_checkpoints", upload_checkpoints, "expected True or False")
-        if isinstance(upload_timeout, bool) or not isinstance(upload_timeout, (int, float)) or not upload_timeout > 0:
-            raise _bad("upload_timeout", upload_timeout, "expected a number of seconds greater than 0")
         for option, value in (("video_kwargs", video_kwargs), ("image_kwargs", image_kwargs)):
             if value is not None and not isinstance(value, dict):
                 raise _bad(option, value, "expected a dict of keyword arguments or None")
@@ -106,14 +102,14 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             finish_timeout_s=finish_timeout_s,
             api_key=api_key,
             api_key_file=api_key_file,
+            upload_checkpoints=upload_checkpoints,
+            upload_timeout=upload_timeout,
             wandb_init_kwargs=wandb_init_kwargs,
             init_params=_wandb_init_params(),
         )
         if options.mode != "disabled" and _wandb_init_params() is None:
             raise ImportError("ray_wandb_nodes needs wandb to log (pip install 'wandb>=0.28'), or pass mode='disabled'")
         self.options: Options = options
-        self.upload_checkpoints = upload_checkpoints
-        self.upload_timeout = float(upload_timeout)
         self.video_kwargs = dict(video_kwargs or {})
         self.image_kwargs = dict(image_kwargs or {})
         self._env: CapturedEnv = capture_env(
@@ -126,6 +122,14 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         self._sessions: dict[str, RunSession] = {}
         self._fleet: NodeFleet | None = None
         self._driver_node: NodeInfo | None = None
+
+    @property
+    def upload_checkpoints(self) -> bool:
+        return self.options.upload_checkpoints
+
+    @property
+    def upload_timeout(self) -> float:
+        return self.options.upload_timeout_s
 
     def __repr__(self) -> str:
         o = self.options
@@ -182,20 +186,28 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
         session = self._sessions.get(trial.trial_id) or self._start(trial)
-        if session is not None:
-            session.report(result)
+        if session is None:
+            return
+        session.report(dict(result))
+        path = result.get("checkpoint_path")  # a Train run inside the trial reported a checkpoint
+        if self.upload_checkpoints and isinstance(path, str) and path:
+            from ._artifacts import CheckpointAt
+
+            storage = getattr(getattr(trial, "storage", None), "storage_filesystem", None)
+            self._log_checkpoint(session, trial, CheckpointAt.from_result(path, storage))
 
     @guarded("on_checkpoint")
     def on_checkpoint(self, iteration: int, trials: list[Trial], trial: Trial, checkpoint: Any, **info: Any) -> None:
         session = self._sessions.get(trial.trial_id)
-        if not self.upload_checkpoints or session is None or checkpoint is None:
-            return
+        if self.upload_checkpoints and session is not None and checkpoint is not None:
+            self._log_checkpoint(session, trial, checkpoint)
+
+    def _log_checkpoint(self, session: RunSession, trial: Trial, checkpoint: Any) -> None:
+        """One code path for ``on_checkpoint`` and results' ``checkpoint_path`` (named as Ray names it)."""
         from ._artifacts import checkpoint_artifact
 
-        session.primary.log_artifact(
-            functools.partial(checkpoint_artifact, name=f"checkpoint_{trial}", checkpoint=checkpoint),
-            aliases=["latest"],
-        )
+        make = functools.partial(checkpoint_artifact, name=f"checkpoint_{trial}", checkpoint=checkpoint)
+        session.primary.log_artifact(make, aliases=["latest"])
 
     @guarded("on_trial_complete")
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:

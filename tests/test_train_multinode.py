@@ -78,7 +78,16 @@ def train_loop(config: dict[str, Any]) -> None:
         time.sleep(config.get("step_sleep_s", 0))
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
-        ray.train.report(metrics)
+        if config.get("checkpoint") and rank == 0:
+            import os
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "step"), "w") as f:
+                    f.write(str(step))
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
 
 
 def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:

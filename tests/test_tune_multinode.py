@@ -73,7 +73,7 @@ def train_driver(config: dict[str, Any]) -> None:
     TorchTrainer(
         train_loop,
         # Long enough for node writers that join after the workers start to sample.
-        train_loop_config={"lr": 0.05, "reports": 6, "step_sleep_s": 0.5},
+        train_loop_config={"lr": 0.05, "reports": 6, "step_sleep_s": 0.5, "checkpoint": True},
         scaling_config=train.ScalingConfig(num_workers=2),
         run_config=train.RunConfig(
             name=f"{ctx.get_experiment_name()}-{ctx.get_trial_id()}",
@@ -184,7 +184,8 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     name = unique("tune-train")
-    results = tuner(train_driver, name, str(tmp_path), {"storage": str(tmp_path)}, make_callback()).fit()
+    callback = make_callback(upload_checkpoints=True)
+    results = tuner(train_driver, name, str(tmp_path), {"storage": str(tmp_path)}, callback).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
     assert len(runs) == 1
@@ -196,6 +197,8 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     assert [row["step"] for row in user_rows(run)] == list(range(6))
     assert all(row["rank"] == 0 for row in user_rows(run))
     assert run.exit_codes == [0]
+    # The Train run's checkpoints reach the trial's run through the results' checkpoint_path.
+    assert [a.files.get("step") for a in run.artifacts] == [str(s).encode() for s in range(6)]
     # The Train run inside did not open a W&B run of its own.
     assert not [r for r in backend.runs.values() if r.display_name and r.display_name.startswith(name + "-")]
     assert_nothing_left()

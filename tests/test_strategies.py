@@ -1,0 +1,217 @@
+"""End to end: the logging strategies, rank metrics and checkpoint artifacts.
+
+A CPU-less head and two worker nodes, one with two CPUs and one with one, so three train
+workers put two ranks on one node. Each rank writes where it ran to a file: the ground
+truth the assertions compare with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FAST, node_logger_count, start_cluster, stop_cluster, unique
+from test_train_multinode import assert_nothing_left, node_labels, user_rows
+from wandb_backend import RunRecord, WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+REPORTS = 4
+WORKERS = 3
+SCORES = [3, 7, 5, 1]  # rank 0's score per step; "best" (max) is step 1
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(2, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def loop(config: dict[str, Any]) -> None:
+    import os
+    import tempfile
+
+    import ray
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    with open(os.path.join(config["placement_dir"], f"rank-{rank}"), "w") as f:
+        f.write(ray.get_runtime_context().get_node_id())
+    for step in range(REPORTS):
+        metrics: dict[str, Any] = {"step": step, "rank": rank, "score": SCORES[step] + 100 * rank, "phase": "train"}
+        if rank == 1:
+            metrics["only_rank1"] = step
+        if config.get("checkpoint") and rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "step"), "w") as f:
+                    f.write(str(step))
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+
+
+def fit(tmp_path: Path, callback: Any, *, checkpoint: bool = False, run_config: dict[str, Any] | None = None) -> str:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    name = unique("strategy")
+    placement = tmp_path / "placement"
+    placement.mkdir(exist_ok=True)
+    result = TorchTrainer(
+        loop,
+        train_loop_config={"placement_dir": str(placement), "checkpoint": checkpoint},
+        scaling_config=ScalingConfig(num_workers=WORKERS),
+        run_config=RunConfig(
+            name=name, callbacks=[callback], **{"storage_path": str(tmp_path / "storage"), **(run_config or {})}
+        ),
+    ).fit()
+    assert result.error is None
+    return name
+
+
+def placement(tmp_path: Path) -> dict[int, str]:
+    """rank -> node id, as the ranks themselves saw it."""
+    return {int(p.name.split("-")[1]): p.read_text() for p in (tmp_path / "placement").iterdir()}
+
+
+def make_callback(**kwargs: Any) -> Any:
+    from ray_wandb_nodes import WandbNodesCallback
+
+    return WandbNodesCallback(
+        project="strategies", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs
+    )
+
+
+def group_runs(backend: WandbTestBackend, group: str) -> dict[str, RunRecord]:
+    return {r.display_name or "": r for r in backend.runs.values() if r.group == group}
+
+
+def test_node_strategy_one_run_per_node_with_its_lowest_rank(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    name = fit(tmp_path, make_callback(strategy="node"))
+    ranks = placement(tmp_path)
+    labels = node_labels()
+    lowest = {node: min(r for r, n in ranks.items() if n == node) for node in set(ranks.values())}
+    runs = group_runs(backend, name)
+    assert set(runs) == {labels[node] for node in lowest}
+    for node, rank in lowest.items():
+        run = runs[labels[node]]
+        rows = user_rows(run)
+        assert [row["rank"] for row in rows] == [rank] * REPORTS
+        assert [row["score"] for row in rows] == [s + 100 * rank for s in SCORES]
+        assert [row["training_iteration"] for row in rows] == list(range(1, REPORTS + 1))
+        assert run.labels == {labels[node]}
+        assert run.exit_codes == [0] and len(run.client_ids) == 1
+    assert_nothing_left()
+
+
+def test_all_strategy_one_run_per_rank(cluster: Any, backend: WandbTestBackend, tmp_path: Path) -> None:
+    name = fit(tmp_path, make_callback(strategy="all"))
+    runs = group_runs(backend, name)
+    assert set(runs) == {f"rank-{r}" for r in range(WORKERS)}
+    for rank in range(WORKERS):
+        run = runs[f"rank-{rank}"]
+        rows = user_rows(run)
+        assert [row["rank"] for row in rows] == [rank] * REPORTS
+        assert [row["score"] for row in rows] == [s + 100 * rank for s in SCORES]
+        assert ("only_rank1" in rows[0]) == (rank == 1)
+        assert run.labels == {f"rank-{rank}"}
+        assert run.exit_codes == [0] and len(run.client_ids) == 1
+        assert run.config["ray_train"]["value"]["rank"] == rank
+    assert_nothing_left()
+
+
+def test_main_strategy_one_run_no_node_writer_and_every_rank_prefixed(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    loggers_before = node_logger_count()
+    name = fit(tmp_path, make_callback(strategy="main", rank_metrics="all", nodes="cluster"))
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.labels == {node_labels()[str(cluster.head_node.node_id)]}
+    assert node_logger_count() == loggers_before
+    rows = user_rows(run)
+    for rank in range(WORKERS):
+        assert [row[f"rank_{rank}/score"] for row in rows] == [s + 100 * rank for s in SCORES]
+    assert [row["rank_1/only_rank1"] for row in rows] == list(range(REPORTS))
+    assert "rank_0/only_rank1" not in rows[0]
+    assert run.exit_codes == [0] and len(run.client_ids) == 1
+
+
+def test_reduce_logs_the_reductions_of_what_the_ranks_reported(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    name = fit(tmp_path, make_callback(rank_metrics="reduce"))
+    run = next(r for r in backend.runs.values() if r.display_name == name)
+    rows = user_rows(run)
+    assert len(rows) == REPORTS
+    for step, row in enumerate(rows):
+        scores = [SCORES[step] + 100 * r for r in range(WORKERS)]
+        mean = sum(scores) / WORKERS
+        assert row["score/mean"] == pytest.approx(mean)
+        assert row["score/min"] == min(scores) and row["score/max"] == max(scores)
+        assert row["score/std"] == pytest.approx(math.sqrt(sum((s - mean) ** 2 for s in scores) / WORKERS))
+        assert row["score/argmax_rank"] == WORKERS - 1 and row["score/argmin_rank"] == 0
+        # A key only one rank reports reduces over that rank alone; strings stay as rank 0's.
+        assert (row["only_rank1/mean"], row["only_rank1/std"], row["only_rank1/argmax_rank"]) == (step, 0, 1)
+        assert row["phase"] == "train"
+        assert "score" not in row
+    assert run.labels == set(node_labels().values())
+
+
+def test_local_checkpoints_are_uploaded_and_best_points_at_the_best(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    from ray.train import CheckpointConfig
+
+    name = fit(
+        tmp_path,
+        make_callback(upload_checkpoints=True),
+        checkpoint=True,
+        run_config={
+            "checkpoint_config": CheckpointConfig(checkpoint_score_attribute="score", checkpoint_score_order="max")
+        },
+    )
+    run = next(r for r in backend.runs.values() if r.display_name == name)
+    arts = run.artifacts
+    assert [a.files.get("step") for a in arts] == [str(s).encode() for s in range(REPORTS)]
+    assert all(a.type == "model" and a.committed and a.name == f"checkpoint-{run.run_id}" for a in arts)
+    assert all("latest" in a.aliases for a in arts)
+    best = [a for a in arts if "best" in a.aliases][-1]  # W&B moves an alias to its newest holder
+    assert best.files["step"] == str(SCORES.index(max(SCORES))).encode()
+    assert run.exit_codes == [0]
+
+
+def test_checkpoints_on_a_non_local_filesystem_become_references(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    import pyarrow.fs as pafs
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    remote = pafs.SubTreeFileSystem(str(root), pafs.LocalFileSystem())
+    name = fit(
+        tmp_path,
+        make_callback(upload_checkpoints=True),
+        checkpoint=True,
+        run_config={"storage_filesystem": remote, "storage_path": "storage"},
+    )
+    run = next(r for r in backend.runs.values() if r.display_name == name)
+    assert len(run.artifacts) == REPORTS
+    for a in run.artifacts:
+        assert a.files == {}  # nothing uploaded
+        (uri,) = a.references.values()
+        assert uri.startswith("subtree://") and f"/{name}/checkpoint_" in uri
+    # The references point at what Ray wrote.
+    written = sorted(
+        p.name for p in (root / "storage" / name).iterdir() if p.is_dir() and p.name.startswith("checkpoint_")
+    )
+    assert sorted(next(iter(a.references.values())).rsplit("/", 1)[1] for a in run.artifacts) == written
+    assert json.dumps(run.config)  # the run config stays serialisable
