@@ -24,7 +24,7 @@ from typing import Any
 
 from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
-from ._primary import PrimaryWriter
+from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec
 
@@ -293,8 +293,7 @@ class NodeFleet:
         if target is None:
             return
         row, skipped = to_row(metrics, target.excludes)
-        for key in skipped:
-            self._warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
+        warn_skipped(self._warner, skipped)
         host = next((lg for lg in self._loggers.values() if run_id in lg.runs), None)
         if host is not None:
             host.actor.log.remote(run_id, row)

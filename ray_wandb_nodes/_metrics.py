@@ -9,6 +9,8 @@ from typing import Any
 
 # Keys Ray adds to results that are not metrics.
 _RAY_EXCLUDES = ("done", "should_checkpoint")
+# A history value this long is text, not a metric; W&B's rows are meant to stay small.
+MAX_STRING = 64 * 1024
 
 
 def flatten(metrics: Mapping[str, Any], sep: str = "/", prefix: str = "") -> dict[str, Any]:
@@ -35,7 +37,7 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, numbers.Number) and not isinstance(value, complex):
         return value
     if isinstance(value, str):
-        return value
+        return value if len(value) <= MAX_STRING else _SKIP
     item = getattr(value, "item", None)
     size = getattr(value, "size", None)
     numel = getattr(value, "numel", None)
@@ -70,7 +72,8 @@ def to_row(metrics: Mapping[str, Any], excludes: Sequence[str]) -> tuple[dict[st
             continue
         cleaned = _scalar(value)
         if cleaned is _SKIP:
-            skipped.append(f"{key!r} (a {type(value).__name__}, not a number or string)")
+            what = f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
+            skipped.append(f"{key!r} ({what}, not a number or a short string)")
         else:
             row[key] = cleaned
     return row, skipped
@@ -106,9 +109,14 @@ class Stepper:
         return cls(key, int(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else 0)
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
-    """A JSON-serialisable copy of run config: unknown objects become their ``repr``."""
+def jsonable(value: Any, depth: int = 0, path: str = "", replaced: list[str] | None = None) -> Any:
+    """A JSON-serialisable copy of run config: unknown objects become their ``repr``.
+
+    The dotted paths of the entries replaced so are appended to ``replaced``.
+    """
     if depth > 20:
+        if replaced is not None:
+            replaced.append(path)
         return repr(value)
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -118,10 +126,22 @@ def jsonable(value: Any, depth: int = 0) -> Any:
         f = float(value)
         return f if math.isfinite(f) else str(f)
     if isinstance(value, Mapping):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+        return {str(k): jsonable(v, depth + 1, f"{path}.{k}" if path else str(k), replaced) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v, depth + 1) for v in value]
+        return [jsonable(v, depth + 1, f"{path}[{i}]", replaced) for i, v in enumerate(value)]
     scalar = _scalar(value)
     if scalar is not _SKIP and scalar is not value:
-        return jsonable(scalar, depth + 1)
+        return jsonable(scalar, depth + 1, path, replaced)
+    if replaced is not None:
+        replaced.append(path)
     return repr(value)
+
+
+def config_for_wandb(config: Mapping[str, Any], warn: Any) -> dict[str, Any]:
+    """``jsonable(config)``, with one warning naming what W&B could not have serialised."""
+    replaced: list[str] = []
+    clean = jsonable(dict(config), replaced=replaced)
+    if replaced:
+        shown = ", ".join(replaced[:10]) + (f" and {len(replaced) - 10} more" if len(replaced) > 10 else "")
+        warn("config:replaced", f"run config entries W&B cannot serialise were logged as their repr: {shown}")
+    return dict(clean)

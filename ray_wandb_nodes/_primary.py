@@ -25,6 +25,16 @@ RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
 
 
+def warn_skipped(warner: Warner, skipped: list[str], limit: int = 20) -> None:
+    """One warning per key left out of a row (the first ``limit`` distinct ones, then a count)."""
+    for key in skipped[:limit]:
+        warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
+    if len(skipped) > limit:
+        warner.warn(
+            "skip:many", f"{len(skipped)} metrics of one report were not logged; the first {limit} are named above"
+        )
+
+
 def train_rows(excludes: Sequence[str]) -> RowBuilder:
     def build(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         row, skipped = to_row(metrics, excludes)
@@ -166,8 +176,7 @@ class PrimaryWriter:
                 f"rows:{type(e).__name__}", f"a report could not be turned into a W&B row ({describe(e)})"
             )
             return
-        for key in skipped:
-            self._warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
+        warn_skipped(self._warner, skipped)
         if config:
             self._config(config)
         self._stepper.stamp(row)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from . import _handoff
 from ._artifacts import checkpoint_artifact
 from ._fleet import NodeFleet, RunTarget
-from ._metrics import flatten, jsonable, to_row
+from ._metrics import config_for_wandb, flatten, to_row
 from ._naming import node_label, train_run_id
 from ._options import Options, build_options
 from ._primary import PrimaryWriter
@@ -145,7 +145,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         if not is_v2_enabled():
             raise RuntimeError(
                 "ray_wandb_nodes.WandbNodesCallback needs Ray Train V2, but RAY_TRAIN_V2_ENABLED=0 "
-                "is set; unset it (V2 is the default since Ray 2.51)"
+                "is set; unset it (V2 is the default in Ray 2.60)"
             )
         options = build_options(
             project=project,
@@ -278,7 +278,7 @@ class _TrainRun:
             "use_gpu": getattr(scaling, "use_gpu", None),
             "strategy": o.strategy,
         }
-        self.config = jsonable(config)
+        self.config = config_for_wandb(config, self._warner.warn)
         checkpointing = run_config.checkpoint_config
         self._score_key = getattr(checkpointing, "checkpoint_score_attribute", None)
         self._score_max = getattr(checkpointing, "checkpoint_score_order", "max") != "min"
@@ -302,7 +302,11 @@ class _TrainRun:
             )
             primary = PrimaryWriter(spec, warner=self._warner, rows=_rank_rows(o.rank_metrics, o.excludes))
             # main: no node writer at all (the target never learns any node).
-            target = RunTarget(primary=primary, selection=o.nodes if o.strategy == "shared" else "workers")
+            target = RunTarget(
+                primary=primary,
+                selection=o.nodes if o.strategy == "shared" else "workers",
+                covered_node=self.node_id,  # the primary samples its own node
+            )
             self.session = RunSession(primary, self.fleet, target, o.finish_timeout_s)
             self.session.start()
         else:

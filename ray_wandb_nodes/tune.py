@@ -22,7 +22,7 @@ from ray.tune import Callback
 
 from . import _handoff
 from ._fleet import NodeFleet, RunTarget
-from ._metrics import jsonable
+from ._metrics import config_for_wandb
 from ._nodes import NodeInfo
 from ._options import Options, _bad, build_options
 from ._primary import PrimaryWriter
@@ -269,7 +269,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             label=self._driver_node.label,
             display_name=str(trial),
             group=getattr(trial, "experiment_dir_name", None),
-            config=jsonable(config),
+            config=config_for_wandb(config, self._warner.warn),
             default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
         )
         trial_id = trial.trial_id

@@ -119,18 +119,40 @@ def test_row_keeps_numbers_and_strings_and_applies_excludes() -> None:
 
 
 def test_row_skips_what_wandb_cannot_chart_and_names_it() -> None:
-    row, skipped = to_row({"ok": 1, "vec": [1, 2], "arr": np.zeros(3), "obj": object()}, excludes=[])
+    metrics = {"ok": 1, "vec": [1, 2], "arr": np.zeros(3), "obj": object(), "none": None, "big": "x" * 70_000}
+    row, skipped = to_row(metrics, excludes=[])
     assert row == {"ok": 1}
     assert skipped == [
-        "'vec' (a list, not a number or string)",
-        "'arr' (a ndarray, not a number or string)",
-        "'obj' (a object, not a number or string)",
+        "'vec' (a list, not a number or a short string)",
+        "'arr' (a ndarray, not a number or a short string)",
+        "'obj' (a object, not a number or a short string)",
+        "'none' (a NoneType, not a number or a short string)",
+        "'big' (a string of 70000 characters, not a number or a short string)",
     ]
+
+
+def test_row_keeps_nan_inf_and_odd_keys_as_wandb_logs_them() -> None:
+    row, skipped = to_row(
+        {"nan": float("nan"), "inf": float("-inf"), "a key/with space": 1, "t": torch.tensor([3])}, []
+    )
+    assert math.isnan(row["nan"]) and row["inf"] == float("-inf")
+    assert row["a key/with space"] == 1 and row["t"] == 3 and skipped == []
 
 
 def test_exclude_prefix_matches_whole_path_segments_only() -> None:
     row, _ = to_row({"lr": 1, "lr_decay": 2, "lr/group0": 3}, excludes=["lr"])
     assert row == {"lr_decay": 2}
+
+
+def test_config_names_what_wandb_cannot_serialise() -> None:
+    from ray_wandb_nodes._metrics import config_for_wandb
+
+    warnings: list[str] = []
+    out = config_for_wandb(
+        {"lr": 0.1, "model": {"fn": print, "layers": [1, object()]}}, lambda k, m: warnings.append(m)
+    )
+    assert out["lr"] == 0.1 and out["model"]["fn"] == repr(print)
+    assert len(warnings) == 1 and "model.fn" in warnings[0] and "model.layers[1]" in warnings[0]
 
 
 def test_jsonable_config() -> None:

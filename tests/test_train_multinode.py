@@ -120,6 +120,12 @@ def primary_client(run: Any, label: str) -> str:
     return clients[0]
 
 
+def assert_one_writer_per_label(run: Any) -> None:
+    """Every label comes from exactly one writer: no node is sampled twice."""
+    seen = [label for labels in run.labels_by_client().values() for label in labels]
+    assert sorted(seen) == sorted(set(seen)), run.labels_by_client()
+
+
 def assert_nothing_left() -> None:
     deadline = time.monotonic() + 15
     while plugin_leftovers() != ([], []) and time.monotonic() < deadline:
@@ -141,6 +147,7 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
     run = run_of(backend, name)
     labels = node_labels()
     assert run.labels == set(labels.values())
+    assert_one_writer_per_label(run)
     for label in labels.values():
         assert "memory_percent" in run.system_metrics()[label], label
 
@@ -188,6 +195,7 @@ def test_workers_taking_every_cpu_still_start(cluster: Any, backend: WandbTestBa
     run = run_of(backend, name)
     assert [row["free_cpus"] for row in user_rows(run)] == [0.0] * REPORTS
     assert run.labels == set(node_labels().values())
+    assert_one_writer_per_label(run)
     assert_nothing_left()
 
 
