@@ -92,6 +92,9 @@ class _Logger:
     actor: Any
     pg_key: int
     runs: set[str] = field(default_factory=set)
+    ping: Any = None  # an outstanding status() call
+    pinged: float = 0.0
+    pid: int | None = None  # of the logger's process, to notice a restart
 
 
 @dataclass
@@ -142,6 +145,7 @@ class NodeFleet:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
         self._actor_cls: Any = None
+        self._janitor: Any = None
 
     # called from hooks: never blocks ---------------------------------------------------------
     def start(self) -> None:
@@ -204,6 +208,7 @@ class NodeFleet:
                 try:
                     self._apply(kind, payload)
                     self._check_joins()
+                    self._check_health()
                     self._reconcile()
                     self._check_retirements()
                 except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
@@ -288,6 +293,50 @@ class NodeFleet:
                     for row in self._pending_rows.pop(run_id, []):
                         host.actor.log.remote(run_id, row)
 
+    def _check_health(self) -> None:
+        """Ping each logger; one that restarted (its process died) gets its writers back.
+
+        Logger actors restart where their bundle is (``max_restarts=-1``) with no writers;
+        each rejoins its run with the same label. One that is gone for good is replaced.
+        """
+        import ray
+
+        now = time.monotonic()
+        for lg in list(self._loggers.values()):
+            if lg.ping is None:
+                if lg.runs and now - lg.pinged >= self._poll_s:
+                    lg.ping, lg.pinged = lg.actor.status.remote(), now
+                continue
+            if not ray.wait([lg.ping], timeout=0)[0]:
+                continue
+            ref, lg.ping = lg.ping, None
+            try:
+                status = ray.get(ref, timeout=0)
+            except Exception as e:  # noqa: BLE001 - the actor is gone and will not restart
+                self._warner.warn(
+                    f"node-lost:{lg.node.node_id}",
+                    f"the node logger on {lg.node.label} stopped ({describe(e)}); starting another",
+                )
+                with self._lock:
+                    self._loggers.pop(lg.node.node_id, None)
+                self._kill(lg)
+                continue
+            restarted = lg.pid is not None and status.get("pid") != lg.pid
+            lg.pid = status.get("pid")
+            missing = lg.runs - set(status.get("runs", ())) - set(status.get("errors", {}))
+            if restarted or missing:
+                self._warner.warn(
+                    f"node-restart:{lg.node.node_id}:{lg.pid}",
+                    f"the node logger on {lg.node.label} restarted; its writers rejoin their runs with the same label",
+                )
+            for run_id in sorted(missing):
+                target = self._targets.get(run_id)
+                if target is None:
+                    lg.runs.discard(run_id)
+                    continue
+                ref = lg.actor.add_writer.remote(target.spec(lg.node))
+                self._joins.append(_Join(logger=lg, run_id=run_id, ref=ref, started=now))
+
     def _route(self, run_id: str, metrics: dict[str, Any]) -> None:
         target = self._targets.get(run_id)
         if target is None:
@@ -317,20 +366,51 @@ class NodeFleet:
             [dict(BUNDLE) for _ in nodes],
             strategy="STRICT_SPREAD",
             bundle_label_selector=[{NODE_ID_LABEL: n.node_id} for n in nodes],
-            name=f"{PG_NAME_PREFIX}:{key}:{nodes[0].node_id[:8]}",
+            name=f"{self._pg_prefix()}{key}",
         )
         group = _Group(pg=pg, nodes={n.node_id for n in nodes})
         with self._lock:
             self._groups[key] = group
+        self._guard(pg)
         for index, node in enumerate(nodes):
             actor = self._actor_cls.options(
                 num_cpus=0,
+                # A killed logger process comes back in its bundle; calls in flight are retried.
+                max_restarts=-1,
+                max_task_retries=-1,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=index
                 ),
             ).remote()
             with self._lock:
                 self._loggers[node.node_id] = _Logger(node=node, actor=actor, pg_key=key)
+
+    def _pg_prefix(self) -> str:
+        import ray
+
+        from ._janitor import group_prefix
+
+        owner = ray.get_runtime_context().get_actor_id()
+        return group_prefix(owner) if owner else f"{PG_NAME_PREFIX}:driver:"
+
+    def _guard(self, pg: Any) -> None:
+        """Inside an actor (the Train controller), start the detached janitor that removes the
+        fleet's placement groups should the actor die; a driver's groups end with its job."""
+        import ray
+
+        owner = ray.get_runtime_context().get_actor_id()
+        if owner is None or self._janitor is not None:
+            return
+        try:
+            from ._janitor import LoggerJanitor
+
+            self._janitor = (
+                ray.remote(LoggerJanitor)
+                .options(num_cpus=0, lifetime="detached", max_concurrency=2, namespace=PG_NAME_PREFIX)
+                .remote(owner)
+            )
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn("janitor", f"placement groups may outlive a crashed controller ({describe(e)})")
 
     def _check_joins(self) -> None:
         """Turn each writer's join result into one warning when it could not join."""
@@ -461,3 +541,9 @@ class NodeFleet:
             self._loggers.clear()
         for lg in loggers:
             self._kill(lg)
+        if self._janitor is not None:
+            try:
+                self._janitor.stop.remote()
+            except Exception:  # noqa: BLE001
+                pass
+            self._janitor = None

@@ -30,6 +30,8 @@ class NodeLogger:
         self._errors: dict[str, str] = {}
         self._labels: dict[str, str] = {}
         self._logged: dict[str, int] = {}
+        # Rows that arrive before their writer (a restarted actor gets its writers back later).
+        self._early: dict[str, list[dict[str, Any]]] = {}
         for spec in specs or []:
             self.add_writer(spec)
 
@@ -45,6 +47,8 @@ class NodeLogger:
             self._runs[spec.run_id] = run
             self._steppers[spec.run_id] = Stepper.resuming(spec.step_metric, run)
             self._errors.pop(spec.run_id, None)
+            for row in self._early.pop(spec.run_id, []):
+                self.log(spec.run_id, row)
         except Exception as e:  # noqa: BLE001 - reported through status()
             self._errors[spec.run_id] = describe(e)
         return self.status()
@@ -53,6 +57,9 @@ class NodeLogger:
         """Log one history row to a run this actor hosts (the node and all strategies)."""
         run = self._runs.get(run_id)
         if run is None:
+            early = self._early.setdefault(run_id, [])
+            if len(early) < 10_000:
+                early.append(row)
             return
         try:
             run.log(self._steppers[run_id].stamp(dict(row)))

@@ -107,14 +107,14 @@ def session_log_text(cluster: Any) -> str:
 
 
 def plugin_leftovers() -> tuple[list[str], list[str]]:
-    """(alive NodeLogger actor ids, non-removed placement groups of the plugin)."""
+    """(alive NodeLogger and LoggerJanitor actor ids, non-removed placement groups of the plugin)."""
     import ray._private.state as state
     from ray.util import placement_group_table
 
     actors = [
         actor_id
         for actor_id, a in state.actors().items()
-        if a.get("ActorClassName", "").endswith("NodeLogger") and a.get("State") != "DEAD"
+        if a.get("ActorClassName", "").endswith(("NodeLogger", "LoggerJanitor")) and a.get("State") != "DEAD"
     ]
     groups = [
         pg["name"]

@@ -16,6 +16,7 @@ delay, or drop the connection, for tests of outages.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -77,6 +78,7 @@ class RunRecord:
     completes: list[Complete] = field(default_factory=list)
     client_ids: set[str] = field(default_factory=set)
     upserts: int = 0
+    api_keys: dict[str, set[str]] = field(default_factory=dict)  # client id -> keys it authenticated with
     artifacts: list[ArtifactRecord] = field(default_factory=list)
     # (client id, file name) -> {offset: parsed line}
     _lines: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
@@ -504,6 +506,12 @@ class WandbTestBackend:
             if body.get("complete"):
                 run.completes.append(Complete(client_id=client_id, exit_code=body.get("exitcode")))
 
+    def record_key(self, entity: str, project: str, run_id: str, client_id: str, key: str | None) -> None:
+        with self._lock:
+            run = self._get_run(entity, project, run_id)
+            if key is not None:
+                run.api_keys.setdefault(client_id, set()).add(key)
+
     def upload(self, entity: str, project: str, run_id: str, name: str, data: bytes) -> None:
         with self._lock:
             self._get_run(entity, project, run_id).files[name] = data
@@ -533,6 +541,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _api_key(self) -> str | None:
+        """The key of HTTP basic auth (wandb sends user ``api``, password = the key)."""
+        auth = self.headers.get("Authorization") or ""
+        if not auth.startswith("Basic "):
+            return None
+        try:
+            return base64.b64decode(auth[6:]).decode().split(":", 1)[1]
+        except (ValueError, IndexError):
+            return None
 
     def _fault(self, body: bytes = b"") -> bool:
         """Apply an injected fault; True when the request has been answered or dropped."""
@@ -565,6 +583,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             client_id = self.headers.get("X-WANDB-ASYNC-CLIENT-ID") or "sync-client"
             self.owner.file_stream(m["entity"], m["project"], m["run"], json.loads(body or b"{}"), client_id)
+            self.owner.record_key(m["entity"], m["project"], m["run"], client_id, self._api_key())
             self._reply(200, {"exitcode": None, "limits": {}})
             return
         self._reply(404, {"error": f"not found: {path}"})

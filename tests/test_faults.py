@@ -1,0 +1,290 @@
+"""Faults end to end: nodes that die or join, logger processes killed, a failing backend,
+a dead controller. Training must never die or hang because of logging, every reported
+metric must arrive once, and the run must end in the right state.
+
+A CPU-less head and two one-CPU worker nodes; tests that remove a node add one back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import FAST, plugin_leftovers, session_log_text, start_cluster, stop_cluster, unique
+from test_train_multinode import assert_nothing_left, assert_one_writer_per_label, node_labels, run_of, user_rows
+from wandb_backend import RunRecord, WandbTestBackend
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def slow_loop(config: dict[str, Any]) -> None:
+    """Reports every ``sleep`` seconds, rank 0 checkpoints, resumes from its checkpoint."""
+    import os
+    import tempfile
+    import time
+
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "step")) as f:
+            start = int(f.read())
+    for step in range(start, config["steps"]):
+        time.sleep(config["sleep"])
+        metrics = {"step": step, "rank": rank}
+        if rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "step"), "w") as f:
+                    f.write(str(step + 1))
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+
+
+def make_callback(**kwargs: Any) -> Any:
+    from ray_wandb_nodes import WandbNodesCallback
+
+    kwargs.setdefault("finish_timeout_s", 30)
+    return WandbNodesCallback(project="faults", sampling_interval_s=0.5, init_timeout_s=30, settings=FAST, **kwargs)
+
+
+class Fit(threading.Thread):
+    """``trainer.fit()`` in a thread: ``Cluster.add_node`` must run on the main thread."""
+
+    def __init__(self, name: str, callback: Any, storage: str, *, steps: int, sleep: float, **run_config: Any) -> None:
+        super().__init__(daemon=True)
+        self.name, self.callback, self.storage = name, callback, storage
+        self.loop_config = {"steps": steps, "sleep": sleep}
+        self.run_config = run_config
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        started = time.monotonic()
+        try:
+            self.result = TorchTrainer(
+                slow_loop,
+                train_loop_config=self.loop_config,
+                scaling_config=ScalingConfig(num_workers=2),
+                run_config=RunConfig(
+                    name=self.name, storage_path=self.storage, callbacks=[self.callback], **self.run_config
+                ),
+            ).fit()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            self.error = e
+        self.seconds = time.monotonic() - started
+
+    def training_error(self) -> BaseException | None:
+        return self.error or (self.result.error if self.result is not None else None)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def rows_of(backend: WandbTestBackend, name: str) -> int:
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    return len(runs[0].history) if runs else 0
+
+
+def first_event_time(run: RunRecord, label: str) -> float | None:
+    times = [row["_timestamp"] for row in run.events if any(k.endswith(f"/l:{label}") for k in row)]
+    return min(times) if times else None
+
+
+def label_clients(run: RunRecord, label: str) -> set[str]:
+    return {c for c, labels in run.labels_by_client().items() if label in labels}
+
+
+def worker_node_of(cluster: Any, node_id: str) -> Any:
+    return next(n for n in cluster.worker_nodes if n.node_id == node_id)
+
+
+def alive_logger_pids() -> dict[str, int]:
+    import ray._private.state as state
+
+    return {
+        a["Address"]["NodeID"]: a["Pid"]
+        for a in state.actors().values()
+        if a.get("ActorClassName", "").endswith("NodeLogger") and a.get("State") == "ALIVE"
+    }
+
+
+@pytest.mark.parametrize("graceful", [True, False], ids=["graceful", "killed"])
+def test_node_dies_and_a_replacement_joins_the_same_run(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any, graceful: bool
+) -> None:
+    from ray.train import FailureConfig
+
+    name = unique("node-dies")
+    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, failure_config=FailureConfig(max_failures=1))
+    fit.start()
+    wait_until(lambda: rows_of(backend, name) >= 3, 90, "three reports")
+    run = run_of(backend, name)
+    victim_id = next(nid for nid in alive_logger_pids())  # a worker node with a node writer
+    victim_label = node_labels()[victim_id]
+    cluster.remove_node(worker_node_of(cluster, victim_id), allow_graceful=graceful)
+    removed_at = time.time()
+    new_node = cluster.add_node(num_cpus=1)
+    added_at = time.time()
+    fit.join(300)
+    assert not fit.is_alive()
+    assert fit.training_error() is None
+
+    new_label = node_labels()[new_node.node_id]
+    assert new_label in run.labels
+    joined = first_event_time(run, new_label)
+    assert joined is not None and joined - added_at < 30
+    # The dead node's writer is retired: nothing carries its label after the node went.
+    late = [
+        r for r in run.events if any(k.endswith(f"/l:{victim_label}") for k in r) and r["_timestamp"] > removed_at + 5
+    ]
+    assert late == []
+    assert run.exit_codes == [0]
+    assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, len(user_rows(run)) + 1))
+    assert_one_writer_per_label(run)
+    assert_nothing_left()
+
+
+def test_node_dies_without_replacement_fails_the_run_without_hanging(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.train import FailureConfig
+
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "5")
+    name = unique("no-replacement")
+    failure = FailureConfig(max_failures=1, controller_failure_limit=0)
+    fit = Fit(name, make_callback(finish_timeout_s=10), str(tmp_path), steps=30, sleep=0.5, failure_config=failure)
+    fit.start()
+    wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
+    victim_id = next(iter(alive_logger_pids()))
+    cluster.remove_node(worker_node_of(cluster, victim_id), allow_graceful=True)
+    fit.join(240)
+    assert not fit.is_alive(), "fit() hung"
+    cluster.add_node(num_cpus=1)  # back to two worker nodes for the next tests
+    error = fit.training_error()
+    assert error is not None and "ray_wandb_nodes" not in repr(error)
+    run = run_of(backend, name)
+    assert len(run.completes) == 1 and run.exit_codes[0] not in (0, None)
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")
+
+
+def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("node-joins")
+    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=40, sleep=0.5)
+    fit.start()
+    wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
+    new_node = cluster.add_node(num_cpus=0)
+    added_at = time.time()
+    run = run_of(backend, name)
+    new_label = node_labels()[new_node.node_id]
+    wait_until(lambda: first_event_time(run, new_label) is not None, 30, "the new node's first sample")
+    joined = first_event_time(run, new_label)
+    assert joined is not None and joined - added_at < 30
+    fit.join(300)
+    assert fit.training_error() is None
+    assert run.exit_codes == [0]
+    assert_one_writer_per_label(run)
+    cluster.remove_node(new_node)
+    assert_nothing_left()
+
+
+def test_a_killed_logger_process_comes_back_with_its_label(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("logger-killed")
+    fit = Fit(name, make_callback(), str(tmp_path), steps=30, sleep=0.5)
+    fit.start()
+    wait_until(lambda: len(alive_logger_pids()) == 2 and rows_of(backend, name) >= 2, 90, "two node loggers")
+    run = run_of(backend, name)
+    node_id, pid = sorted(alive_logger_pids().items())[0]
+    label = node_labels()[node_id]
+    wait_until(lambda: bool(label_clients(run, label)), 30, "the logger's first sample")
+    before = label_clients(run, label)
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.time()
+    wait_until(lambda: bool(label_clients(run, label) - before), 45, "the restarted logger to rejoin")
+    fit.join(300)
+    assert fit.training_error() is None
+    after = [r for r in run.events if any(k.endswith(f"/l:{label}") for k in r) and r["_timestamp"] > killed_at + 1]
+    assert after, "the node stopped reporting after its logger was killed"
+    assert run.exit_codes == [0]  # never a second complete
+    assert "restarted; its writers rejoin" in session_log_text(cluster)
+    assert_nothing_left()
+
+
+def test_backend_errors_then_recovers_and_every_row_arrives_once(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("backend-flaky")
+    fit = Fit(name, make_callback(), str(tmp_path), steps=16, sleep=0.4)
+    fit.start()
+    wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
+    backend.faults.add(status=500, path_contains="/file_stream", duration_s=4)
+    time.sleep(4)
+    backend.faults.add(status=429, path_contains="/file_stream", duration_s=3)
+    time.sleep(3)
+    backend.faults.add(drop=True, path_contains="/graphql", duration_s=2)
+    fit.join(300)
+    backend.faults.clear()
+    assert fit.training_error() is None
+    run = run_of(backend, name)
+    assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, 17))
+    assert [row["step"] for row in user_rows(run)] == list(range(16))
+    assert run.exit_codes == [0]
+
+
+def test_a_backend_that_stalls_at_the_end_does_not_hold_fit(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("backend-stalls")
+    fit = Fit(name, make_callback(finish_timeout_s=5), str(tmp_path), steps=4, sleep=0.3)
+    fit.start()
+    wait_until(lambda: rows_of(backend, name) >= 1, 90, "a report")
+    backend.faults.add(delay_s=60, duration_s=120)  # every request now hangs for a minute
+    fit.join(180)
+    backend.faults.clear()
+    assert not fit.is_alive(), "fit() waited on a stalled backend"
+    assert fit.training_error() is None
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")
+
+
+def test_a_dead_controller_leaves_no_logger_or_placement_group(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    import ray._private.state as state
+
+    name = unique("controller-dies")
+    fit = Fit(name, make_callback(), str(tmp_path), steps=60, sleep=0.5)
+    fit.start()
+    wait_until(lambda: len(alive_logger_pids()) == 2, 90, "two node loggers")
+    controller = next(
+        a for a in state.actors().values() if a.get("ActorClassName") == "TrainController" and a.get("State") == "ALIVE"
+    )
+    os.kill(controller["Pid"], signal.SIGKILL)
+    fit.join(120)
+    assert not fit.is_alive()
+    assert fit.training_error() is not None
+    wait_until(lambda: plugin_leftovers() == ([], []), 60, "the plugin's actors and placement groups to go")
