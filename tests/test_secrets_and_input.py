@@ -19,7 +19,7 @@ from wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 
-SECRET = "s3cr3t-" + "q" * 36
+SECRET = "s3cr3t" + "q" * 40
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def actor_table_bytes() -> bytes:
     """Every actor's GCS record (runtime_env, name, call site, ...), as `ray list actors --detail` reads it."""
     import ray._private.state as state
 
-    accessor = state.state.global_state_accessor
+    accessor = state.state._connect_and_get_accessor()
     return b"".join(accessor.get_actor_table(None, None))
 
 
@@ -103,7 +103,6 @@ def test_the_key_reaches_every_writer_and_appears_nowhere_else(
 def odd_loop(config: dict[str, Any]) -> None:
     import numpy as np
     import ray.train
-    import torch
 
     metrics: dict[str, Any] = {
         "nan": float("nan"),
@@ -115,8 +114,6 @@ def odd_loop(config: dict[str, Any]) -> None:
         "np_scalar": np.float32(0.25),
         "np_int": np.int64(7),
         "np_array": np.zeros(4),
-        "tensor": torch.tensor(2.0),
-        "tensor_vec": torch.ones(3),
         "huge": "x" * 1_000_000,
         "key/with slash": 1,
         "key with spaces": 2,
@@ -143,21 +140,22 @@ def test_odd_metrics_and_config_are_logged_or_named_never_fatal(
     row = rows[0]
     assert str(row["nan"]).lower() == "nan" and row["inf"] in (float("inf"), "Infinity", "inf")
     assert row["text"] == "warmup" and row["nested/a/b"] == 1.5
-    assert row["np_scalar"] == 0.25 and row["np_int"] == 7 and row["tensor"] == 2.0
+    # (Ray itself refuses torch tensors in reported metrics; the unit tests cover them.)
+    assert row["np_scalar"] == 0.25 and row["np_int"] == 7
     assert row["key/with slash"] == 1 and row["key with spaces"] == 2
     assert sum(1 for k in row if k.startswith("many/")) == 10_000 and row["many/k9999"] == 9999
-    for skipped in ("none", "a list", "np_array", "tensor_vec", "huge"):
+    for skipped in ("none", "a list", "np_array", "huge"):
         assert skipped not in row
     logs = session_log_text(cluster)
     for skipped in (
         "'none' (a NoneType",
         "'a list' (a list",
         "'np_array' (a ndarray",
-        "'tensor_vec' (a Tensor",
         "'huge' (a string of 1000000",
     ):
         assert logs.count(skipped) == 1, skipped
     assert run.config["lr"]["value"] == 0.1 and run.config["fn"]["value"] == repr(print)
-    assert "run config entries W&B cannot serialise were logged as their repr: fn, obj, nested.bad" in logs
+    assert "run config entries W&B cannot serialise were logged as their repr: fn, obj" in logs
+    assert run.config["nested"]["value"] == {"ok": 1, "bad": [1, 2]}  # a set becomes a list
     assert run.exit_codes == [0]
     assert_nothing_left()
