@@ -23,10 +23,9 @@ from ._artifacts import checkpoint_artifact
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb, flatten, to_row
 from ._naming import node_label, train_run_id
-from ._options import Options, build_options
 from ._primary import PrimaryWriter
-from ._secrets import CapturedEnv, capture_env
 from ._session import RunSession
+from ._setup import configure
 from ._strategies import Placement, PlannedRun, combine_ranks, plan_runs
 from ._warn import Warner, describe, guarded
 from ._writers import primary_spec, run_spec
@@ -55,24 +54,6 @@ if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
     from ray.train.v2.api.result import Result
-
-
-def _wandb_init_params() -> list[str] | None:
-    try:
-        import inspect
-
-        import wandb
-    except ImportError:
-        return None
-    return list(inspect.signature(wandb.init).parameters)
-
-
-def _default_base_url() -> str | None:
-    try:
-        from wandb.sdk.lib.urls import DEFAULT_BASE_URL
-    except ImportError:
-        return None
-    return str(DEFAULT_BASE_URL)
 
 
 class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc]
@@ -147,7 +128,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
                 "ray_wandb_nodes.WandbNodesCallback needs Ray Train V2, but RAY_TRAIN_V2_ENABLED=0 "
                 "is set; unset it (V2 is the default in Ray 2.60)"
             )
-        options = build_options(
+        self.options, self._env = configure(
             project=project,
             entity=entity,
             group=group,
@@ -158,7 +139,6 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             log_config=log_config,
             excludes=excludes,
             mode=mode,
-            env_mode=os.environ.get("WANDB_MODE") or ("disabled" if _env_true("WANDB_DISABLED") else None),
             nodes=nodes,
             strategy=strategy,
             rank_metrics=rank_metrics,
@@ -171,19 +151,12 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             api_key=api_key,
             api_key_file=api_key_file,
             wandb_init_kwargs=wandb_init_kwargs,
-            init_params=_wandb_init_params(),
-        )
-        if options.mode != "disabled" and _wandb_init_params() is None:
-            raise ImportError("ray_wandb_nodes needs wandb to log (pip install 'wandb>=0.28'), or pass mode='disabled'")
-        self.options: Options = options
-        self._env: CapturedEnv = capture_env(
-            os.environ, api_key=api_key, api_key_file=api_key_file, default_base_url=_default_base_url()
         )
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
         self._run: _TrainRun | None = None
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
-        self._tune_trial_id = _handoff.current_trial_id() if options.mode != "disabled" else None
+        self._tune_trial_id = _handoff.current_trial_id() if self.options.mode != "disabled" else None
         self._relay_trial: str | None = None
 
     def __repr__(self) -> str:
@@ -408,7 +381,3 @@ def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) ->
         _handoff.publish_workers(trial_id, placements)
     except Exception as e:  # noqa: BLE001
         warner.warn("relay", f"could not tell the Tune callback where trial {trial_id}'s workers are ({describe(e)})")
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")

@@ -24,10 +24,11 @@ from . import _handoff
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb
 from ._nodes import NodeInfo
-from ._options import Options, _bad, build_options
+from ._options import _bad
 from ._primary import PrimaryWriter
-from ._secrets import CapturedEnv, capture_env
+from ._secrets import capture_env
 from ._session import RunSession
+from ._setup import configure, default_base_url
 from ._warn import Warner, describe, guarded
 from ._writers import WriterSpec, node_spec, primary_spec
 
@@ -77,15 +78,13 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         finish_timeout_s: float = 60.0,
         **wandb_init_kwargs: Any,
     ) -> None:
-        from .train import _default_base_url, _env_true, _wandb_init_params
-
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
             if owned in wandb_init_kwargs:
                 raise _bad(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
         for option, value in (("video_kwargs", video_kwargs), ("image_kwargs", image_kwargs)):
             if value is not None and not isinstance(value, dict):
                 raise _bad(option, value, "expected a dict of keyword arguments or None")
-        options = build_options(
+        self.options, self._env = configure(
             project=project,
             entity=entity,
             group=group,
@@ -94,7 +93,6 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             log_config=log_config,
             excludes=excludes,
             mode=mode,
-            env_mode=os.environ.get("WANDB_MODE") or ("disabled" if _env_true("WANDB_DISABLED") else None),
             nodes=nodes,
             sampling_interval_s=sampling_interval_s,
             gpu_device_ids=gpu_device_ids,
@@ -105,16 +103,9 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             upload_checkpoints=upload_checkpoints,
             upload_timeout=upload_timeout,
             wandb_init_kwargs=wandb_init_kwargs,
-            init_params=_wandb_init_params(),
         )
-        if options.mode != "disabled" and _wandb_init_params() is None:
-            raise ImportError("ray_wandb_nodes needs wandb to log (pip install 'wandb>=0.28'), or pass mode='disabled'")
-        self.options: Options = options
         self.video_kwargs = dict(video_kwargs or {})
         self.image_kwargs = dict(image_kwargs or {})
-        self._env: CapturedEnv = capture_env(
-            os.environ, api_key=api_key, api_key_file=api_key_file, default_base_url=_default_base_url()
-        )
         self._api_key_file = api_key_file
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
@@ -145,10 +136,8 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if self._env.api_key is None and self.options.mode == "online":
-            from .train import _default_base_url
-
             try:
-                found = capture_env(os.environ, api_key_file=self._api_key_file, default_base_url=_default_base_url())
+                found = capture_env(os.environ, api_key_file=self._api_key_file, default_base_url=default_base_url())
             except ValueError as e:
                 self._warner.warn("restore-key", f"no W&B API key after restore ({e})")
                 return
