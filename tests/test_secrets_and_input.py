@@ -154,7 +154,7 @@ def test_odd_metrics_and_config_are_logged_or_named_never_fatal(
         "'huge' (a string of 1000000",
     ):
         assert logs.count(skipped) == 1, skipped
-    assert run.config["lr"]["value"] == 0.1 and run.config["fn"]["value"] == repr(print)
+    assert run.config["lr"]["value"] == 0.1 and run.config["fn"]["value"].startswith("<")  # its repr
     assert "run config entries W&B cannot serialise were logged as their repr: fn, obj" in logs
     assert run.config["nested"]["value"] == {"ok": 1, "bad": [1, 2]}  # a set becomes a list
     assert run.exit_codes == [0]

@@ -35,6 +35,7 @@ def cluster() -> Iterator[Any]:
 def loop(config: dict[str, Any]) -> None:
     import os
     import tempfile
+    import time
 
     import ray
     import ray.train
@@ -43,6 +44,7 @@ def loop(config: dict[str, Any]) -> None:
     with open(os.path.join(config["placement_dir"], f"rank-{rank}"), "w") as f:
         f.write(ray.get_runtime_context().get_node_id())
     for step in range(REPORTS):
+        time.sleep(0.7)  # node writers start with the workers; give them time to sample
         metrics: dict[str, Any] = {"step": step, "rank": rank, "score": SCORES[step] + 100 * rank, "phase": "train"}
         if rank == 1:
             metrics["only_rank1"] = step
