@@ -157,6 +157,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     assert new_label in run.labels
     joined = first_event_time(run, new_label)
     assert joined is not None and joined - added_at < 30
+    print(f"replacement node's first sample {joined - added_at:.1f}s after it was added; fit {fit.seconds:.1f}s")
     # The dead node's writer is retired: nothing carries its label after the node went.
     late = [
         r for r in run.events if any(k.endswith(f"/l:{victim_label}") for k in r) and r["_timestamp"] > removed_at + 5
@@ -203,6 +204,7 @@ def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTes
     wait_until(lambda: first_event_time(run, new_label) is not None, 30, "the new node's first sample")
     joined = first_event_time(run, new_label)
     assert joined is not None and joined - added_at < 30
+    print(f"joining node's first sample {joined - added_at:.1f}s after it was added")
     fit.join(300)
     assert fit.training_error() is None
     assert run.exit_codes == [0]
@@ -250,6 +252,7 @@ def test_backend_errors_then_recovers_and_every_row_arrives_once(
     fit.join(300)
     backend.faults.clear()
     assert fit.training_error() is None
+    print(f"fit through 9 s of backend errors: {fit.seconds:.1f}s")
     run = run_of(backend, name)
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, 17))
     assert [row["step"] for row in user_rows(run)] == list(range(16))
@@ -267,6 +270,7 @@ def test_a_backend_that_stalls_at_the_end_does_not_hold_fit(
     fit.join(180)
     backend.faults.clear()
     assert not fit.is_alive(), "fit() waited on a stalled backend"
+    print(f"fit with a stalled backend at the end: {fit.seconds:.1f}s")
     assert fit.training_error() is None
     wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")
 

@@ -1,0 +1,112 @@
+"""Tune experiment time with and without WandbNodesTuneCallback, side by side.
+
+    python bench/tune_overhead.py [--rounds 2] [--trials 3] [--iterations 10]
+
+A local simulated cluster (a CPU-less head and one one-CPU node per trial) and the
+W&B-compatible test backend on 127.0.0.1; experiments with and without the callback
+alternate so both see the same machine state. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+from wandb_backend import WandbTestBackend
+
+
+def trainable(config: dict[str, Any]) -> None:
+    import time
+
+    from ray import tune
+
+    for i in range(config["iterations"]):
+        time.sleep(0.1)
+        tune.report({"score": i})
+
+
+def experiment(trials: int, iterations: int, callback: Any) -> float:
+    from ray import tune
+
+    started = time.perf_counter()
+    tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search(list(range(trials))), "iterations": iterations},
+        run_config=tune.RunConfig(
+            name=f"bench-{uuid.uuid4().hex[:6]}",
+            storage_path="/tmp/ray_wandb_nodes_bench/tune",
+            callbacks=[callback] if callback else [],
+            verbose=0,
+        ),
+    ).fit()
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--json", default="bench/results/tune_overhead.json")
+    args = parser.parse_args()
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from ray_wandb_nodes import WandbNodesTuneCallback
+
+    backend = WandbTestBackend().start()
+    os.environ.update(
+        WANDB_BASE_URL=backend.base_url,
+        WANDB_API_KEY="b" * 40,
+        WANDB_SILENT="true",
+        WANDB_ERROR_REPORTING="false",
+        WANDB_DIR="/tmp/ray_wandb_nodes_bench",
+    )
+    os.makedirs("/tmp/ray_wandb_nodes_bench", exist_ok=True)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(args.trials):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    times: dict[str, list[float]] = {"none": [], "callback": []}
+    try:
+        experiment(args.trials, 2, None)  # warm-up
+        for _ in range(args.rounds):
+            times["none"].append(experiment(args.trials, args.iterations, None))
+            times["callback"].append(experiment(args.trials, args.iterations, WandbNodesTuneCallback(project="bench")))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        backend.stop()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "trials": args.trials,
+        "iterations": args.iterations,
+        "experiment_s": times,
+        "median_s": med,
+        "ratio_callback_over_none": med["callback"] / med["none"],
+        "runs_seen": len(backend.runs),
+        "machine": f"{os.cpu_count()} cores",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(f"{'configuration':<14} {'median s':>9} {'all runs (s)':>24}")
+    for key in ("none", "callback"):
+        print(f"{key:<14} {med[key]:>9.2f} {', '.join(f'{t:.2f}' for t in times[key]):>24}")
+    print(f"ratio callback/none: {result['ratio_callback_over_none']:.3f}")
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
