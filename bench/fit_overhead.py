@@ -24,9 +24,7 @@ import uuid
 from typing import Any
 
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-
-from wandb_backend import WandbTestBackend
+from _harness import WORK_DIR, simulated_cluster
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -143,40 +141,21 @@ def main() -> int:
     parser.add_argument("--json", default="bench/results/fit_overhead.json")
     args = parser.parse_args()
 
-    import ray
-    from ray.cluster_utils import Cluster
-
     from ray_wandb_nodes import WandbNodesCallback
 
-    backend = WandbTestBackend().start()
-    os.environ.update(
-        WANDB_BASE_URL=backend.base_url,
-        WANDB_API_KEY="b" * 40,
-        WANDB_SILENT="true",
-        WANDB_ERROR_REPORTING="false",
-        WANDB_DIR="/tmp/ray_wandb_nodes_bench",
-    )
-    os.makedirs("/tmp/ray_wandb_nodes_bench", exist_ok=True)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
-    storage = "/tmp/ray_wandb_nodes_bench/results"
+    storage = os.path.join(WORK_DIR, "results")
     times: dict[str, list[float]] = {"none": [], "callback": []}
     sampler = LoggerSampler()
-    sampler.start()
-    try:
-        fit_once(2, None, storage)  # warm-up: imports, worker processes
-        for _ in range(args.rounds):
-            times["none"].append(fit_once(args.reports, None, storage))
-            cb = WandbNodesCallback(project="bench", sampling_interval_s=args.sampling_interval_s)
-            times["callback"].append(fit_once(args.reports, cb, storage))
-    finally:
-        sampler.stop.set()
-        ray.shutdown()
-        cluster.shutdown()
-        backend.stop()
+    with simulated_cluster(worker_nodes=2):
+        sampler.start()
+        try:
+            fit_once(2, None, storage)  # warm-up: imports, worker processes
+            for _ in range(args.rounds):
+                times["none"].append(fit_once(args.reports, None, storage))
+                cb = WandbNodesCallback(project="bench", sampling_interval_s=args.sampling_interval_s)
+                times["callback"].append(fit_once(args.reports, cb, storage))
+        finally:
+            sampler.stop.set()
 
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {

@@ -18,9 +18,7 @@ import time
 import uuid
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-
-from wandb_backend import WandbTestBackend
+from _harness import WORK_DIR, simulated_cluster
 
 
 def trainable(config: dict[str, Any]) -> None:
@@ -42,7 +40,7 @@ def experiment(trials: int, iterations: int, callback: Any) -> float:
         param_space={"x": tune.grid_search(list(range(trials))), "iterations": iterations},
         run_config=tune.RunConfig(
             name=f"bench-{uuid.uuid4().hex[:6]}",
-            storage_path="/tmp/ray_wandb_nodes_bench/tune",
+            storage_path=os.path.join(WORK_DIR, "tune"),
             callbacks=[callback] if callback else [],
             verbose=0,
         ),
@@ -58,35 +56,14 @@ def main() -> int:
     parser.add_argument("--json", default="bench/results/tune_overhead.json")
     args = parser.parse_args()
 
-    import ray
-    from ray.cluster_utils import Cluster
-
     from ray_wandb_nodes import WandbNodesTuneCallback
 
-    backend = WandbTestBackend().start()
-    os.environ.update(
-        WANDB_BASE_URL=backend.base_url,
-        WANDB_API_KEY="b" * 40,
-        WANDB_SILENT="true",
-        WANDB_ERROR_REPORTING="false",
-        WANDB_DIR="/tmp/ray_wandb_nodes_bench",
-    )
-    os.makedirs("/tmp/ray_wandb_nodes_bench", exist_ok=True)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    for _ in range(args.trials):
-        cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
     times: dict[str, list[float]] = {"none": [], "callback": []}
-    try:
+    with simulated_cluster(worker_nodes=args.trials) as (_, backend):
         experiment(args.trials, 2, None)  # warm-up
         for _ in range(args.rounds):
             times["none"].append(experiment(args.trials, args.iterations, None))
             times["callback"].append(experiment(args.trials, args.iterations, WandbNodesTuneCallback(project="bench")))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        backend.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "trials": args.trials,

@@ -1,0 +1,46 @@
+"""What every bench script stands on: a simulated cluster and the W&B test backend.
+
+A CPU-less head plus one-CPU worker nodes (``ray.cluster_utils.Cluster``), connected, and
+the test backend on 127.0.0.1 with the driver's W&B environment pointed at it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+from wandb_backend import WandbTestBackend
+
+WORK_DIR = "/tmp/ray_wandb_nodes_bench"
+
+
+@contextmanager
+def simulated_cluster(worker_nodes: int) -> Iterator[tuple[Any, WandbTestBackend]]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    backend = WandbTestBackend().start()
+    os.makedirs(WORK_DIR, exist_ok=True)
+    os.environ.update(
+        WANDB_BASE_URL=backend.base_url,
+        WANDB_API_KEY="b" * 40,
+        WANDB_SILENT="true",
+        WANDB_ERROR_REPORTING="false",
+        WANDB_DIR=WORK_DIR,
+    )
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(worker_nodes):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster, backend
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        backend.stop()
