@@ -24,6 +24,7 @@ from typing import Any
 
 from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
+from ._offline import MAX_COLLECT_BYTES, OfflineIndex, node_local_dir, receive
 from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec
@@ -60,6 +61,22 @@ class RunTarget:
     spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
     standalone: WriterSpec | None = None
     excludes: tuple[str, ...] = ()
+    # Offline mode: the run's folder index; the fleet brings every node writer's run there.
+    index: OfflineIndex | None = None
+
+    def __post_init__(self) -> None:
+        if self.index is None:
+            if self.primary is not None:
+                self.index = self.primary.index
+            elif self.standalone is not None and self.standalone.offline_dir is not None:
+                s = self.standalone
+                self.index = OfflineIndex(
+                    self.standalone.offline_dir,
+                    run_id=s.run_id,
+                    project=s.init_kwargs.get("project"),
+                    name=s.init_kwargs.get("name"),
+                    group=s.init_kwargs.get("group"),
+                )
 
     @property
     def run_id(self) -> str:
@@ -95,6 +112,7 @@ class _Logger:
     ping: Any = None  # an outstanding status() call
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
+    hosted: set[str] = field(default_factory=set)  # every run it ever had a writer of
 
 
 @dataclass
@@ -112,6 +130,12 @@ class _Retirement:
     deadline: float
     timeout: float
     then: Callable[[], None] | None
+    # offline: the run's folder index, which node writers hosted the run, and their collectors
+    index: OfflineIndex | None = None
+    sources: list[_Logger] = field(default_factory=list)
+    role: str = "node"
+    collectors: list[threading.Thread] | None = None
+    collect_deadline: float = 0.0
 
 
 @dataclass
@@ -271,6 +295,7 @@ class NodeFleet:
                 del self._loggers[lg.node.node_id]
         for lg in dead:
             self._kill(lg)
+            self._record_lost(lg)
         # Writers of runs that no longer use a node finish (the actor stays for other runs).
         for node_id, lg in list(self._loggers.items()):
             for run_id in sorted(lg.runs - set(wanted.get(node_id, {}))):
@@ -288,6 +313,7 @@ class NodeFleet:
             for run_id, target in runs.items():
                 if run_id not in host.runs:
                     host.runs.add(run_id)
+                    host.hosted.add(run_id)
                     ref = host.actor.add_writer.remote(target.spec(host.node))
                     self._joins.append(_Join(logger=host, run_id=run_id, ref=ref, started=now))
                     for row in self._pending_rows.pop(run_id, []):
@@ -471,15 +497,25 @@ class NodeFleet:
             if run_id in lg.runs:
                 lg.runs.discard(run_id)
                 refs[lg.actor.finish.remote(run_id, exit_code)] = lg
-        self._retirements.append(
-            _Retirement(run_id=run_id, refs=refs, deadline=time.monotonic() + timeout, timeout=timeout, then=then)
+        retirement = _Retirement(
+            run_id=run_id, refs=refs, deadline=time.monotonic() + timeout, timeout=timeout, then=then
         )
+        if target is not None and target.index is not None:
+            retirement.index = target.index
+            retirement.sources = [lg for lg in self._loggers.values() if run_id in lg.hosted]
+            retirement.role = "run" if target.standalone is not None else "node"
+            target.index.update(worker_nodes=sorted(target.nodes))
+        self._retirements.append(retirement)
 
     def _check_retirements(self, final: bool = False) -> None:
         import ray
 
         still: list[_Retirement] = []
         for r in self._retirements:
+            if r.collectors is not None:  # writers finished; their offline runs are on their way
+                if any(t.is_alive() for t in r.collectors) and time.monotonic() < r.collect_deadline and not final:
+                    still.append(r)
+                continue
             pending = list(r.refs)
             done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
             if not_done and time.monotonic() < r.deadline and not final:
@@ -499,7 +535,86 @@ class NodeFleet:
                     r.then()
             except Exception as e:  # noqa: BLE001
                 self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
+            if r.index is not None and r.sources and not final:
+                self._start_collection(r)
+                still.append(r)
         self._retirements = still
+
+    # offline runs ----------------------------------------------------------------------------
+    def _start_collection(self, r: _Retirement) -> None:
+        """Bring each node writer's offline run to the run's folder, in parallel, bounded."""
+        r.collect_deadline = time.monotonic() + r.timeout
+        r.collectors = [
+            threading.Thread(
+                target=self._collect,
+                args=(lg, r.run_id, r.index, r.role, r.collect_deadline),
+                name=f"ray_wandb_nodes-collect-{lg.node.label}",
+                daemon=True,
+            )
+            for lg in r.sources
+        ]
+        for t in r.collectors:
+            t.start()
+
+    def _collect(self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, deadline: float) -> None:
+        import os
+
+        import ray
+
+        node = lg.node
+        entry: dict[str, Any] = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        try:
+            info = ray.get(lg.actor.pack_offline.remote(run_id, node.label), timeout=left())
+            if not info["bytes"]:
+                entry.update(state="empty", error="the node writer left no offline data")
+            elif info["bytes"] > MAX_COLLECT_BYTES:
+                entry.update(
+                    state="left-on-node",
+                    source=f"{node.hostname}:{info['source']}",
+                    error=f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray",
+                )
+            else:
+                dest = os.path.join(index.folder, "nodes", node.label)
+                receive(
+                    lambda offset: ray.get(lg.actor.read_offline.remote(info["archive"], offset), timeout=left()),
+                    info["bytes"],
+                    dest,
+                    deadline,
+                )
+                entry.update(state="collected", path=index.relative(dest), bytes=info["bytes"])
+                lg.actor.discard_offline.remote(run_id, node.label)
+        except Exception as e:  # noqa: BLE001 - the data stays on the node; say where
+            entry.update(
+                state="left-on-node", source=f"{node.hostname}:{node_local_dir(run_id, node.label)}", error=describe(e)
+            )
+        if entry["state"] != "collected":
+            self._warner.warn(
+                f"offline:{run_id}:{node.node_id}",
+                f"the offline run of {node.label} was not brought to {index.folder} ({entry['error']})"
+                + (f"; it is at {entry['source']}" if "source" in entry else ""),
+            )
+        index.set_writer(entry)
+
+    def _record_lost(self, lg: _Logger) -> None:
+        for run_id in sorted(lg.hosted):
+            target = self._targets.get(run_id)
+            if target is None or target.index is None:
+                continue
+            target.index.set_writer(
+                {
+                    "role": "run" if target.standalone is not None else "node",
+                    "label": lg.node.label,
+                    "node_id": lg.node.node_id,
+                    "hostname": lg.node.hostname,
+                    "state": "lost",
+                    "error": "the node left the cluster; its offline run stayed on it",
+                    "source": f"{lg.node.hostname}:{node_local_dir(run_id, lg.node.label)}",
+                }
+            )
 
     def _shutdown(self, timeout: float) -> None:
         """Retire the runs still open (their primaries finish as failed: nobody said otherwise)."""

@@ -15,6 +15,7 @@ import os
 import socket
 from typing import Any
 
+from . import _offline
 from ._metrics import Stepper
 from ._wandb_io import init_writer
 from ._warn import describe
@@ -42,7 +43,8 @@ class NodeLogger:
         self._labels[spec.run_id] = spec.label
         self._roles[spec.run_id] = spec.role
         try:
-            path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label)
+            offline = spec.settings.get("mode") == "offline"
+            path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline)
             run = init_writer(spec, dir=path)
             self._runs[spec.run_id] = run
             self._steppers[spec.run_id] = Stepper.resuming(spec.step_metric, run)
@@ -113,3 +115,25 @@ class NodeLogger:
             except Exception as e:  # noqa: BLE001
                 self._errors[rid] = f"finish failed: {describe(e)}"
         return self.status()
+
+    # offline runs: brought to the driver side at the end -----------------------------------
+    def pack_offline(self, run_id: str, label: str) -> dict[str, Any]:
+        """Finish ``run_id``'s writer if it still runs, then pack its offline folder.
+
+        The folder is found by path, not by memory, so the runs of a logger that restarted
+        are packed too. Returns the archive's path and size (0 when there is nothing).
+        """
+        if run_id in self._runs:
+            self.finish(run_id)
+        folder = _offline.node_local_dir(run_id, label)
+        if not os.path.isdir(folder) or not os.listdir(folder):
+            return {"archive": None, "bytes": 0, "source": folder}
+        archive, size = _offline.pack(folder)
+        return {"archive": archive, "bytes": size, "source": folder}
+
+    def read_offline(self, archive: str, offset: int) -> bytes:
+        return _offline.read_chunk(archive, offset)
+
+    def discard_offline(self, run_id: str, label: str) -> None:
+        """Remove the node's copy once the driver side holds it."""
+        _offline.discard(_offline.node_local_dir(run_id, label))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._metrics import Stepper, to_row
+from ._offline import OfflineIndex
 from ._wandb_io import init_writer
 from ._warn import Warner, describe
 from ._writers import WriterSpec
@@ -70,6 +71,12 @@ class PrimaryWriter:
         self.dropped = 0
         self.exit_code: int | None = None
         self._stepper = Stepper(spec.step_metric)
+        self.index: OfflineIndex | None = None
+        if spec.offline_dir:
+            k = spec.init_kwargs
+            self.index = OfflineIndex(
+                spec.offline_dir, run_id=spec.run_id, project=k.get("project"), name=k.get("name"), group=k.get("group")
+            )
 
     # called from hooks: never blocks on W&B --------------------------------------------------
     def start(self) -> None:
@@ -164,6 +171,7 @@ class PrimaryWriter:
         finally:
             self._ready.set()
         self.entity, self.project = self.run.entity, self.run.project
+        self._index_primary()
         # A resumed run (restart, auto-resume by name) continues its step count.
         self._stepper = Stepper.resuming(self.spec.step_metric, self.run)
 
@@ -220,3 +228,35 @@ class PrimaryWriter:
             self._warner.warn(
                 f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
             )
+        if self.index is not None:
+            try:
+                self.index.update(exit_code=exit_code)
+            except OSError as e:
+                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+
+    def _index_primary(self) -> None:
+        """Offline: name the run and the primary's own offline run in the run's folder index."""
+        if self.index is None:
+            return
+        import socket
+
+        try:
+            import ray
+
+            node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        except Exception:  # noqa: BLE001
+            node_id = None
+        try:
+            self.index.update(entity=self.entity or None, project=self.project or self.index.data["project"])
+            self.index.set_writer(
+                {
+                    "role": "primary",
+                    "label": self.spec.label,
+                    "node_id": node_id,
+                    "hostname": socket.gethostname(),
+                    "state": "written",
+                    "path": self.index.relative(str(self.run.settings.sync_dir)),
+                }
+            )
+        except (OSError, AttributeError) as e:
+            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")

@@ -3,7 +3,8 @@
 The primary creates the run (shared mode, ``x_primary=True``); node writers join it
 after (``x_primary=False``, ``x_update_finish_state=False``, console off), each with
 its own label. Offline runs cannot be shared, so in offline mode every writer writes
-its own offline run under the run's id, with the same labels.
+its own offline run under the run's id, with the same labels, and the primary's lands in
+the run's offline folder (``_offline.py``), where the node writers' runs join it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._offline import node_local_dir, offline_folder
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
 
@@ -29,6 +31,8 @@ class WriterSpec:
     settings: dict[str, Any]
     api_key: Secret | None = None
     step_metric: str = STEP_METRIC
+    # Offline mode: the run's folder on the driver side (see _offline.py); None otherwise.
+    offline_dir: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -90,12 +94,22 @@ def primary_spec(
     )
     if not init_kwargs.get("dir"):
         init_kwargs["dir"] = env.dir or default_dir
+    offline_dir = None
+    if mode == "offline":
+        # One folder per run on the driver side; node writers' runs are brought next to it.
+        offline_dir = offline_folder(init_kwargs.get("dir") or os.getcwd(), str(init_kwargs["id"]))
+        init_kwargs["dir"] = os.path.join(offline_dir, "primary")
     settings = {"console": "off", **_common_settings(options, env)}
     settings.update(
         mode=_wandb_mode(mode) if shared else mode, x_primary=True, x_label=label, x_update_finish_state=True
     )
     return WriterSpec(
-        role="primary", label=label, init_kwargs=_drop_none(init_kwargs), settings=settings, api_key=env.api_key
+        role="primary",
+        label=label,
+        init_kwargs=_drop_none(init_kwargs),
+        settings=settings,
+        api_key=env.api_key,
+        offline_dir=offline_dir,
     )
 
 
@@ -110,6 +124,7 @@ def run_spec(
     label: str,
     config: dict[str, Any],
     gpu_ids: tuple[int, ...] = (),
+    default_dir: str | None = None,
 ) -> WriterSpec:
     """A run of its own, written from a node's logger actor (the node and all strategies).
 
@@ -125,7 +140,7 @@ def run_spec(
         display_name=name,
         group=group,
         config=config,
-        default_dir=None,
+        default_dir=default_dir,
         shared=False,
     )
     init_kwargs = {**primary.init_kwargs, "id": run_id, "name": name}
@@ -167,13 +182,18 @@ def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: s
     )
 
 
-def node_dir(base: str | None, run_id: str, label: str) -> str:
+def node_dir(base: str | None, run_id: str, label: str, *, offline: bool = False) -> str:
     """The folder of a node writer, created on its node.
 
-    Writers of one run must not share a folder (offline runs of one id would collide), so
-    each gets ``<base>/ray_wandb_nodes/<label>``; where ``base`` is unset or cannot be made
-    on that node (the driver's folder rarely exists elsewhere), the node's temp folder.
+    An offline writer writes in the node's temp folder, from where its run is brought to the
+    driver side at the end (see _offline.py). Writers of one run must not share a folder, so
+    an online one gets ``<base>/ray_wandb_nodes/<label>``; where ``base`` is unset or cannot
+    be made on that node (the driver's folder rarely exists elsewhere), the node's temp folder.
     """
+    if offline:
+        path = node_local_dir(run_id, label)
+        os.makedirs(path, exist_ok=True)
+        return path
     candidates = [os.path.join(base, "ray_wandb_nodes", label)] if base else []
     candidates.append(os.path.join(tempfile.gettempdir(), "ray_wandb_nodes", run_id, label))
     for path in candidates:

@@ -236,6 +236,7 @@ class _TrainRun:
         self.options = o = callback.options
         self._env = callback._env
         self._warner = callback._warner
+        self._driver_cwd = callback._driver_cwd
         run_config = ctx.run_config
         self.run_name = str(run_config.name)
         self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
@@ -308,6 +309,7 @@ class _TrainRun:
                     label=planned.label,
                     config={**self.config, "ray_train": {**self.config["ray_train"], "rank": planned.rank}},
                     gpu_ids=planned.gpu_ids,
+                    default_dir=self._driver_cwd,
                 )
                 target = RunTarget(
                     primary=None,

@@ -7,6 +7,8 @@ wandb client in the controller and in the node loggers talks to the test backend
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -209,34 +211,66 @@ def test_restart_by_name_writes_to_the_same_run(cluster: Any, backend: WandbTest
     assert [c.exit_code for c in run.completes] == [0, 0]
 
 
-def test_offline_mode_writes_one_offline_run_per_writer_under_the_run_id(
-    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from ray_wandb_nodes import cli
+    from ray_wandb_nodes._offline import node_local_dir
+    from ray_wandb_nodes.txlog import read_run
+
     wandb_dir = tmp_path / "wandb_dir"
     wandb_dir.mkdir()
     monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
     with WandbTestBackend() as own_backend:
         monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
         name = unique("offline")
-        result = fit(name, make_callback(mode="offline"), str(tmp_path))
+        result = fit(name, make_callback(mode="offline"), str(tmp_path), step_sleep_s=0.5)
         assert result.error is None
-        assert own_backend.requests == []
-    logs = sorted(wandb_dir.glob("**/offline-run-*/run-*.wandb"))
-    assert len(logs) == 3, logs
-    assert len({p.name for p in logs}) == 1 and logs[0].name.startswith(f"run-{name}-")
-    labels = node_labels()
-    head_label = labels[head_node_id(cluster)]
-    by_label = {}
-    for path in logs:
-        data = path.read_bytes()
-        found = [label for label in labels.values() if f"/l:{label}".encode() in data]
-        assert len(found) == 1, (path, found)
-        by_label[found[0]] = path
-    assert set(by_label) == set(labels.values())
-    assert by_label[head_label].parent.parent.parent == wandb_dir  # the primary: <WANDB_DIR>/wandb/
-    for label, path in by_label.items():
-        if label != head_label:
-            assert path.parents[2] == wandb_dir / "ray_wandb_nodes" / label
+        assert own_backend.requests == []  # offline: nothing went out
+
+        # One folder for the run: the primary's offline run and every node writer's, and an index.
+        (folder,) = (wandb_dir / "ray_wandb_nodes").iterdir()
+        index = json.loads((folder / "index.json").read_text())
+        run_id = index["run_id"]
+        assert folder.name == run_id and run_id.startswith(name) and index["exit_code"] == 0
+        labels = node_labels()
+        head_label = labels[head_node_id(cluster)]
+        writers = {w["label"]: w for w in index["writers"]}
+        assert set(writers) == set(labels.values())
+        assert {label: (w["role"], w["state"]) for label, w in writers.items()} == {
+            label: ("primary", "written") if label == head_label else ("node", "collected") for label in writers
+        }
+        assert {w["node_id"] for w in writers.values()} == set(labels)
+        assert sorted(index["worker_nodes"]) == sorted(n for n in labels if n != head_node_id(cluster))
+        logs = sorted(folder.glob("**/run-*.wandb"))
+        assert len(logs) == 3
+        for label, w in writers.items():
+            (log_path,) = (folder / w["path"]).glob("**/run-*.wandb")
+            log = read_run(str(log_path))
+            assert log.run_id == run_id and log.labels == [label] and log.exit_code == 0
+            assert len(log.stats[label]) >= 2, (label, len(log.stats[label]))
+            if label == head_label:
+                assert [row["training_iteration"] for row in log.history] == [1, 2, 3, 4]
+            else:
+                assert log.history == [] and not os.path.exists(node_local_dir(run_id, label))
+
+        # report: every node, from the folder alone.
+        capsys.readouterr()
+        assert cli.main(["report", str(folder), "--json"]) == 0
+        (report,) = json.loads(capsys.readouterr().out)["runs"]
+        assert report["run_id"] == run_id and report["history_rows"] == REPORTS
+        assert {n["label"]: n["role"] for n in report["nodes"]} == {label: w["role"] for label, w in writers.items()}
+        assert all(n["samples"] >= 2 and n["mem_mean"] > 0 for n in report["nodes"])
+
+        # sync: one online run with every node's label and the primary's history, completed once.
+        assert cli.main(["sync", str(folder)]) == 0
+        (run,) = own_backend.runs.values()
+        assert run.run_id == run_id and run.display_name == name
+        assert run.labels == set(labels.values())
+        assert_one_writer_per_label(run)
+        assert [row["training_iteration"] for row in user_rows(run)] == [1, 2, 3, 4]
+        assert run.completes == [type(run.completes[0])(client_id=primary_client(run, head_label), exit_code=0)]
+        assert all(os.path.exists(str(p) + ".synced") for p in logs)
     assert_nothing_left()
 
 

@@ -1,0 +1,152 @@
+"""Offline runs: one folder per W&B run on the driver side, with every node's data in it.
+
+Shared mode cannot be offline, so in offline mode every writer writes an offline run of its
+own under the run's id, labelled as in shared mode. The primary writes straight into the
+run's folder; a node writer writes into its node's temp folder and, at the end, its data is
+packed (tar.gz), brought to the driver side through Ray in bounded chunks and unpacked next
+to the primary's::
+
+    <dir>/ray_wandb_nodes/<run id>/
+        index.json                                   the run, its writers, labels and paths
+        primary/wandb/offline-run-<time>-<id>/       the primary's offline run
+        nodes/<label>/wandb/offline-run-<time>-<id>/ one per node writer
+
+``ray-wandb-nodes report`` and ``ray-wandb-nodes sync`` read such a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+INDEX = "index.json"
+INDEX_FORMAT = "ray_wandb_nodes.offline/1"
+CHUNK_BYTES = 4 << 20
+MAX_COLLECT_BYTES = 2 << 30  # a node's packed offline run above this stays on its node
+
+
+def offline_folder(base: str, run_id: str) -> str:
+    return os.path.join(base, "ray_wandb_nodes", run_id)
+
+
+def node_local_dir(run_id: str, label: str) -> str:
+    """Where a node writer of an offline run writes, on its node (the same path after a restart)."""
+    return os.path.join(tempfile.gettempdir(), "ray_wandb_nodes", "offline", run_id, label)
+
+
+class OfflineIndex:
+    """``index.json`` of one offline run folder; written atomically after every change."""
+
+    def __init__(self, folder: str, *, run_id: str, project: str | None, name: str | None, group: str | None) -> None:
+        self.folder = folder
+        self._lock = threading.Lock()
+        self.data: dict[str, Any] = {
+            "format": INDEX_FORMAT,
+            "run_id": run_id,
+            "project": project,
+            "entity": None,
+            "name": name,
+            "group": group,
+            "exit_code": None,
+            "worker_nodes": [],
+            "writers": [],
+        }
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self.data.update(fields)
+            self._write()
+
+    def set_writer(self, entry: dict[str, Any]) -> None:
+        """Add or replace the entry of one writer (by label and role)."""
+        with self._lock:
+            writers = [
+                w
+                for w in self.data["writers"]
+                if (w.get("label"), w.get("role")) != (entry.get("label"), entry.get("role"))
+            ]
+            writers.append(entry)
+            writers.sort(key=lambda w: (w.get("role") != "primary", str(w.get("label"))))
+            self.data["writers"] = writers
+            self._write()
+
+    def relative(self, path: str) -> str:
+        return os.path.relpath(path, self.folder)
+
+    def _write(self) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        tmp = os.path.join(self.folder, f".{INDEX}.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({**self.data, "updated": time.time()}, f, indent=2, sort_keys=True)
+        os.replace(tmp, os.path.join(self.folder, INDEX))
+
+
+# on the node ---------------------------------------------------------------------------------
+def pack(folder: str) -> tuple[str, int]:
+    """Pack ``folder`` into a tar.gz beside it; (archive path, size in bytes).
+
+    Links are left out: wandb links ``latest-run`` and its logs to files outside the run
+    (wandb-core's shared log), which are not the run's data.
+    """
+    archive = folder.rstrip(os.sep) + ".tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+        tar.add(folder, arcname=".", filter=lambda m: None if m.issym() or m.islnk() else m)
+    return archive, os.path.getsize(archive)
+
+
+def read_chunk(path: str, offset: int, size: int = CHUNK_BYTES) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def discard(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.remove(folder.rstrip(os.sep) + ".tar.gz")
+    except OSError:
+        pass
+
+
+# on the driver side --------------------------------------------------------------------------
+def receive(read: Callable[[int], bytes], size: int, dest: str, deadline: float) -> None:
+    """Fetch ``size`` bytes of a tar.gz with ``read(offset)`` and unpack it into ``dest``.
+
+    ``TimeoutError`` when ``deadline`` (monotonic) passes first; the archive is unpacked only
+    once it is whole, so ``dest`` never holds half a run.
+    """
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    part = dest.rstrip(os.sep) + ".tar.gz.part"
+    try:
+        with open(part, "wb") as f:
+            offset = 0
+            while offset < size:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{offset} of {size} bytes received before the deadline")
+                data = read(offset)
+                if not data:
+                    raise OSError(f"the node's archive ended at {offset} of {size} bytes")
+                f.write(data)
+                offset += len(data)
+        with tarfile.open(part, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # Python without extraction filters: refuse anything outside dest
+                root = os.path.realpath(dest)
+                for member in tar.getmembers():
+                    target = os.path.realpath(os.path.join(dest, member.name))
+                    if not (target == root or target.startswith(root + os.sep)) or member.issym() or member.islnk():
+                        raise OSError(f"unsafe path in a node's archive: {member.name!r}")
+                tar.extractall(dest)  # members checked above
+    finally:
+        try:
+            os.remove(part)
+        except OSError:
+            pass

@@ -1,0 +1,136 @@
+"""Upload an offline run folder into one W&B run, the way shared mode would have written it.
+
+Syncing several offline runs of one id with plain ``wandb sync`` does not merge them: each
+starts its files at offset 0 and overwrites the one before (wandb issue #3841). wandb's own
+sync does honour shared mode when it is asked to (``WANDB_MODE=shared``): each file is then a
+writer of its own, the way it was when the run was online. So this runs ``wandb sync --id``
+once per writer, the primary first (``x_primary``, it owns the run's final state), then
+every node writer as a non-primary writer that never sets the run's state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .report import find_run_folders, wandb_files, writer_for
+from .txlog import read_run
+
+
+@dataclass
+class SyncStep:
+    run_id: str
+    label: str
+    role: str  # primary, node, run
+    file: str  # the run-<id>.wandb transaction log
+    project: str | None
+    entity: str | None
+    synced: bool  # already synced (wandb's .synced marker)
+    error: str | None = None  # the file is damaged; wandb sync may stop there
+
+    @property
+    def path(self) -> str:
+        """The offline-run-... folder that wandb sync takes."""
+        return os.path.dirname(self.file)
+
+    @property
+    def shared(self) -> bool:
+        return self.role in ("primary", "node")
+
+    def command(self, entity: str | None, project: str | None) -> list[str]:
+        cmd = [sys.executable, "-m", "wandb", "sync", "--id", self.run_id]
+        if project or self.project:
+            cmd += ["--project", str(project or self.project)]
+        if entity or self.entity:
+            cmd += ["--entity", str(entity or self.entity)]
+        return [*cmd, self.path]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.shared:
+            primary = "true" if self.role == "primary" else "false"
+            env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
+        else:
+            env.pop("WANDB_MODE", None)
+        return env
+
+
+def plan(folder: str) -> list[SyncStep]:
+    """The writers to upload, run by run: each run's primary first, then its node writers."""
+    steps: list[SyncStep] = []
+    for run_folder, index in find_run_folders(folder):
+        found = []
+        for path in wandb_files(run_folder):
+            log = read_run(path, strict=False)
+            writer = writer_for(path, run_folder, index) or {}
+            role = writer.get("role") or ("primary" if log.history or log.config else "node")
+            label = writer.get("label") or (log.labels[0] if log.labels else os.path.basename(os.path.dirname(path)))
+            found.append(
+                (
+                    log.start_time or 0.0,
+                    SyncStep(
+                        run_id=log.run_id or str((index or {}).get("run_id")),
+                        label=label,
+                        role=role,
+                        file=path,
+                        project=log.project or (index or {}).get("project"),
+                        entity=log.entity or (index or {}).get("entity"),
+                        synced=os.path.exists(path + ".synced"),
+                        error=str(log.error) if log.error else None,
+                    ),
+                )
+            )
+        found.sort(key=lambda x: (x[1].run_id, x[1].role != "primary", x[1].label, x[0]))
+        steps.extend(step for _, step in found)
+    return steps
+
+
+def logged_in() -> tuple[bool, str]:
+    """Whether this machine has a W&B key for the base URL (env, or netrc from `wandb login`)."""
+    from ._secrets import capture_env
+    from ._setup import default_base_url
+
+    env = capture_env(os.environ, default_base_url=default_base_url())
+    return env.api_key is not None, env.base_url or default_base_url() or "W&B"
+
+
+def sync(
+    steps: list[SyncStep],
+    *,
+    entity: str | None = None,
+    project: str | None = None,
+    dry_run: bool = False,
+    out: Callable[[str], None] = print,
+    runner: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> int:
+    """Upload ``steps`` in order; 0 when all went (or would go) up, 1 otherwise."""
+    failed_runs: set[str] = set()
+    failures = 0
+    for step in steps:
+        what = f"{step.run_id}  {step.role:<7} {step.label}  {step.path}"
+        if step.synced:
+            out(f"skip  {what}  (already synced)")
+            continue
+        if step.run_id in failed_runs:
+            out(f"skip  {what}  (its primary did not sync)")
+            failures += 1
+            continue
+        if step.error:
+            out(f"note  {step.label}: {step.error}; wandb sync uploads what precedes the damage")
+        if dry_run:
+            mode = f"shared, x_primary={step.role == 'primary'}" if step.shared else "a run of its own"
+            out(f"would sync  {what}  ({mode})")
+            continue
+        out(f"sync  {what}")
+        proc = runner(step.command(entity, project), env=step.env(), capture_output=True, text=True)
+        marker = step.file + ".synced"
+        if proc.returncode != 0 or not os.path.exists(marker):
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            out(f"FAILED  {step.label}: wandb sync exited {proc.returncode}: " + " | ".join(tail))
+            failures += 1
+            if step.role == "primary":
+                failed_runs.add(step.run_id)
+    return 1 if failures else 0

@@ -1,0 +1,222 @@
+"""Read wandb's transaction log (the ``run-<id>.wandb`` file of every offline or online run).
+
+The file is the LevelDB log format after a 7-byte W&B header: ``:W&B``, magic ``0xBEE1``
+(uint16, little-endian) and a version byte 0. The rest is 32 KiB blocks of chunks, each
+with a 7-byte header ``<crc32 uint32><length uint16><type uint8>``; the CRC is the IEEE
+CRC-32 of the type byte followed by the payload. A record is one FULL chunk, or FIRST,
+MIDDLE..., LAST. A block with fewer than 7 bytes left is padded with zeros. Each record is
+a ``wandb.proto.wandb_internal_pb2.Record``. The Go writer is wandb-core's
+``core/pkg/leveldb`` and ``core/internal/transactionlog``.
+
+The format is private to wandb; the header's magic and version guard against a change, and
+every problem is a :class:`TransactionLogError` that names the file and the byte offset.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+BLOCK_SIZE = 32 * 1024
+CHUNK_HEADER = 7
+W_B_HEADER = b":W&B"
+MAGIC = 0xBEE1
+VERSION = 0
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+LABEL_SEP = "/l:"  # stats keys of a labelled writer: "<metric>/l:<label>"
+
+
+class TransactionLogError(Exception):
+    """A transaction log that cannot be read past ``offset``."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: {reason} at byte offset {offset}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+    """``(offset, payload)`` of every record in ``f``, in order; raises on the first bad byte."""
+    header = f.read(CHUNK_HEADER)
+    if len(header) < CHUNK_HEADER or header[:4] != W_B_HEADER:
+        raise TransactionLogError(path, 0, "not a W&B transaction log (no ':W&B' header)")
+    magic, version = struct.unpack("<HB", header[4:7])
+    if magic != MAGIC:
+        raise TransactionLogError(path, 4, f"unknown magic 0x{magic:04X} (expected 0x{MAGIC:04X})")
+    if version != VERSION:
+        raise TransactionLogError(path, 6, f"unsupported format version {version} (this reader knows {VERSION})")
+    block_start = 0
+    block = header + f.read(BLOCK_SIZE - CHUNK_HEADER)
+    pos = CHUNK_HEADER
+    pending: bytearray | None = None
+    pending_at = 0
+    while True:
+        left = len(block) - pos
+        if left < CHUNK_HEADER:
+            if len(block) < BLOCK_SIZE:  # end of file
+                if left and any(block[pos:]):
+                    raise TransactionLogError(path, block_start + pos, f"truncated chunk header ({left} bytes)")
+                break
+            block_start += BLOCK_SIZE
+            block, pos = f.read(BLOCK_SIZE), 0
+            if not block:
+                break
+            continue
+        at = block_start + pos
+        crc, length, ctype = struct.unpack("<IHB", block[pos : pos + CHUNK_HEADER])
+        if crc == 0 and length == 0 and ctype == 0:
+            pos = len(block)  # zero padding up to the end of the block
+            continue
+        if ctype not in (FULL, FIRST, MIDDLE, LAST):
+            raise TransactionLogError(path, at, f"unknown chunk type {ctype}")
+        end = pos + CHUNK_HEADER + length
+        if end > len(block):
+            if len(block) < BLOCK_SIZE:
+                raise TransactionLogError(
+                    path, at, f"truncated chunk ({len(block) - pos - CHUNK_HEADER} of {length} payload bytes)"
+                )
+            raise TransactionLogError(path, at, f"chunk length {length} runs past its block")
+        payload = block[pos + CHUNK_HEADER : end]
+        if zlib.crc32(payload, zlib.crc32(bytes([ctype]))) & 0xFFFFFFFF != crc:
+            raise TransactionLogError(path, at, "checksum mismatch")
+        pos = end
+        if ctype == FULL:
+            if pending is not None:
+                raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
+            yield at, payload
+        elif ctype == FIRST:
+            if pending is not None:
+                raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
+            pending, pending_at = bytearray(payload), at
+        elif pending is None:
+            raise TransactionLogError(path, at, "continuation chunk without a first chunk")
+        else:
+            pending += payload
+            if ctype == LAST:
+                yield pending_at, bytes(pending)
+                pending = None
+    if pending is not None:
+        raise TransactionLogError(path, pending_at, "truncated record (the file ends inside it)")
+
+
+def iter_records(path: str) -> Iterator[tuple[int, Any]]:
+    """``(offset, Record)`` for every record of the file at ``path``."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    with open(path, "rb") as f:
+        for offset, raw in iter_chunks(f, path):
+            record = pb.Record()
+            try:
+                record.ParseFromString(raw)
+            except DecodeError as e:
+                raise TransactionLogError(path, offset, f"record does not decode ({e})") from None
+            yield offset, record
+
+
+@dataclass
+class RunLog:
+    """What one writer's transaction log holds, as plain data."""
+
+    path: str
+    run_id: str | None = None
+    entity: str | None = None
+    project: str | None = None
+    name: str | None = None
+    group: str | None = None
+    start_time: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # label -> [(timestamp, {metric: value})]; "" for keys without a label
+    stats: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+    exit_code: int | None = None
+    record_counts: Counter[str] = field(default_factory=Counter)
+    error: TransactionLogError | None = None  # set when reading stopped early (strict=False)
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted(self.stats)
+
+
+def _value(value_json: str) -> Any:
+    try:
+        return json.loads(value_json)
+    except ValueError:
+        return value_json
+
+
+def _item_key(item: Any) -> str:
+    return str(item.key or "/".join(item.nested_key))
+
+
+def split_label(key: str) -> tuple[str, str]:
+    """``"cpu/l:node-a"`` -> ``("cpu", "node-a")``; an unlabelled key gets label ``""``."""
+    metric, sep, label = key.rpartition(LABEL_SEP)
+    return (metric, label) if sep else (key, "")
+
+
+def read_run(path: str, *, strict: bool = True) -> RunLog:
+    """Read the whole log at ``path``.
+
+    With ``strict=False`` a damaged file gives what was read before the damage, with the
+    :class:`TransactionLogError` in ``RunLog.error``; with ``strict=True`` it raises.
+    """
+    log = RunLog(path=path)
+    try:
+        for _, record in iter_records(path):
+            _add(log, record)
+    except TransactionLogError as e:
+        if strict:
+            raise
+        log.error = e
+    except OSError as e:
+        err = TransactionLogError(path, 0, f"cannot be read ({e.strerror or e})")
+        if strict:
+            raise err from None
+        log.error = err
+    return log
+
+
+def _add(log: RunLog, record: Any) -> None:
+    kind = record.WhichOneof("record_type")
+    log.record_counts[kind or "none"] += 1
+    if kind == "history":
+        log.history.append({_item_key(i): _value(i.value_json) for i in record.history.item})
+    elif kind == "stats":
+        ts = record.stats.timestamp
+        when = ts.seconds + ts.nanos / 1e9
+        by_label: dict[str, dict[str, Any]] = {}
+        for item in record.stats.item:
+            metric, label = split_label(_item_key(item))
+            by_label.setdefault(label, {})[metric] = _value(item.value_json)
+        for label, values in by_label.items():
+            log.stats.setdefault(label, []).append((when, values))
+    elif kind == "run":
+        run = record.run
+        log.run_id = run.run_id or log.run_id
+        log.entity = run.entity or log.entity
+        log.project = run.project or log.project
+        log.name = run.display_name or log.name
+        log.group = run.run_group or log.group
+        if run.start_time.seconds:
+            log.start_time = run.start_time.seconds + run.start_time.nanos / 1e9
+        _update_config(log.config, run.config)
+    elif kind == "config":
+        _update_config(log.config, record.config)
+    elif kind == "exit":
+        log.exit_code = int(record.exit.exit_code)
+
+
+def _update_config(config: dict[str, Any], record: Any) -> None:
+    for item in record.update:
+        key = _item_key(item)
+        if key != "_wandb":
+            config[key] = _value(item.value_json)
+    for item in record.remove:
+        config.pop(_item_key(item), None)
