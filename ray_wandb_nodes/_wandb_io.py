@@ -19,7 +19,7 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
     # A WANDB_SERVICE inherited from another process would attach this writer to that
     # process's wandb-core; every writer starts its own.
     os.environ.pop("WANDB_SERVICE", None)
-    settings = dict(spec.settings)
+    settings = {**raylet_tree_settings(wandb.Settings), **spec.settings}
     if spec.api_key is not None:
         settings["api_key"] = spec.api_key.reveal()
     kwargs = {**spec.init_kwargs, **overrides}
@@ -27,3 +27,23 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
     run.define_metric(spec.step_metric)
     run.define_metric("*", step_metric=spec.step_metric)
     return run
+
+
+def raylet_tree_settings(settings_cls: Any) -> dict[str, Any]:
+    """In a Ray worker process: sample the CPU and memory of the whole Ray process tree of
+    this node (the raylet and every worker, train workers included), not of this process.
+
+    wandb's ``cpu`` is then the share of the node's CPUs that Ray's processes use, which is
+    what a node's row should show; a logger actor alone uses next to none.
+    """
+    fields = getattr(settings_cls, "model_fields", {})
+    if "x_stats_track_process_tree" not in fields:
+        return {}
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm") as f:
+            if not f.read().startswith("raylet"):
+                return {}
+    except OSError:
+        return {}
+    return {"x_stats_pid": parent, "x_stats_track_process_tree": True}

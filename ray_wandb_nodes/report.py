@@ -29,6 +29,7 @@ _GPU_MEM = re.compile(r"^gpu\.(\d+)\.memoryAllocated$")
 PCT_POINTS, PCT_SHARE = 20.0, 0.3
 RATE_FACTOR, RATE_MIN = 3.0, 1 << 20
 MIN_NODES_TO_FLAG = 3
+WIDTH = 100  # of the text report
 
 
 @dataclass
@@ -311,12 +312,16 @@ def format_text(reports: list[RunReport]) -> str:
         lines.append(f"Run {r.run_id}  project={r.project or '-'}  exit code {exit_text}")
         lines.append(f"  folder  {r.folder}")
         keys = [k for k in r.history_keys if not k.startswith("_")]
-        shown = ", ".join(keys[:8]) + (f", ... ({len(keys)} keys)" if len(keys) > 8 else "")
-        lines.append(f"  history {r.history_rows} rows: {shown or '-'}")
+        head = f"  history {r.history_rows} rows: "
+        more = f", ... ({len(keys)} keys)"
+        shown = ", ".join(keys)
+        if len(head) + len(shown) > WIDTH:
+            shown = shown[: WIDTH - len(head) - len(more)].rsplit(", ", 1)[0] + more
+        lines.append(head + (shown or "-"))
         lines.append("")
         lines.append(
-            f"  {'node':<32} {'role':<8} {'samples':>7} {'span':>6} {'CPU% mean/max':>14} "
-            f"{'mem% mean/max':>14} {'net MB/s tx/rx':>15}"
+            f"  {'node':<28} {'role':<7} {'samples':>7} {'span':>6} {'CPU% mean/max':>13} "
+            f"{'mem% mean/max':>13} {'net MB/s tx/rx':>14}"
         )
         for n in r.nodes:
             net = (
@@ -325,13 +330,13 @@ def format_text(reports: list[RunReport]) -> str:
                 else f"{(n.net_sent_bps or 0) / 1e6:.2f}/{(n.net_recv_bps or 0) / 1e6:.2f}"
             )
             lines.append(
-                f"  {n.label[:32]:<32} {n.role:<8} {n.samples:>7} {_span(n.span_s):>6} "
-                f"{_num(n.cpu_mean) + '/' + _num(n.cpu_max):>14} {_num(n.mem_mean) + '/' + _num(n.mem_max):>14} "
-                f"{net:>15}"
+                f"  {n.label[:28]:<28} {n.role:<7} {n.samples:>7} {_span(n.span_s):>6} "
+                f"{_num(n.cpu_mean) + '/' + _num(n.cpu_max):>13} {_num(n.mem_mean) + '/' + _num(n.mem_max):>13} "
+                f"{net:>14}"
             )
             for g in n.gpus:
                 lines.append(
-                    f"  {'':<32} gpu{g.index:<5} util% {_num(g.util_mean)}/{_num(g.util_max)}  "
+                    f"  {'':<28} gpu{g.index:<4} util% {_num(g.util_mean)}/{_num(g.util_max)}  "
                     f"memory% {_num(g.mem_mean)}/{_num(g.mem_max)}"
                 )
         gpu_less = all(not n.gpus for n in r.nodes)
