@@ -4,7 +4,9 @@
     RAY_ADDRESS=auto python examples/train_multinode.py --workers 8 --project my-proj
 
 With no W&B account configured (no WANDB_API_KEY, no `wandb login`, no WANDB_MODE), it
-runs offline and prints where each node's offline run lies and how to sync them.
+runs offline: every node's offline run is brought into one folder, and the example prints
+the per-node report of that folder and draws its chart (``ray-wandb-nodes report``), then
+says how to upload it all into one W&B run later (``ray-wandb-nodes sync``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from ray.train.torch import TorchTrainer
 
 from ray_wandb_nodes import WandbNodesCallback
 
+BATCH = 1024
+
 
 def train_loop(config: dict[str, Any]) -> None:
     """A tiny regression task, data-parallel across the workers."""
@@ -36,14 +40,20 @@ def train_loop(config: dict[str, Any]) -> None:
 
     torch.manual_seed(ray.train.get_context().get_world_rank())
     true_w = torch.arange(1.0, 9.0)
-    model = prepare_model(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+    hidden = 256
+    model = prepare_model(
+        torch.nn.Sequential(
+            torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+            torch.nn.Linear(hidden, 1),
+        )
+    )  # fmt: skip
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
     for epoch in range(config["epochs"]):
         started = time.perf_counter()
         total = 0.0
         for _ in range(config["batches"]):
-            x = torch.randn(256, 8)
-            y = (x @ true_w).unsqueeze(1) + 0.1 * torch.randn(256, 1)
+            x = torch.randn(BATCH, 8)
+            y = (x @ true_w).unsqueeze(1) + 0.1 * torch.randn(BATCH, 1)
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()
@@ -53,7 +63,7 @@ def train_loop(config: dict[str, Any]) -> None:
             {
                 "epoch": epoch,
                 "loss": total / config["batches"],
-                "samples_per_s": 256 * config["batches"] / (time.perf_counter() - started),
+                "samples_per_s": BATCH * config["batches"] / (time.perf_counter() - started),
             }
         )
 
@@ -68,7 +78,7 @@ def account_configured() -> bool:
 def start_local_cluster() -> Any:
     from ray.cluster_utils import Cluster
 
-    print("Starting a local simulated cluster: a head node and two one-CPU worker nodes ...")
+    print("Starting a local simulated cluster of three nodes: a head node and two one-CPU worker nodes ...")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
@@ -81,9 +91,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=os.environ.get("WANDB_PROJECT", "ray-wandb-nodes-demo"))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--mode", choices=["online", "offline", "disabled"], default=None)
     parser.add_argument("--storage-path", default=os.path.abspath("ray_results"))
+    parser.add_argument("--png", default="nodes.png", help="where the offline report's chart goes")
     args = parser.parse_args()
 
     mode = args.mode or (None if account_configured() else "offline")
@@ -99,7 +110,7 @@ def main() -> int:
     callback = WandbNodesCallback(
         project=args.project,
         mode=mode,
-        sampling_interval_s=2.0,
+        sampling_interval_s=1.0,
         dir=wandb_dir,
         tags=["ray-wandb-nodes-example"],
     )
@@ -121,12 +132,30 @@ def main() -> int:
             cluster.shutdown()
 
     if mode == "offline":
-        runs = sorted(glob.glob(os.path.join(wandb_dir, "**", f"offline-run-*-{name}-*"), recursive=True))
-        print(f"Offline runs written ({len(runs)}: the primary and one per other node):")
-        for path in runs:
-            print(f"  {path}")
-        print("Upload them later from a machine with W&B access:  wandb sync <each folder above>")
+        return report_offline(wandb_dir, name, args.png)
     return 0
+
+
+def report_offline(wandb_dir: str, name: str, png: str) -> int:
+    """Print the per-node report of the run's offline folder and draw its chart."""
+    from ray_wandb_nodes.report import format_text, load, write_png
+
+    folders = glob.glob(os.path.join(wandb_dir, "ray_wandb_nodes", f"{name}-*"))
+    if len(folders) != 1:
+        print(f"Expected one offline run folder for {name!r} under {wandb_dir}, found {folders}")
+        return 1
+    folder = folders[0]
+    print(f"\nAll of the run's offline data is in one folder: {folder}")
+    print(f"Its report (ray-wandb-nodes report {os.path.relpath(folder)}):\n")
+    reports = load(folder)
+    print(format_text(reports))
+    try:
+        for path in write_png(reports, png):
+            print(f"Chart of every node: {path}")
+    except ImportError as e:
+        print(f"No chart: {e}")
+    print(f"Upload it into one W&B run later, from a machine with W&B access:\n  ray-wandb-nodes sync {folder}")
+    return 1 if any(r.errors for r in reports) else 0
 
 
 if __name__ == "__main__":

@@ -586,7 +586,7 @@ class NodeFleet:
                     deadline,
                 )
                 entry.update(state="collected", path=index.relative(dest), bytes=info["bytes"])
-                lg.actor.discard_offline.remote(run_id, node.label)
+                ray.get(lg.actor.discard_offline.remote(run_id, node.label), timeout=left())
         except Exception as e:  # noqa: BLE001 - the data stays on the node; say where
             entry.update(
                 state="left-on-node", source=f"{node.hostname}:{node_local_dir(run_id, node.label)}", error=describe(e)
