@@ -78,6 +78,7 @@ class RunRecord:
     completes: list[Complete] = field(default_factory=list)
     client_ids: set[str] = field(default_factory=set)
     upserts: int = 0
+    upsert_times: list[tuple[float, str | None]] = field(default_factory=list)  # (time.time(), client id)
     api_keys: dict[str, set[str]] = field(default_factory=dict)  # client id -> keys it authenticated with
     artifacts: list[ArtifactRecord] = field(default_factory=list)
     # (client id, file name) -> {offset: parsed line}
@@ -334,6 +335,7 @@ class WandbTestBackend:
         existed = self._find_run(v.get("entity"), v.get("project"), run_id) is not None
         run = self._get_run(v.get("entity"), v.get("project"), run_id)
         run.upserts += 1
+        run.upsert_times.append((time.time(), client_id))
         if client_id:
             run.client_ids.add(client_id)
         for var, attr in (
