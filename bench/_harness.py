@@ -44,3 +44,18 @@ def simulated_cluster(worker_nodes: int) -> Iterator[tuple[Any, WandbTestBackend
         ray.shutdown()
         cluster.shutdown()
         backend.stop()
+
+
+def write_result(path: str, result: dict[str, Any]) -> None:
+    """Write ``result`` as JSON with the machine and the date."""
+    import json
+    import time
+
+    result = {
+        **result,
+        "machine": f"{os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)

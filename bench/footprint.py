@@ -14,7 +14,6 @@ costs before it does anything.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,12 +22,11 @@ import uuid
 from typing import Any
 
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-from _harness import WORK_DIR, simulated_cluster
+from _harness import WORK_DIR, simulated_cluster, write_result
 from _procs import TreeSampler
 
 
 def train_loop(config: dict[str, Any]) -> None:
-    import time
 
     import ray.train
 
@@ -132,8 +130,6 @@ def main() -> int:
         "idle_ray_actor": floor,
         "sampling_interval_s": 15.0,
         "target": "RSS < 150 MB and CPU < 1 % of a core",
-        "machine": f"{os.cpu_count()} cores",
-        "date": time.strftime("%Y-%m-%d"),
     }
     print(f"one node writer over {logger['seconds']:.0f} s after it joined (default sampling interval, 15 s)")
     print(f"{'process':<22} {'RSS MiB':>8} {'PSS MiB':>8} {'CPU % core':>11}")
@@ -147,9 +143,7 @@ def main() -> int:
         f"{'idle Ray actor (floor)':<22} {floor['rss_mib_mean']:>8.1f} {floor['pss_mib_mean']:>8.1f} "
         f"{floor['cpu_pct_of_core']:>11.2f}"
     )
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
+    write_result(args.json, result)
     return 0
 
 

@@ -20,7 +20,6 @@ Each call is timed with ``perf_counter_ns``; the first 5 % are warm-up and left 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,7 +30,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from _harness import write_result
 from wandb_backend import WandbTestBackend
 
 
@@ -177,12 +176,8 @@ def main() -> int:
         "rows": rows,
         "calls_per_case": args.calls,
         "target": "plugin hook p99 < 100 us",
-        "machine": f"{os.cpu_count()} cores, Python {sys.version.split()[0]}",
-        "date": time.strftime("%Y-%m-%d"),
     }
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
+    write_result(args.json, result)
     return 0
 
 

@@ -10,7 +10,6 @@ alternate so both see the same machine state. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -18,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster
+from _harness import WORK_DIR, simulated_cluster, write_result
 
 
 def trainable(config: dict[str, Any]) -> None:
@@ -72,16 +71,12 @@ def main() -> int:
         "median_s": med,
         "ratio_callback_over_none": med["callback"] / med["none"],
         "runs_seen": len(backend.runs),
-        "machine": f"{os.cpu_count()} cores",
-        "date": time.strftime("%Y-%m-%d"),
     }
     print(f"{'configuration':<14} {'median s':>9} {'all runs (s)':>24}")
     for key in ("none", "callback"):
         print(f"{key:<14} {med[key]:>9.2f} {', '.join(f'{t:.2f}' for t in times[key]):>24}")
     print(f"ratio callback/none: {result['ratio_callback_over_none']:.3f}")
-    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
+    write_result(args.json, result)
     return 0
 
 

@@ -83,7 +83,8 @@ class PrimaryWriter:
         self._thread.start()
 
     def log(self, payload: Any) -> None:
-        """Queue one report (the caller's own copy: a dict, or all ranks' dicts) for the row builder."""
+        """Queue one report (a dict, or all ranks' dicts) for the row builder, which reads it on
+        the writer thread and never changes it; the caller must not change it either."""
         self._queue.put((_LOG, payload))
 
     def update_config(self, config: Mapping[str, Any]) -> None:

@@ -324,12 +324,15 @@ class _TrainRun:
 
     def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         if self.session is not None:
-            payload = dict(metrics[0]) if self.options.rank_metrics == "rank0" else [dict(m) for m in metrics]
+            # No copy on the controller's event loop: the writer thread builds its own row from
+            # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
+            # callbacks after taking them off its queues, then drops them.
+            payload = metrics[0] if self.options.rank_metrics == "rank0" else list(metrics)
             self.session.report(payload)
         else:
             for run_id, planned in self.planned.items():
                 if planned.rank < len(metrics):
-                    self.fleet.log(run_id, dict(metrics[planned.rank]))
+                    self.fleet.log(run_id, metrics[planned.rank])
         if checkpoint is not None and self.options.upload_checkpoints:
             self._log_checkpoint(checkpoint, metrics[0])
 

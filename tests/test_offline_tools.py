@@ -274,3 +274,28 @@ def test_only_nodes_with_workers_are_compared_when_the_index_says_which() -> Non
     report = RunReport(run_id="r", folder="/x", nodes=nodes)
     flag(report)
     assert all(n.flags == [] for n in report.nodes)
+
+
+def test_a_writer_the_index_names_but_the_folder_lacks_is_reported_and_named_by_sync(
+    offline_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_folder(offline_run, tmp_path)
+    index = json.loads((folder / "index.json").read_text())
+    index["writers"].append(
+        {
+            "role": "node",
+            "label": "node-w3-dddddd",
+            "state": "left-on-node",
+            "source": "w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd",
+            "error": "TimeoutError: 10 of 20 bytes received before the deadline",
+        }
+    )
+    (folder / "index.json").write_text(json.dumps(index))
+    capsys.readouterr()
+    assert cli.main(["report", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "node-w3-dddddd: no data here: left-on-node (w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd)" in out
+    assert cli.main(["sync", str(folder), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: node-w3-dddddd is not in this folder (left-on-node: TimeoutError" in out
+    assert "its data is at w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd" in out
