@@ -135,7 +135,7 @@ def main() -> int:
         WANDB_ERROR_REPORTING="false",
         WANDB_DIR=tempfile.mkdtemp(prefix="bench-wandb-"),
     )
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     contenders = {
         "WandbNodesCallback.after_report": plugin_hook,
         "wandb run.log": wandb_run_log,
