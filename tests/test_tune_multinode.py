@@ -223,3 +223,37 @@ def test_restored_experiment_writes_to_the_same_runs(cluster: Any, backend: Wand
         assert run.exit_codes[0] != 0 and run.exit_codes[-1] == 0
         assert len(run.completes) == 2
     assert_nothing_left()
+
+
+def test_offline_each_trial_gets_one_folder_with_its_node_run(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from ray import tune
+
+    from ray_wandb_nodes.report import load
+
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    with WandbTestBackend() as own_backend:
+        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+        name = unique("tune-offline")
+        space = {"x": tune.grid_search([0, 1])}
+        results = tuner(trainable, name, str(tmp_path), space, make_callback(mode="offline")).fit()
+        assert not results.errors and own_backend.requests == []
+    folders = sorted((wandb_dir / "ray_wandb_nodes").iterdir())
+    assert len(folders) == 2
+    labels = node_labels()
+    for folder in folders:
+        index = json.loads((folder / "index.json").read_text())
+        trial = next(r for r in results if r.metrics["trial_id"] == index["run_id"])
+        trial_label = labels[trial.metrics["node_id"]]
+        writers = {w["label"]: w for w in index["writers"]}
+        assert writers[trial_label]["state"] == "collected" and index["exit_code"] == 0
+        (report,) = load(str(folder))
+        assert report.history_rows == ITERATIONS
+        nodes = {n.label: n for n in report.nodes}
+        assert nodes[trial_label].samples >= 1  # short trials: the writer joins late
+    assert_nothing_left()
