@@ -12,6 +12,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -53,6 +54,17 @@ def wandb_env(
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path_factory.mktemp("wandb")))
+
+
+@contextmanager
+def offline_backend(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, WandbTestBackend]]:
+    """``WANDB_DIR`` in a folder of its own, and a backend of its own that must stay unused."""
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    with WandbTestBackend() as own_backend:
+        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+        yield wandb_dir, own_backend
 
 
 def unique(prefix: str) -> str:

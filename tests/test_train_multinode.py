@@ -19,6 +19,7 @@ from conftest import (
     FAST,
     free_port,
     node_logger_count,
+    offline_backend,
     plugin_leftovers,
     session_log_text,
     start_cluster,
@@ -218,11 +219,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
     from ray_wandb_nodes._offline import node_local_dir
     from ray_wandb_nodes.txlog import read_run
 
-    wandb_dir = tmp_path / "wandb_dir"
-    wandb_dir.mkdir()
-    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
-    with WandbTestBackend() as own_backend:
-        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+    with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("offline")
         result = fit(name, make_callback(mode="offline"), str(tmp_path), step_sleep_s=0.5)
         assert result.error is None

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import DUMMY_KEY, FAST, start_cluster, stop_cluster, unique
+from conftest import DUMMY_KEY, FAST, offline_backend, start_cluster, stop_cluster, unique
 from test_train_multinode import assert_nothing_left, node_labels, train_loop, user_rows
 from wandb_backend import RunRecord, WandbTestBackend
 
@@ -234,11 +234,7 @@ def test_offline_each_trial_gets_one_folder_with_its_node_run(
 
     from ray_wandb_nodes.report import load
 
-    wandb_dir = tmp_path / "wandb_dir"
-    wandb_dir.mkdir()
-    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
-    with WandbTestBackend() as own_backend:
-        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+    with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("tune-offline")
         space = {"x": tune.grid_search([0, 1])}
         results = tuner(trainable, name, str(tmp_path), space, make_callback(mode="offline")).fit()
