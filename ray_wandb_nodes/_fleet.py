@@ -24,7 +24,7 @@ from typing import Any
 
 from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
-from ._offline import MAX_COLLECT_BYTES, OfflineIndex, node_local_dir, receive
+from ._offline import MAX_COLLECT_BYTES, OfflineIndex, node_local_dir, open_index, receive
 from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec
@@ -70,7 +70,7 @@ class RunTarget:
                 self.index = self.primary.index
             elif self.standalone is not None and self.standalone.offline_dir is not None:
                 s = self.standalone
-                self.index = OfflineIndex(
+                self.index = open_index(
                     self.standalone.offline_dir,
                     run_id=s.run_id,
                     project=s.init_kwargs.get("project"),
@@ -112,7 +112,6 @@ class _Logger:
     ping: Any = None  # an outstanding status() call
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
-    hosted: set[str] = field(default_factory=set)  # every run it ever had a writer of
 
 
 @dataclass
@@ -136,6 +135,7 @@ class _Retirement:
     role: str = "node"
     collectors: list[threading.Thread] | None = None
     collect_deadline: float = 0.0
+    recorded: set[str] = field(default_factory=set)  # labels whose index entry the collectors wrote
 
 
 @dataclass
@@ -164,6 +164,12 @@ class NodeFleet:
         self._joins: list[_Join] = []
         self._retirements: list[_Retirement] = []
         self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
+        # node id -> every run that ever had a writer there (offline runs are collected from them),
+        # kept per node so that a logger that was replaced still has its runs collected
+        self._hosted: dict[str, set[str]] = {}
+        # run id -> nodes whose offline data is being collected: no new writer of that run there
+        # until it is done (a restarted Tune trial keeps its run id and would reuse the folder)
+        self._collecting: dict[str, set[str]] = {}
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -311,9 +317,9 @@ class NodeFleet:
             if host is None:
                 continue
             for run_id, target in runs.items():
-                if run_id not in host.runs:
+                if run_id not in host.runs and node_id not in self._collecting.get(run_id, ()):
                     host.runs.add(run_id)
-                    host.hosted.add(run_id)
+                    self._hosted.setdefault(node_id, set()).add(run_id)
                     ref = host.actor.add_writer.remote(target.spec(host.node))
                     self._joins.append(_Join(logger=host, run_id=run_id, ref=ref, started=now))
                     for row in self._pending_rows.pop(run_id, []):
@@ -502,9 +508,12 @@ class NodeFleet:
         )
         if target is not None and target.index is not None:
             retirement.index = target.index
-            retirement.sources = [lg for lg in self._loggers.values() if run_id in lg.hosted]
+            retirement.sources = [lg for nid, lg in self._loggers.items() if run_id in self._hosted.get(nid, ())]
             retirement.role = "run" if target.standalone is not None else "node"
-            target.index.update(worker_nodes=sorted(target.nodes))
+            try:
+                target.index.update(worker_nodes=sorted(target.nodes))
+            except OSError as e:
+                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
         self._retirements.append(retirement)
 
     def _check_retirements(self, final: bool = False) -> None:
@@ -515,6 +524,8 @@ class NodeFleet:
             if r.collectors is not None:  # writers finished; their offline runs are on their way
                 if any(t.is_alive() for t in r.collectors) and time.monotonic() < r.collect_deadline and not final:
                     still.append(r)
+                    continue
+                self._end_collection(r)
                 continue
             pending = list(r.refs)
             done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
@@ -535,19 +546,23 @@ class NodeFleet:
                     r.then()
             except Exception as e:  # noqa: BLE001
                 self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
-            if r.index is not None and r.sources and not final:
-                self._start_collection(r)
-                still.append(r)
+            if r.index is not None and r.sources:
+                if final:
+                    self._end_collection(r)
+                else:
+                    self._start_collection(r)
+                    still.append(r)
         self._retirements = still
 
     # offline runs ----------------------------------------------------------------------------
     def _start_collection(self, r: _Retirement) -> None:
         """Bring each node writer's offline run to the run's folder, in parallel, bounded."""
         r.collect_deadline = time.monotonic() + r.timeout
+        self._collecting.setdefault(r.run_id, set()).update(lg.node.node_id for lg in r.sources)
         r.collectors = [
             threading.Thread(
                 target=self._collect,
-                args=(lg, r.run_id, r.index, r.role, r.collect_deadline),
+                args=(lg, r.run_id, r.index, r.role, r.collect_deadline, r.recorded),
                 name=f"ray_wandb_nodes-collect-{lg.node.label}",
                 daemon=True,
             )
@@ -556,51 +571,83 @@ class NodeFleet:
         for t in r.collectors:
             t.start()
 
-    def _collect(self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, deadline: float) -> None:
+    def _end_collection(self, r: _Retirement) -> None:
+        """Name, in the index, every node whose offline run was not brought over in time."""
+        assert r.index is not None
+        for lg in r.sources:
+            if lg.node.label not in r.recorded:
+                self._leave_on_node(
+                    lg, r.run_id, r.index, r.role, "the run ended before its offline run was brought over"
+                )
+        nodes = self._collecting.get(r.run_id, set())
+        nodes.difference_update(lg.node.node_id for lg in r.sources)
+        if not nodes:
+            self._collecting.pop(r.run_id, None)
+
+    def _leave_on_node(
+        self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, error: str, state: str = "left-on-node"
+    ) -> None:
+        node = lg.node
+        source = f"{node.hostname}:{node_local_dir(run_id, node.label)}"
+        where = f"; it is at {source}" if state == "left-on-node" else ""
+        self._warner.warn(
+            f"offline:{run_id}:{node.node_id}",
+            f"the offline run of {node.label} was not brought to {index.folder} ({error}){where}",
+        )
+        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
+        if state == "left-on-node":
+            entry["source"] = source
+        try:
+            index.set_writer({**entry, "state": state, "error": error})
+        except OSError as e:
+            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+
+    def _collect(
+        self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, deadline: float, recorded: set[str]
+    ) -> None:
         import os
 
         import ray
 
         node = lg.node
-        entry: dict[str, Any] = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
 
         def left() -> float:
             return max(0.1, deadline - time.monotonic())
 
         try:
-            info = ray.get(lg.actor.pack_offline.remote(run_id, node.label), timeout=left())
+            info = ray.get(lg.actor.pack_offline.remote(run_id, node.label, MAX_COLLECT_BYTES), timeout=left())
             if not info["bytes"]:
-                entry.update(state="empty", error="the node writer left no offline data")
-            elif info["bytes"] > MAX_COLLECT_BYTES:
-                entry.update(
-                    state="left-on-node",
-                    source=f"{node.hostname}:{info['source']}",
-                    error=f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray",
-                )
-            else:
-                dest = os.path.join(index.folder, "nodes", node.label)
-                receive(
-                    lambda offset: ray.get(lg.actor.read_offline.remote(info["archive"], offset), timeout=left()),
-                    info["bytes"],
-                    dest,
-                    deadline,
-                )
-                entry.update(state="collected", path=index.relative(dest), bytes=info["bytes"])
-                ray.get(lg.actor.discard_offline.remote(run_id, node.label), timeout=left())
+                self._leave_on_node(lg, run_id, index, role, "the node writer left no offline data", state="empty")
+                return
+            if info["archive"] is None:
+                error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
+                self._leave_on_node(lg, run_id, index, role, error)
+                return
+            dest = os.path.join(index.folder, "nodes", node.label)
+            receive(
+                lambda offset: ray.get(lg.actor.read_offline.remote(info["archive"], offset), timeout=left()),
+                info["bytes"],
+                dest,
+                deadline,
+            )
         except Exception as e:  # noqa: BLE001 - the data stays on the node; say where
-            entry.update(
-                state="left-on-node", source=f"{node.hostname}:{node_local_dir(run_id, node.label)}", error=describe(e)
-            )
-        if entry["state"] != "collected":
+            self._leave_on_node(lg, run_id, index, role, describe(e))
+            return
+        finally:
+            recorded.add(node.label)
+        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
+        index.set_writer({**entry, "state": "collected", "path": index.relative(dest), "bytes": info["bytes"]})
+        try:
+            ray.get(lg.actor.discard_offline.remote(run_id, node.label), timeout=left())
+        except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays
             self._warner.warn(
-                f"offline:{run_id}:{node.node_id}",
-                f"the offline run of {node.label} was not brought to {index.folder} ({entry['error']})"
-                + (f"; it is at {entry['source']}" if "source" in entry else ""),
+                f"offline-discard:{run_id}:{node.node_id}",
+                f"the offline run of {node.label} was brought over, but its copy on the node could not be removed "
+                f"({describe(e)})",
             )
-        index.set_writer(entry)
 
     def _record_lost(self, lg: _Logger) -> None:
-        for run_id in sorted(lg.hosted):
+        for run_id in sorted(self._hosted.get(lg.node.node_id, ())):
             target = self._targets.get(run_id)
             if target is None or target.index is None:
                 continue

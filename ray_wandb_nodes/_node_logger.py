@@ -117,11 +117,12 @@ class NodeLogger:
         return self.status()
 
     # offline runs: brought to the driver side at the end -----------------------------------
-    def pack_offline(self, run_id: str, label: str) -> dict[str, Any]:
+    def pack_offline(self, run_id: str, label: str, max_bytes: int | None = None) -> dict[str, Any]:
         """Finish ``run_id``'s writer if it still runs, then pack its offline folder.
 
         The folder is found by path, not by memory, so the runs of a logger that restarted
-        are packed too. Returns the archive's path and size (0 when there is nothing).
+        are packed too. Returns the archive's path and size (0 when there is nothing; no archive
+        above ``max_bytes``).
         """
         if run_id in self._runs:
             self.finish(run_id)
@@ -129,6 +130,9 @@ class NodeLogger:
         if not os.path.isdir(folder) or not os.listdir(folder):
             return {"archive": None, "bytes": 0, "source": folder}
         archive, size = _offline.pack(folder)
+        if max_bytes is not None and size > max_bytes:
+            os.remove(archive)  # too big to bring over: the folder itself stays
+            return {"archive": None, "bytes": size, "source": folder}
         return {"archive": archive, "bytes": size, "source": folder}
 
     def read_offline(self, archive: str, offset: int) -> bytes:

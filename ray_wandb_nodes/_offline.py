@@ -41,8 +41,31 @@ def node_local_dir(run_id: str, label: str) -> str:
     return os.path.join(tempfile.gettempdir(), "ray_wandb_nodes", "offline", run_id, label)
 
 
+def make_private_dir(path: str) -> None:
+    """Create ``path`` readable by this user only (node temp folders are shared with others)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+_INDEXES: dict[str, OfflineIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def open_index(folder: str, *, run_id: str, project: str | None, name: str | None, group: str | None) -> OfflineIndex:
+    """The one index object of ``folder`` in this process (a restarted trial or a second fit of
+    one run writes to the same folder); it starts from the index already on disk, if any."""
+    key = os.path.realpath(folder)
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(key)
+        if index is None:
+            index = _INDEXES[key] = OfflineIndex(folder, run_id=run_id, project=project, name=name, group=group)
+        return index
+
+
 class OfflineIndex:
-    """``index.json`` of one offline run folder; written atomically after every change."""
+    """``index.json`` of one offline run folder; written atomically after every change.
+
+    Build it with :func:`open_index`, so that one object per folder writes the file.
+    """
 
     def __init__(self, folder: str, *, run_id: str, project: str | None, name: str | None, group: str | None) -> None:
         self.folder = folder
@@ -58,6 +81,13 @@ class OfflineIndex:
             "worker_nodes": [],
             "writers": [],
         }
+        try:
+            with open(os.path.join(folder, INDEX)) as f:
+                on_disk = json.load(f)
+            if on_disk.get("run_id") == run_id:
+                self.data.update({k: v for k, v in on_disk.items() if k != "updated"})
+        except (OSError, ValueError):
+            pass
 
     def update(self, **fields: Any) -> None:
         with self._lock:
@@ -82,9 +112,10 @@ class OfflineIndex:
 
     def _write(self) -> None:
         os.makedirs(self.folder, exist_ok=True)
-        tmp = os.path.join(self.folder, f".{INDEX}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
+        fd, tmp = tempfile.mkstemp(prefix=f".{INDEX}.", dir=self.folder)
+        with os.fdopen(fd, "w") as f:
             json.dump({**self.data, "updated": time.time()}, f, indent=2, sort_keys=True)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, os.path.join(self.folder, INDEX))
 
 
@@ -98,6 +129,7 @@ def pack(folder: str) -> tuple[str, int]:
     archive = folder.rstrip(os.sep) + ".tar.gz"
     with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
         tar.add(folder, arcname=".", filter=lambda m: None if m.issym() or m.islnk() else m)
+    os.chmod(archive, 0o600)
     return archive, os.path.getsize(archive)
 
 
@@ -120,7 +152,8 @@ def receive(read: Callable[[int], bytes], size: int, dest: str, deadline: float)
     """Fetch ``size`` bytes of a tar.gz with ``read(offset)`` and unpack it into ``dest``.
 
     ``TimeoutError`` when ``deadline`` (monotonic) passes first; the archive is unpacked only
-    once it is whole, so ``dest`` never holds half a run.
+    once it is whole, into a folder beside ``dest`` that is then merged into it (a second fit of
+    one run adds its offline run next to the first), so ``dest`` never holds half a run.
     """
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     part = dest.rstrip(os.sep) + ".tar.gz.part"
@@ -135,18 +168,33 @@ def receive(read: Callable[[int], bytes], size: int, dest: str, deadline: float)
                     raise OSError(f"the node's archive ended at {offset} of {size} bytes")
                 f.write(data)
                 offset += len(data)
+        unpacked = dest.rstrip(os.sep) + ".unpacking"
+        shutil.rmtree(unpacked, ignore_errors=True)
         with tarfile.open(part, "r:gz") as tar:
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
+                tar.extractall(unpacked, filter="data")
             else:  # Python without extraction filters: refuse anything outside dest
-                root = os.path.realpath(dest)
+                root = os.path.realpath(unpacked)
                 for member in tar.getmembers():
-                    target = os.path.realpath(os.path.join(dest, member.name))
+                    target = os.path.realpath(os.path.join(unpacked, member.name))
                     if not (target == root or target.startswith(root + os.sep)) or member.issym() or member.islnk():
                         raise OSError(f"unsafe path in a node's archive: {member.name!r}")
-                tar.extractall(dest)  # members checked above
+                tar.extractall(unpacked)  # members checked above
+        _merge(unpacked, dest)
     finally:
+        shutil.rmtree(dest.rstrip(os.sep) + ".unpacking", ignore_errors=True)
         try:
             os.remove(part)
         except OSError:
             pass
+
+
+def _merge(src: str, dst: str) -> None:
+    """Move everything in ``src`` into ``dst``, folder by folder (renames, no copies)."""
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if os.path.isdir(s) and os.path.isdir(d):
+            _merge(s, d)
+        else:
+            os.replace(s, d)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,6 +209,8 @@ def build_options(
             raise _bad(key, kwargs[key], f"{key} is not passed through to wandb.init; {how}")
         if init_params is not None and key not in init_params:
             raise _bad(key, kwargs[key], f"it is not a wandb.init parameter (those are: {', '.join(init_params)})")
+    if isinstance(kwargs.get("dir"), str) and kwargs["dir"]:
+        kwargs["dir"] = os.path.abspath(kwargs["dir"])  # the driver's working directory, not a node's
     settings = _settings_dict(kwargs.pop("settings", None))
     if "id" in kwargs:
         _str_or_none("id", kwargs["id"])

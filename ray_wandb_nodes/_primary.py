@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._metrics import Stepper, to_row
-from ._offline import OfflineIndex
+from ._offline import OfflineIndex, open_index
 from ._wandb_io import init_writer
 from ._warn import Warner, describe
 from ._writers import WriterSpec
@@ -74,7 +74,7 @@ class PrimaryWriter:
         self.index: OfflineIndex | None = None
         if spec.offline_dir:
             k = spec.init_kwargs
-            self.index = OfflineIndex(
+            self.index = open_index(
                 spec.offline_dir, run_id=spec.run_id, project=k.get("project"), name=k.get("name"), group=k.get("group")
             )
 

@@ -122,7 +122,8 @@ def capture_env(
         project=environ.get("WANDB_PROJECT") or None,
         entity=environ.get("WANDB_ENTITY") or None,
         mode=environ.get("WANDB_MODE") or None,
-        dir=environ.get("WANDB_DIR") or None,
+        # Relative to the driver's working directory, not to the controller's or a node's.
+        dir=os.path.abspath(environ["WANDB_DIR"]) if environ.get("WANDB_DIR") else None,
         api_key=Secret(key) if key else None,
         api_key_source=source,
     )

@@ -19,7 +19,9 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
     # A WANDB_SERVICE inherited from another process would attach this writer to that
     # process's wandb-core; every writer starts its own.
     os.environ.pop("WANDB_SERVICE", None)
-    settings = {**raylet_tree_settings(wandb.Settings), **spec.settings}
+    settings = dict(spec.settings)
+    if "x_stats_pid" not in settings:  # a writer that samples a chosen process (Tune) keeps it
+        settings.update(raylet_tree_settings(wandb.Settings))
     if spec.api_key is not None:
         settings["api_key"] = spec.api_key.reveal()
     kwargs = {**spec.init_kwargs, **overrides}

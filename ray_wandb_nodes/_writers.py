@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._offline import node_local_dir, offline_folder
+from ._offline import make_private_dir, node_local_dir, offline_folder
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
 
@@ -192,7 +192,7 @@ def node_dir(base: str | None, run_id: str, label: str, *, offline: bool = False
     """
     if offline:
         path = node_local_dir(run_id, label)
-        os.makedirs(path, exist_ok=True)
+        make_private_dir(path)
         return path
     candidates = [os.path.join(base, "ray_wandb_nodes", label)] if base else []
     candidates.append(os.path.join(tempfile.gettempdir(), "ray_wandb_nodes", run_id, label))

@@ -71,6 +71,8 @@ def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         at = block_start + pos
         crc, length, ctype = struct.unpack("<IHB", block[pos : pos + CHUNK_HEADER])
         if crc == 0 and length == 0 and ctype == 0:
+            if pending is not None:
+                raise TransactionLogError(path, at, "zero padding inside a record")
             pos = len(block)  # zero padding up to the end of the block
             continue
         if ctype not in (FULL, FIRST, MIDDLE, LAST):

@@ -299,3 +299,61 @@ def test_a_writer_the_index_names_but_the_folder_lacks_is_reported_and_named_by_
     out = capsys.readouterr().out
     assert "note: node-w3-dddddd is not in this folder (left-on-node: TimeoutError" in out
     assert "its data is at w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd" in out
+
+
+# the offline folder's pieces (pure) ------------------------------------------------------------
+def test_an_index_reopened_keeps_what_the_folder_already_lists(tmp_path: Path) -> None:
+    from ray_wandb_nodes._offline import OfflineIndex, open_index
+
+    folder = str(tmp_path / "run")
+    first = OfflineIndex(folder, run_id="r", project="p", name="n", group=None)
+    first.set_writer({"role": "node", "label": "node-a", "state": "left-on-node"})
+    first.update(exit_code=1)
+    again = open_index(folder, run_id="r", project="p", name="n", group=None)
+    assert again is open_index(folder, run_id="r", project="p", name="n", group=None)
+    again.set_writer({"role": "primary", "label": "node-p", "state": "written"})
+    data = json.loads((tmp_path / "run" / "index.json").read_text())
+    assert [(w["role"], w["label"]) for w in data["writers"]] == [("primary", "node-p"), ("node", "node-a")]
+    assert data["exit_code"] == 1
+    assert sorted(os.listdir(folder)) == ["index.json"]  # no temp file left behind
+
+
+def test_a_second_archive_of_one_node_is_merged_next_to_the_first(tmp_path: Path) -> None:
+    from ray_wandb_nodes._offline import pack, read_chunk, receive
+
+    dest = tmp_path / "collected" / "node-a"
+    for n in (1, 2):
+        src = tmp_path / f"node-{n}"
+        (src / "wandb" / f"offline-run-{n}").mkdir(parents=True)
+        (src / "wandb" / f"offline-run-{n}" / "run-x.wandb").write_bytes(b"x" * (5000 * n))
+        (src / "wandb" / "latest-run").symlink_to(src / "wandb" / f"offline-run-{n}")
+        archive, size = pack(str(src))
+        receive(lambda offset, a=archive: read_chunk(a, offset, 1024), size, str(dest), time.monotonic() + 30)
+    assert sorted(p.name for p in (dest / "wandb").iterdir()) == ["offline-run-1", "offline-run-2"]
+    assert (dest / "wandb" / "offline-run-2" / "run-x.wandb").stat().st_size == 10000
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["node-a"]  # nothing half-done beside it
+
+
+def test_a_receive_that_runs_out_of_time_leaves_nothing_behind(tmp_path: Path) -> None:
+    from ray_wandb_nodes._offline import pack, read_chunk, receive
+
+    src = tmp_path / "node"
+    (src / "wandb").mkdir(parents=True)
+    (src / "wandb" / "run-x.wandb").write_bytes(os.urandom(200_000))
+    archive, size = pack(str(src))
+    dest = tmp_path / "collected" / "node-a"
+    with pytest.raises(TimeoutError, match="bytes received before the deadline"):
+        receive(lambda offset: read_chunk(archive, offset, 1000), size, str(dest), time.monotonic() - 1)
+    assert not dest.exists() and list(dest.parent.iterdir()) == []
+
+
+def test_zero_padding_inside_a_record_is_an_error(offline_run: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "run-x.wandb"
+    data = bytearray(offline_run["files"]["node-primary-aaaaaa"].read_bytes())
+    first = next(o for o in chunk_offsets(bytes(data)) if data[o + 6] == 2)  # a FIRST chunk
+    length = struct.unpack("<H", data[first + 4 : first + 6])[0]
+    after = first + 7 + length
+    data[after : after + 7] = bytes(7)  # where its MIDDLE/LAST chunk starts
+    path.write_bytes(bytes(data))
+    with pytest.raises(TransactionLogError, match=f"zero padding inside a record at byte offset {after}"):
+        read_run(str(path))
