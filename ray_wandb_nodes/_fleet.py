@@ -164,8 +164,8 @@ class NodeFleet:
         self._joins: list[_Join] = []
         self._retirements: list[_Retirement] = []
         self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
-        # node id -> every run that ever had a writer there (offline runs are collected from them),
-        # kept per node so that a logger that was replaced still has its runs collected
+        # node id -> offline runs that had a writer there and are not collected yet; kept per
+        # node, so that a logger that was replaced still has its runs collected
         self._hosted: dict[str, set[str]] = {}
         # run id -> nodes whose offline data is being collected: no new writer of that run there
         # until it is done (a restarted Tune trial keeps its run id and would reuse the folder)
@@ -319,7 +319,8 @@ class NodeFleet:
             for run_id, target in runs.items():
                 if run_id not in host.runs and node_id not in self._collecting.get(run_id, ()):
                     host.runs.add(run_id)
-                    self._hosted.setdefault(node_id, set()).add(run_id)
+                    if target.index is not None:  # offline: collected from here at the end
+                        self._hosted.setdefault(node_id, set()).add(run_id)
                     ref = host.actor.add_writer.remote(target.spec(host.node))
                     self._joins.append(_Join(logger=host, run_id=run_id, ref=ref, started=now))
                     for row in self._pending_rows.pop(run_id, []):
@@ -579,9 +580,10 @@ class NodeFleet:
                 self._leave_on_node(
                     lg, r.run_id, r.index, r.role, "the run ended before its offline run was brought over"
                 )
-        nodes = self._collecting.get(r.run_id, set())
-        nodes.difference_update(lg.node.node_id for lg in r.sources)
-        if not nodes:
+        for lg in r.sources:
+            self._hosted.get(lg.node.node_id, set()).discard(r.run_id)
+            self._collecting.get(r.run_id, set()).discard(lg.node.node_id)
+        if not self._collecting.get(r.run_id):
             self._collecting.pop(r.run_id, None)
 
     def _leave_on_node(
