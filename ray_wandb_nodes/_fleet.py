@@ -354,7 +354,9 @@ class NodeFleet:
                     self._loggers.pop(lg.node.node_id, None)
                 self._kill(lg)
                 continue
-            restarted = lg.pid is not None and status.get("pid") != lg.pid
+            # A new pid, or Ray's own count: a call in flight when the process died is retried
+            # on the new one, so the first status seen may already come from it.
+            restarted = (lg.pid is not None and status.get("pid") != lg.pid) or bool(status.get("restarted"))
             lg.pid = status.get("pid")
             missing = lg.runs - set(status.get("runs", ())) - set(status.get("errors", {}))
             if restarted or missing:
@@ -480,6 +482,8 @@ class NodeFleet:
                 f"the node logger on {lg.node.label} failed, so that node's system metrics are missing ({describe(e)})",
             )
             return
+        if lg.pid is None:
+            lg.pid = status.get("pid")
         for rid, error in status.get("errors", {}).items():
             if run_id is None or rid == run_id:
                 self._warner.warn(

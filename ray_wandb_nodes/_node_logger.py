@@ -22,6 +22,16 @@ from ._warn import describe
 from ._writers import WriterSpec, node_dir
 
 
+def _was_restarted() -> bool:
+    """Whether Ray restarted this actor (its process died and this is a new one)."""
+    try:
+        import ray
+
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - outside an actor, or the GCS did not answer
+        return False
+
+
 class NodeLogger:
     def __init__(self, specs: list[WriterSpec] | None = None) -> None:
         os.environ.pop("WANDB_SERVICE", None)
@@ -33,6 +43,7 @@ class NodeLogger:
         self._logged: dict[str, int] = {}
         # Rows that arrive before their writer (a restarted actor gets its writers back later).
         self._early: dict[str, list[dict[str, Any]]] = {}
+        self._restarted = _was_restarted()
         for spec in specs or []:
             self.add_writer(spec)
 
@@ -88,6 +99,7 @@ class NodeLogger:
 
         return {
             "pid": os.getpid(),
+            "restarted": self._restarted,
             "hostname": socket.gethostname(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "runs": sorted(self._runs),

@@ -237,6 +237,25 @@ def test_a_killed_logger_process_comes_back_with_its_label(
     assert_nothing_left()
 
 
+def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_restart(cluster: Any) -> None:
+    # A call in flight when the process dies is retried on the new one (max_task_retries=-1),
+    # so the controller may never see the old pid: the logger itself must say it restarted.
+    import ray
+
+    from ray_wandb_nodes._node_logger import NodeLogger
+
+    actor = ray.remote(NodeLogger).options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
+    try:
+        first = ray.get(actor.status.remote(), timeout=60)
+        assert first["restarted"] is False
+        os.kill(first["pid"], signal.SIGKILL)
+        second = ray.get(actor.status.remote(), timeout=60)
+        assert second["pid"] != first["pid"]
+        assert second["restarted"] is True
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
 def test_backend_errors_then_recovers_and_every_row_arrives_once(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
