@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from typing import Any
 
 from . import _offline
@@ -27,8 +28,15 @@ def _was_restarted() -> bool:
     try:
         import ray
 
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-    except Exception:  # noqa: BLE001 - outside an actor, or the GCS did not answer
+        if not ray.is_initialized():  # a plain object (tests): asking would start Ray
+            return False
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None:
+            return False
+        with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(context.was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - the GCS did not answer
         return False
 
 
