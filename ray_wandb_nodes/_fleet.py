@@ -24,7 +24,17 @@ from typing import Any
 
 from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
-from ._offline import MAX_COLLECT_BYTES, OfflineIndex, node_local_dir, open_index, receive
+from ._offline import (
+    MAX_COLLECT_BYTES,
+    OfflineIndex,
+    StorageSpot,
+    fetch,
+    node_local_dir,
+    open_index,
+    receive,
+    remove,
+    remove_folder_if_empty,
+)
 from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec
@@ -61,8 +71,10 @@ class RunTarget:
     spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
     standalone: WriterSpec | None = None
     excludes: tuple[str, ...] = ()
-    # Offline mode: the run's folder index; the fleet brings every node writer's run there.
+    # Offline mode: the run's folder index; the fleet brings every node writer's run there,
+    # through ``storage`` when set (the run's storage), else through Ray.
     index: OfflineIndex | None = None
+    storage: StorageSpot | None = None
 
     def __post_init__(self) -> None:
         if self.index is None:
@@ -133,6 +145,7 @@ class _Retirement:
     index: OfflineIndex | None = None
     sources: list[_Logger] = field(default_factory=list)
     role: str = "node"
+    storage: StorageSpot | None = None
     collectors: list[threading.Thread] | None = None
     collect_deadline: float = 0.0
     recorded: set[str] = field(default_factory=set)  # labels whose index entry the collectors wrote
@@ -513,6 +526,7 @@ class NodeFleet:
         )
         if target is not None and target.index is not None:
             retirement.index = target.index
+            retirement.storage = target.storage
             retirement.sources = [lg for nid, lg in self._loggers.items() if run_id in self._hosted.get(nid, ())]
             retirement.role = "run" if target.standalone is not None else "node"
             try:
@@ -567,7 +581,7 @@ class NodeFleet:
         r.collectors = [
             threading.Thread(
                 target=self._collect,
-                args=(lg, r.run_id, r.index, r.role, r.collect_deadline, r.recorded),
+                args=(lg, r.run_id, r.index, r.role, r.collect_deadline, r.recorded, r.storage),
                 name=f"ray_wandb_nodes-collect-{lg.node.label}",
                 daemon=True,
             )
@@ -589,6 +603,8 @@ class NodeFleet:
             self._collecting.get(r.run_id, set()).discard(lg.node.node_id)
         if not self._collecting.get(r.run_id):
             self._collecting.pop(r.run_id, None)
+        if r.storage is not None and not any(t.is_alive() for t in r.collectors or ()):
+            remove_folder_if_empty(r.storage)
 
     def _leave_on_node(
         self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, error: str, state: str = "left-on-node"
@@ -609,8 +625,17 @@ class NodeFleet:
             self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
 
     def _collect(
-        self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, deadline: float, recorded: set[str]
+        self,
+        lg: _Logger,
+        run_id: str,
+        index: OfflineIndex,
+        role: str,
+        deadline: float,
+        recorded: set[str],
+        storage: StorageSpot | None = None,
     ) -> None:
+        """Bring one node's offline run over: through ``storage`` when given (no size bound; a
+        node or driver side that cannot use it falls back to Ray), else through Ray."""
         import os
 
         import ray
@@ -620,29 +645,47 @@ class NodeFleet:
         def left() -> float:
             return max(0.1, deadline - time.monotonic())
 
+        dest = os.path.join(index.folder, "nodes", node.label)
         try:
-            info = ray.get(lg.actor.pack_offline.remote(run_id, node.label, MAX_COLLECT_BYTES), timeout=left())
+            limit = None if storage is not None else MAX_COLLECT_BYTES
+            info = ray.get(lg.actor.pack_offline.remote(run_id, node.label, limit), timeout=left())
             if not info["bytes"]:
                 self._leave_on_node(lg, run_id, index, role, "the node writer left no offline data", state="empty")
                 return
-            if info["archive"] is None:
-                error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
-                self._leave_on_node(lg, run_id, index, role, error)
-                return
-            dest = os.path.join(index.folder, "nodes", node.label)
-            receive(
-                lambda offset: ray.get(lg.actor.read_offline.remote(info["archive"], offset), timeout=left()),
-                info["bytes"],
-                dest,
-                deadline,
-            )
+            via = "ray"
+            if storage is not None:
+                try:
+                    ray.get(lg.actor.put_offline.remote(info["archive"], storage, node.label), timeout=left())
+                    fetch(storage, node.label, info["bytes"], dest, deadline)
+                    via = "storage"
+                except Exception as e:  # noqa: BLE001 - through Ray instead, within the same bound
+                    self._warner.warn(
+                        f"offline-storage:{run_id}:{node.node_id}",
+                        f"the offline run of {node.label} could not be brought through {storage.uri} "
+                        f"({describe(e)}); through Ray instead",
+                    )
+                finally:
+                    remove(storage, node.label)
+            if via == "ray":
+                if info["bytes"] > MAX_COLLECT_BYTES:
+                    error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
+                    self._leave_on_node(lg, run_id, index, role, error)
+                    return
+                receive(
+                    lambda offset: ray.get(lg.actor.read_offline.remote(info["archive"], offset), timeout=left()),
+                    info["bytes"],
+                    dest,
+                    deadline,
+                )
         except Exception as e:  # noqa: BLE001 - the data stays on the node; say where
             self._leave_on_node(lg, run_id, index, role, describe(e))
             return
         finally:
             recorded.add(node.label)
         entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
-        index.set_writer({**entry, "state": "collected", "path": index.relative(dest), "bytes": info["bytes"]})
+        index.set_writer(
+            {**entry, "state": "collected", "via": via, "path": index.relative(dest), "bytes": info["bytes"]}
+        )
         try:
             ray.get(lg.actor.discard_offline.remote(run_id, node.label), timeout=left())
         except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays

@@ -149,11 +149,15 @@ class NodeLogger:
         folder = _offline.node_local_dir(run_id, label)
         if not os.path.isdir(folder) or not os.listdir(folder):
             return {"archive": None, "bytes": 0, "source": folder}
-        archive, size = _offline.pack(folder)
+        archive, size = _offline.pack(folder)  # replaces the archive of an earlier try
         if max_bytes is not None and size > max_bytes:
             os.remove(archive)  # too big to bring over: the folder itself stays
             return {"archive": None, "bytes": size, "source": folder}
         return {"archive": archive, "bytes": size, "source": folder}
+
+    def put_offline(self, archive: str, storage: _offline.StorageSpot, label: str) -> str:
+        """Copy a packed offline run into the run's storage; its path there."""
+        return _offline.put(archive, storage, label)
 
     def read_offline(self, archive: str, offset: int) -> bytes:
         return _offline.read_chunk(archive, offset)

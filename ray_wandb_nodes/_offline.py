@@ -3,8 +3,8 @@
 Shared mode cannot be offline, so in offline mode every writer writes an offline run of its
 own under the run's id, labelled as in shared mode. The primary writes straight into the
 run's folder; a node writer writes into its node's temp folder and, at the end, its data is
-packed (tar.gz), brought to the driver side through Ray in bounded chunks and unpacked next
-to the primary's::
+packed (tar.gz), brought to the driver side (through Ray in bounded chunks, or through the
+run's storage: see :func:`storage_spot`) and unpacked next to the primary's::
 
     <dir>/ray_wandb_nodes/<run id>/
         index.json                                   the run, its writers, labels and paths
@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 INDEX = "index.json"
@@ -198,3 +199,103 @@ def _merge(src: str, dst: str) -> None:
             _merge(s, d)
         else:
             os.replace(s, d)
+
+
+# through the run's storage -------------------------------------------------------------------
+TRANSFERS = ("auto", "ray", "storage")
+
+
+@dataclass(frozen=True)
+class StorageSpot:
+    """A folder of the run's storage (``RunConfig(storage_path=..., storage_filesystem=...)``)
+    where node writers put their packed offline runs for the driver side to fetch.
+
+    ``filesystem`` is a ``pyarrow.fs.FileSystem`` (Ray's own storage layer); it travels to the
+    node loggers pickled, as Ray's ``StorageContext`` does to train workers.
+    """
+
+    filesystem: Any
+    path: str
+
+    @property
+    def uri(self) -> str:
+        return f"{self.filesystem.type_name}://{self.path}"
+
+    def file(self, label: str) -> str:
+        return f"{self.path.rstrip('/')}/{label}.tar.gz"
+
+
+def storage_spot(
+    transfer: str, storage_path: Any, storage_filesystem: Any, run_id: str
+) -> tuple[StorageSpot | None, str | None]:
+    """Where a run's node writers put their offline runs: (spot, None), or (None, why not).
+
+    ``transfer="ray"``: never (None, None). ``"auto"``: the storage when it is not this
+    machine's local file system (a cloud URI or a custom ``storage_filesystem``: what every node
+    reaches), else Ray. ``"storage"``: the storage, also a local path (an NFS mount is shared
+    but looks local). ``storage_path`` is the experiment's folder in that storage.
+    """
+    if transfer == "ray" or storage_path is None:
+        return None, None
+    try:
+        import pyarrow.fs
+
+        if storage_filesystem is not None:
+            fs, path = storage_filesystem, str(storage_path)
+        else:
+            fs, path = pyarrow.fs.FileSystem.from_uri(str(storage_path))
+    except Exception as e:  # noqa: BLE001 - e.g. an unknown scheme, a relative path
+        return None, f"the storage path {str(storage_path)!r} could not be opened ({type(e).__name__}: {e})"
+    if transfer == "auto" and isinstance(fs, pyarrow.fs.LocalFileSystem):
+        return None, None
+    return StorageSpot(fs, f"{path.rstrip('/')}/ray_wandb_nodes/{run_id}"), None
+
+
+def put(archive: str, spot: StorageSpot, label: str) -> str:
+    """On the node: copy ``archive`` into ``spot``; returns the file's path there."""
+    import pyarrow.fs
+
+    dest = spot.file(label)
+    spot.filesystem.create_dir(spot.path, recursive=True)
+    pyarrow.fs.copy_files(archive, dest, destination_filesystem=spot.filesystem)
+    return dest
+
+
+def fetch(spot: StorageSpot, label: str, size: int, dest: str, deadline: float) -> None:
+    """On the driver side: unpack the node's archive from ``spot`` into ``dest`` (as :func:`receive`).
+
+    An ``OSError`` when the file is missing or of another size than the node packed: the
+    storage is not the same for the node and the driver side (a local path on each machine).
+    """
+    path = spot.file(label)
+    with spot.filesystem.open_input_file(path) as f:
+        found = f.size()
+        if found != size:
+            raise OSError(f"{spot.uri}/{label}.tar.gz holds {found} bytes, the node packed {size}")
+        receive(lambda offset: f.read_at(min(CHUNK_BYTES, size - offset), offset), size, dest, deadline)
+
+
+def remove(spot: StorageSpot, label: str) -> None:
+    """Delete the node's archive from ``spot`` (it may not be there)."""
+    try:
+        spot.filesystem.delete_file(spot.file(label))
+    except OSError:  # FileNotFoundError included
+        pass
+
+
+def remove_folder_if_empty(spot: StorageSpot) -> None:
+    """Once every node's archive of the run is fetched: the run's storage folder if empty, and
+    the ``ray_wandb_nodes`` folder above it if that is then empty and local (removed only
+    when empty at that instant, so a run collecting beside it is never touched; object stores
+    keep no empty folders)."""
+    import pyarrow.fs
+
+    fs = spot.filesystem
+    try:
+        if fs.get_file_info(pyarrow.fs.FileSelector(spot.path)):
+            return
+        fs.delete_dir(spot.path)
+        if isinstance(fs, pyarrow.fs.LocalFileSystem):
+            os.rmdir(spot.path.rsplit("/", 1)[0])
+    except OSError:  # not there, not empty, or not ours to remove
+        return

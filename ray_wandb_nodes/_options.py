@@ -15,6 +15,7 @@ RANK_METRICS = ("rank0", "reduce", "all")
 # wandb's own spellings that mean one of ours.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 NODE_SELECTIONS = ("workers", "cluster")
+OFFLINE_TRANSFERS = ("auto", "ray", "storage")
 
 # wandb.init parameters the plugin sets itself; the user sets them through the named options.
 _OWNED_INIT_KWARGS = {
@@ -53,6 +54,7 @@ class Options:
     gpu_device_ids: tuple[int, ...] | None = None
     init_timeout_s: float = 90.0
     finish_timeout_s: float = 60.0
+    offline_transfer: str = "auto"
     strategy: str = "shared"
     rank_metrics: str = "rank0"
     upload_checkpoints: bool = False
@@ -148,6 +150,7 @@ def build_options(
     gpu_device_ids: Any = None,
     init_timeout_s: Any = 90.0,
     finish_timeout_s: Any = 60.0,
+    offline_transfer: Any = "auto",
     api_key: Any = None,
     api_key_file: Any = None,
     strategy: Any = "shared",
@@ -168,6 +171,10 @@ def build_options(
             raise _bad("project", project, "W&B project names are at most 128 characters without / \\ # ? % :")
     if nodes not in NODE_SELECTIONS:
         raise _bad("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
+    if offline_transfer not in OFFLINE_TRANSFERS:
+        raise _bad(
+            "offline_transfer", offline_transfer, f"expected one of {', '.join(repr(t) for t in OFFLINE_TRANSFERS)}"
+        )
     if not isinstance(log_config, bool):
         raise _bad("log_config", log_config, "expected True or False")
     if strategy not in STRATEGIES:
@@ -231,6 +238,7 @@ def build_options(
         gpu_device_ids=gpu_device_ids,
         init_timeout_s=_positive_seconds("init_timeout_s", init_timeout_s),
         finish_timeout_s=_positive_seconds("finish_timeout_s", finish_timeout_s),
+        offline_transfer=offline_transfer,
         strategy=strategy,
         rank_metrics=rank_metrics,
         upload_checkpoints=upload_checkpoints,

@@ -23,6 +23,7 @@ from ._artifacts import checkpoint_artifact
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb, flatten, to_row
 from ._naming import node_label, train_run_id
+from ._offline import StorageSpot, storage_spot
 from ._primary import PrimaryWriter
 from ._session import RunSession
 from ._setup import configure
@@ -88,6 +89,12 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         sampling_interval_s: system-metric sampling interval (default 15 s, at least 0.1).
         gpu_device_ids: GPU indices to sample on every node (default all).
         init_timeout_s, finish_timeout_s: bounds on joining and finishing the run.
+        offline_transfer: how, in offline mode, each node's offline run reaches the driver
+            side at the end: ``"ray"`` (through Ray in chunks, up to 2 GiB a node),
+            ``"storage"`` (through the run's ``storage_path``, which every node must reach)
+            or ``"auto"`` (default: the storage when it is a cloud URI or a custom
+            ``storage_filesystem``, else Ray). A node that cannot use the storage falls back
+            to Ray.
         api_key, api_key_file: the W&B key (default ``WANDB_API_KEY``, then the netrc
             entry); it reaches every node inside the callback, never through
             ``runtime_env`` or the run config.
@@ -117,6 +124,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         gpu_device_ids: list[int] | None = None,
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
+        offline_transfer: str = "auto",
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
@@ -148,6 +156,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             gpu_device_ids=gpu_device_ids,
             init_timeout_s=init_timeout_s,
             finish_timeout_s=finish_timeout_s,
+            offline_transfer=offline_transfer,
             api_key=api_key,
             api_key_file=api_key_file,
             wandb_init_kwargs=wandb_init_kwargs,
@@ -241,6 +250,8 @@ class _TrainRun:
         self.run_name = str(run_config.name)
         self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
         self.mode = o.mode or "online"
+        self._experiment_path = f"{str(run_config.storage_path).rstrip('/')}/{self.run_name}"
+        self._storage_fs = getattr(run_config, "storage_filesystem", None)
         config: dict[str, Any] = {}
         if o.log_config and ctx.train_loop_config:
             config.update(ctx.train_loop_config)
@@ -280,11 +291,21 @@ class _TrainRun:
                 primary=primary,
                 selection=o.nodes if o.strategy == "shared" else "workers",
                 covered_node=self.node_id,  # the primary samples its own node
+                storage=self._offline_storage(self.base_id),
             )
             self.session = RunSession(primary, self.fleet, target, o.finish_timeout_s)
             self.session.start()
         else:
             self.fleet.start()
+
+    def _offline_storage(self, run_id: str) -> StorageSpot | None:
+        """Where node writers put their offline runs for the controller, when not through Ray."""
+        if self.mode != "offline":
+            return None
+        spot, why_not = storage_spot(self.options.offline_transfer, self._experiment_path, self._storage_fs, run_id)
+        if why_not is not None:
+            self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
+        return spot
 
     def workers_placed(self, placements: list[Placement]) -> None:
         by_node: dict[str, list[int]] = {}
@@ -317,6 +338,7 @@ class _TrainRun:
                     nodes={planned.node_id},
                     standalone=spec,
                     excludes=self.options.excludes,
+                    storage=self._offline_storage(planned.run_id),
                 )
                 self.fleet.add_run(target)
             elif known.node_id != planned.node_id:

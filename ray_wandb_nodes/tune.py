@@ -24,6 +24,7 @@ from . import _handoff
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb
 from ._nodes import NodeInfo
+from ._offline import storage_spot
 from ._options import _bad
 from ._primary import PrimaryWriter
 from ._secrets import capture_env
@@ -49,9 +50,10 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     ``group``, ``api_key_file``, ``api_key``, ``excludes``, ``log_config``,
     ``upload_checkpoints``, ``upload_timeout``, ``video_kwargs``, ``image_kwargs``,
     ``**wandb_init_kwargs``); ``entity``, ``tags``, ``notes``, ``mode``, ``nodes``,
-    ``sampling_interval_s``, ``gpu_device_ids``, ``init_timeout_s`` and ``finish_timeout_s``
-    are as in :class:`~ray_wandb_nodes.WandbNodesCallback`. ``nodes="workers"`` (default)
-    covers the nodes a trial uses; ``nodes="cluster"`` every alive node.
+    ``sampling_interval_s``, ``gpu_device_ids``, ``init_timeout_s``, ``finish_timeout_s`` and
+    ``offline_transfer`` (through the experiment's storage) are as in
+    :class:`~ray_wandb_nodes.WandbNodesCallback`. ``nodes="workers"`` (default) covers the
+    nodes a trial uses; ``nodes="cluster"`` every alive node.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         gpu_device_ids: list[int] | None = None,
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
+        offline_transfer: str = "auto",
         **wandb_init_kwargs: Any,
     ) -> None:
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
@@ -98,6 +101,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             gpu_device_ids=gpu_device_ids,
             init_timeout_s=init_timeout_s,
             finish_timeout_s=finish_timeout_s,
+            offline_transfer=offline_transfer,
             api_key=api_key,
             api_key_file=api_key_file,
             upload_checkpoints=upload_checkpoints,
@@ -270,11 +274,23 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             rows=self._rows,
             prepare=functools.partial(self._place, holder=holder, actor=actor, location=location),
         )
+        storage, why_not = None, None
+        if spec.offline_dir is not None:  # offline: the node writers' runs come to the driver
+            trial_storage = getattr(trial, "storage", None)
+            storage, why_not = storage_spot(
+                self.options.offline_transfer,
+                getattr(trial_storage, "experiment_fs_path", None),
+                getattr(trial_storage, "storage_filesystem", None),
+                run_id,
+            )
+        if why_not is not None:
+            self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         target = RunTarget(
             primary=primary,
             selection=self.options.nodes,
             extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
             spec_for=functools.partial(_node_writer_spec, location=location),
+            storage=storage,
         )
         holder["target"] = target
         return RunSession(primary, self._fleet, target, self.options.finish_timeout_s)

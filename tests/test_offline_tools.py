@@ -357,3 +357,78 @@ def test_zero_padding_inside_a_record_is_an_error(offline_run: dict[str, Any], t
     path.write_bytes(bytes(data))
     with pytest.raises(TransactionLogError, match=f"zero padding inside a record at byte offset {after}"):
         read_run(str(path))
+
+
+# through the run's storage ---------------------------------------------------------------------
+def test_the_route_is_the_storage_when_every_node_reaches_it_else_ray(tmp_path: Path) -> None:
+    import pyarrow.fs
+
+    from ray_wandb_nodes._offline import storage_spot
+
+    experiment = str(tmp_path / "exp")
+    custom = pyarrow.fs.SubTreeFileSystem(str(tmp_path), pyarrow.fs.LocalFileSystem())  # as a cloud bucket
+    assert storage_spot("ray", "s3://bucket/exp", None, "run-1") == (None, None)
+    assert storage_spot("auto", experiment, None, "run-1") == (None, None)  # a local path: maybe not shared
+    spot, why_not = storage_spot("auto", "exp", custom, "run-1")
+    assert why_not is None and spot is not None
+    assert spot.filesystem is custom and spot.path == "exp/ray_wandb_nodes/run-1"
+    assert spot.file("node-a") == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
+    spot, why_not = storage_spot("storage", experiment, None, "run-1")  # said so: also a local path (NFS)
+    assert spot is not None and spot.uri == f"local://{experiment}/ray_wandb_nodes/run-1"
+    spot, why_not = storage_spot("storage", "nosuchscheme://bucket/exp", None, "run-1")
+    assert spot is None and why_not is not None and "'nosuchscheme://bucket/exp'" in why_not
+    assert storage_spot("storage", None, None, "run-1") == (None, None)
+
+
+def _node_folder(root: Path) -> Path:
+    src = root / "node-run"
+    (src / "wandb" / "offline-run-1").mkdir(parents=True)
+    (src / "wandb" / "offline-run-1" / "run-x.wandb").write_bytes(os.urandom(300_000))
+    return src
+
+
+def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path: Path) -> None:
+    import pyarrow.fs
+
+    from ray_wandb_nodes._node_logger import NodeLogger
+    from ray_wandb_nodes._offline import fetch, pack, remove, remove_folder_if_empty, storage_spot
+
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    custom = pyarrow.fs.SubTreeFileSystem(str(bucket), pyarrow.fs.LocalFileSystem())
+    spot, _ = storage_spot("auto", "exp", custom, "run-1")
+    assert spot is not None
+    src = _node_folder(tmp_path)
+    archive, size = pack(str(src))
+    assert NodeLogger().put_offline(archive, spot, "node-a") == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
+    assert (bucket / "exp" / "ray_wandb_nodes" / "run-1" / "node-a.tar.gz").stat().st_size == size
+    dest = tmp_path / "collected" / "nodes" / "node-a"
+    fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
+    got = dest / "wandb" / "offline-run-1" / "run-x.wandb"
+    assert got.read_bytes() == (src / "wandb" / "offline-run-1" / "run-x.wandb").read_bytes()
+    remove(spot, "node-a")
+    remove_folder_if_empty(spot)
+    # The run's folder is gone; the one above it stays on a non-local store (a run may be
+    # collecting beside it, and object stores keep no empty folders).
+    assert list((bucket / "exp" / "ray_wandb_nodes").iterdir()) == []
+
+
+def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_unpacked(tmp_path: Path) -> None:
+    from ray_wandb_nodes._offline import fetch, pack, put, remove_folder_if_empty, storage_spot
+
+    spot, _ = storage_spot("storage", str(tmp_path / "exp"), None, "run-1")
+    assert spot is not None
+    archive, size = pack(str(_node_folder(tmp_path)))
+    dest = tmp_path / "collected" / "node-a"
+    # Not there at all (each node has its own local path): the file is named.
+    with pytest.raises(FileNotFoundError, match=r"node-a\.tar\.gz"):
+        fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
+    # Another node's or an old copy of another size: both sizes are named.
+    stored = put(archive, spot, "node-a")
+    with open(stored, "r+b") as f:
+        f.truncate(size - 10)
+    with pytest.raises(OSError, match=f"holds {size - 10} bytes, the node packed {size}"):
+        fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
+    assert not dest.exists()
+    remove_folder_if_empty(spot)  # not empty: kept
+    assert os.path.exists(stored)

@@ -17,6 +17,7 @@ from ray_wandb_nodes._options import build_options, resolve_mode
         ({"mode": "shared"}, ["mode", "'shared'", "online, offline, disabled"]),
         ({"mode": "fast"}, ["mode", "'fast'", "online, offline, disabled"]),
         ({"nodes": "all"}, ["nodes", "'all'", "'workers', 'cluster'"]),
+        ({"offline_transfer": "s3"}, ["offline_transfer", "'s3'", "'auto', 'ray', 'storage'"]),
         ({"sampling_interval_s": 0}, ["sampling_interval_s", "0", "greater than 0"]),
         ({"sampling_interval_s": -1.0}, ["sampling_interval_s", "-1.0"]),
         ({"sampling_interval_s": 0.05}, ["sampling_interval_s", "0.05", "at least 0.1"]),
@@ -63,6 +64,7 @@ def test_defaults() -> None:
     assert options.sampling_interval_s == 15.0
     assert options.log_config is True
     assert options.gpu_device_ids is None
+    assert options.offline_transfer == "auto"
 
 
 @pytest.mark.parametrize(

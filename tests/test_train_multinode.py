@@ -221,7 +221,9 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("offline")
-        result = fit(name, make_callback(mode="offline"), str(tmp_path), step_sleep_s=0.5)
+        # Through the run's storage (a local path here, which every simulated node shares).
+        callback = make_callback(mode="offline", offline_transfer="storage")
+        result = fit(name, callback, str(tmp_path), step_sleep_s=0.5)
         assert result.error is None
         assert own_backend.requests == []  # offline: nothing went out
 
@@ -238,6 +240,10 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
             label: ("primary", "written") if label == head_label else ("node", "collected") for label in writers
         }
         assert {w["node_id"] for w in writers.values()} == set(labels)
+        assert {label: w.get("via") for label, w in writers.items() if label != head_label} == dict.fromkeys(
+            set(writers) - {head_label}, "storage"
+        )
+        assert not (tmp_path / name / "ray_wandb_nodes").exists()  # the storage copies are gone
         assert sorted(index["worker_nodes"]) == sorted(n for n in labels if n != head_node_id(cluster))
         logs = sorted(folder.glob("**/run-*.wandb"))
         assert len(logs) == 3

@@ -228,7 +228,7 @@ def test_restored_experiment_writes_to_the_same_runs(cluster: Any, backend: Wand
 
 
 def test_offline_each_trial_gets_one_folder_with_its_node_run(
-    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import json
 
@@ -238,9 +238,15 @@ def test_offline_each_trial_gets_one_folder_with_its_node_run(
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("tune-offline")
-        space = {"x": tune.grid_search([0, 1])}
-        results = tuner(trainable, name, str(tmp_path), space, make_callback(mode="offline")).fit()
+        # Through the experiment's storage, which no node can write to here: a file stands where
+        # the plugin's folder would go. Each node's run comes through Ray instead.
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ray_wandb_nodes").write_text("in the way")
+        space = {"x": tune.grid_search([0, 1]), "sleep": 1.5}
+        callback = make_callback(mode="offline", offline_transfer="storage")
+        results = tuner(trainable, name, str(tmp_path), space, callback).fit()
         assert not results.errors and own_backend.requests == []
+        assert "through Ray instead" in caplog.text
     folders = sorted((wandb_dir / "ray_wandb_nodes").iterdir())
     assert len(folders) == 2
     labels = node_labels()
@@ -250,6 +256,7 @@ def test_offline_each_trial_gets_one_folder_with_its_node_run(
         trial_label = labels[trial.metrics["node_id"]]
         writers = {w["label"]: w for w in index["writers"]}
         assert writers[trial_label]["state"] == "collected" and index["exit_code"] == 0
+        assert writers[trial_label]["via"] == "ray"
         (report,) = load(str(folder))
         assert report.history_rows == ITERATIONS
         nodes = {n.label: n for n in report.nodes}
