@@ -536,42 +536,49 @@ class NodeFleet:
         self._retirements.append(retirement)
 
     def _check_retirements(self, final: bool = False) -> None:
-        import ray
-
         still: list[_Retirement] = []
         for r in self._retirements:
-            if r.collectors is not None:  # writers finished; their offline runs are on their way
-                if any(t.is_alive() for t in r.collectors) and time.monotonic() < r.collect_deadline and not final:
-                    still.append(r)
-                    continue
-                self._end_collection(r)
-                continue
-            pending = list(r.refs)
-            done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
-            if not_done and time.monotonic() < r.deadline and not final:
-                still.append(r)
-                continue
-            for ref in done:
-                self._report(r.refs[ref], ref, r.run_id)
-            if not_done:
-                labels = ", ".join(sorted(r.refs[ref].node.label for ref in not_done))
-                self._warner.warn(
-                    f"node-finish-timeout:{r.run_id}",
-                    f"node writer(s) {labels} of the W&B run {r.run_id} did not finish within {r.timeout:.0f}s; "
-                    "their last samples may be missing",
-                )
             try:
-                if r.then is not None:
-                    r.then()
-            except Exception as e:  # noqa: BLE001
-                self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
-            if r.index is not None and r.sources:
-                if final:
-                    self._end_collection(r)
-                else:
-                    self._start_collection(r)
+                if self._advance(r, final):
                     still.append(r)
+            except Exception as e:  # noqa: BLE001 - one run's end must not hold the others'
+                self._warner.warn(f"retire:{r.run_id}", f"ending the W&B run {r.run_id} failed ({describe(e)})")
         self._retirements = still
+
+    def _advance(self, r: _Retirement, final: bool) -> bool:
+        """One step of a run's end; True while it has more to do."""
+        import ray
+
+        if r.collectors is not None:  # writers finished; their offline runs are on their way
+            if any(t.is_alive() for t in r.collectors) and time.monotonic() < r.collect_deadline and not final:
+                return True
+            self._end_collection(r)
+            return False
+        pending = list(r.refs)
+        done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        if not_done and time.monotonic() < r.deadline and not final:
+            return True
+        for ref in done:
+            self._report(r.refs[ref], ref, r.run_id)
+        if not_done:
+            labels = ", ".join(sorted(r.refs[ref].node.label for ref in not_done))
+            self._warner.warn(
+                f"node-finish-timeout:{r.run_id}",
+                f"node writer(s) {labels} of the W&B run {r.run_id} did not finish within {r.timeout:.0f}s; "
+                "their last samples may be missing",
+            )
+        try:
+            if r.then is not None:
+                r.then()
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"retire:{r.run_id}", f"finishing the W&B run {r.run_id} failed ({describe(e)})")
+        if r.index is not None and r.sources:
+            if final:
+                self._end_collection(r)
+            else:
+                self._start_collection(r)
+                return True
+        return False
 
     # offline runs ----------------------------------------------------------------------------
     def _start_collection(self, r: _Retirement) -> None:
@@ -653,21 +660,12 @@ class NodeFleet:
                 self._leave_on_node(lg, run_id, index, role, "the node writer left no offline data", state="empty")
                 return
             via = "ray"
-            if storage is not None:
-                try:
-                    ray.get(lg.actor.put_offline.remote(info["archive"], storage, node.label), timeout=left())
-                    fetch(storage, node.label, info["bytes"], dest, deadline)
-                    via = "storage"
-                except Exception as e:  # noqa: BLE001 - through Ray instead, within the same bound
-                    self._warner.warn(
-                        f"offline-storage:{run_id}:{node.node_id}",
-                        f"the offline run of {node.label} could not be brought through {storage.uri} "
-                        f"({describe(e)}); through Ray instead",
-                    )
-                finally:
-                    remove(storage, node.label)
+            if storage is not None and self._through_storage(lg, run_id, storage, info, dest, deadline):
+                via = "storage"
             if via == "ray":
                 if info["bytes"] > MAX_COLLECT_BYTES:
+                    if info["archive"] is not None:
+                        lg.actor.drop_archive.remote(info["archive"])
                     error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
                     self._leave_on_node(lg, run_id, index, role, error)
                     return
@@ -694,6 +692,46 @@ class NodeFleet:
                 f"the offline run of {node.label} was brought over, but its copy on the node could not be removed "
                 f"({describe(e)})",
             )
+
+    def _through_storage(
+        self, lg: _Logger, run_id: str, storage: StorageSpot, info: dict[str, Any], dest: str, deadline: float
+    ) -> bool:
+        """The node copies its archive into the storage and the driver side fetches it: True.
+
+        False to go through Ray instead (the node could not write there, or the driver side
+        could not read what it wrote: a path that is not shared); raises once the deadline has
+        passed, as nothing is left for Ray then. No copy stays in the storage either way.
+        """
+        import ray
+
+        node = lg.node
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        written = False
+        try:
+            until = time.time() + left()  # wall clock: the node checks it on its own machine
+            ray.get(lg.actor.put_offline.remote(info["archive"], storage, node.label, until), timeout=left())
+            written = True
+            fetch(storage, node.label, info["bytes"], dest, deadline)
+            return True
+        except Exception as e:
+            if written:  # what the node wrote is where the driver side does not look: the node removes it
+                try:
+                    ray.get(lg.actor.remove_stored.remote(storage, node.label), timeout=max(left(), 5.0))
+                except Exception:  # noqa: BLE001
+                    pass
+            if time.monotonic() >= deadline:
+                raise
+            self._warner.warn(
+                f"offline-storage:{run_id}:{node.node_id}",
+                f"the offline run of {node.label} could not be brought through {storage.uri} "
+                f"({describe(e)}); through Ray instead",
+            )
+            return False
+        finally:
+            remove(storage, node.label)
 
     def _record_lost(self, lg: _Logger) -> None:
         for run_id in sorted(self._hosted.get(lg.node.node_id, ())):

@@ -155,9 +155,20 @@ class NodeLogger:
             return {"archive": None, "bytes": size, "source": folder}
         return {"archive": archive, "bytes": size, "source": folder}
 
-    def put_offline(self, archive: str, storage: _offline.StorageSpot, label: str) -> str:
-        """Copy a packed offline run into the run's storage; its path there."""
-        return _offline.put(archive, storage, label)
+    def put_offline(self, archive: str, storage: _offline.StorageSpot, label: str, until: float) -> str:
+        """Copy a packed offline run into the run's storage before ``until`` (wall clock)."""
+        return _offline.put(archive, storage, label, until)
+
+    def remove_stored(self, storage: _offline.StorageSpot, label: str) -> None:
+        """Delete a copy :meth:`put_offline` made (the driver side could not read it)."""
+        _offline.remove(storage, label)
+
+    def drop_archive(self, archive: str) -> None:
+        """Delete a packed archive that will not be fetched (its folder stays)."""
+        try:
+            os.remove(archive)
+        except OSError:
+            pass
 
     def read_offline(self, archive: str, offset: int) -> bytes:
         return _offline.read_chunk(archive, offset)

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 INDEX = "index.json"
@@ -208,7 +208,9 @@ TRANSFERS = ("auto", "ray", "storage")
 @dataclass(frozen=True)
 class StorageSpot:
     """A folder of the run's storage (``RunConfig(storage_path=..., storage_filesystem=...)``)
-    where node writers put their packed offline runs for the driver side to fetch.
+    where node writers put their packed offline runs for the driver side to fetch:
+    ``<experiment>/ray_wandb_nodes`` from :func:`storage_spot`, one run's folder below it from
+    :meth:`for_run`.
 
     ``filesystem`` is a ``pyarrow.fs.FileSystem`` (Ray's own storage layer); it travels to the
     node loggers pickled, as Ray's ``StorageContext`` does to train workers.
@@ -221,19 +223,33 @@ class StorageSpot:
     def uri(self) -> str:
         return f"{self.filesystem.type_name}://{self.path}"
 
+    def for_run(self, run_id: str) -> StorageSpot:
+        return replace(self, path=f"{self.path}/{run_id}")
+
     def file(self, label: str) -> str:
-        return f"{self.path.rstrip('/')}/{label}.tar.gz"
+        return f"{self.path}/{label}.tar.gz"
+
+
+def _is_local(fs: Any) -> bool:
+    import pyarrow.fs
+
+    while isinstance(fs, pyarrow.fs.SubTreeFileSystem):
+        fs = fs.base_fs
+    return isinstance(fs, pyarrow.fs.LocalFileSystem)
 
 
 def storage_spot(
-    transfer: str, storage_path: Any, storage_filesystem: Any, run_id: str
+    transfer: str, storage_path: Any, storage_filesystem: Any, experiment: str | None = None
 ) -> tuple[StorageSpot | None, str | None]:
-    """Where a run's node writers put their offline runs: (spot, None), or (None, why not).
+    """The ``ray_wandb_nodes`` folder of an experiment's storage: (spot, None), or (None, why not).
 
-    ``transfer="ray"``: never (None, None). ``"auto"``: the storage when it is not this
-    machine's local file system (a cloud URI or a custom ``storage_filesystem``: what every node
-    reaches), else Ray. ``"storage"``: the storage, also a local path (an NFS mount is shared
-    but looks local). ``storage_path`` is the experiment's folder in that storage.
+    ``storage_path`` and ``storage_filesystem`` as Ray takes them (a path or URI, or a path in
+    the given filesystem), resolved as Ray resolves them; ``experiment`` is the folder below
+    it (Train's run name; None when ``storage_path`` is the experiment's folder already).
+    ``transfer="ray"``: never (None, None). ``"auto"``: the storage unless it is this machine's
+    local file system (a cloud URI or a custom filesystem is what every node reaches; a local
+    path may be each node's own disk), else Ray. ``"storage"``: the storage, also a local path
+    (an NFS mount is shared but looks local).
     """
     if transfer == "ray" or storage_path is None:
         return None, None
@@ -246,18 +262,39 @@ def storage_spot(
             fs, path = pyarrow.fs.FileSystem.from_uri(str(storage_path))
     except Exception as e:  # noqa: BLE001 - e.g. an unknown scheme, a relative path
         return None, f"the storage path {str(storage_path)!r} could not be opened ({type(e).__name__}: {e})"
-    if transfer == "auto" and isinstance(fs, pyarrow.fs.LocalFileSystem):
+    if transfer == "auto" and _is_local(fs):
         return None, None
-    return StorageSpot(fs, f"{path.rstrip('/')}/ray_wandb_nodes/{run_id}"), None
+    below = "/".join([*([experiment] if experiment else []), "ray_wandb_nodes"])
+    base = path.rstrip("/")
+    return StorageSpot(fs, f"{base}/{below}" if base or path.startswith("/") else below), None
 
 
-def put(archive: str, spot: StorageSpot, label: str) -> str:
-    """On the node: copy ``archive`` into ``spot``; returns the file's path there."""
-    import pyarrow.fs
+def put(archive: str, spot: StorageSpot, label: str, until: float) -> str:
+    """On the node: copy ``archive`` into ``spot`` before ``until`` (wall-clock seconds, so that
+    it holds on another machine); returns the file's path there.
 
+    ``TimeoutError`` when ``until`` passes first; a partial copy is deleted, so a copy that
+    would come too late to be fetched never stays in the storage.
+    """
+    if time.time() >= until:
+        raise TimeoutError(f"no time left to copy to {spot.uri}")
+    fs = spot.filesystem
     dest = spot.file(label)
-    spot.filesystem.create_dir(spot.path, recursive=True)
-    pyarrow.fs.copy_files(archive, dest, destination_filesystem=spot.filesystem)
+    fs.create_dir(spot.path, recursive=True)
+    copied = 0
+    try:
+        with (
+            open(archive, "rb") as src,
+            fs.open_output_stream(dest, compression=None) as out,
+        ):  # not gzipped again for its name
+            while chunk := src.read(CHUNK_BYTES):
+                if time.time() >= until:
+                    raise TimeoutError(f"{copied} bytes copied to {spot.uri} before the deadline")
+                out.write(chunk)
+                copied += len(chunk)
+    except BaseException:
+        remove(spot, label)
+        raise
     return dest
 
 
@@ -276,18 +313,18 @@ def fetch(spot: StorageSpot, label: str, size: int, dest: str, deadline: float) 
 
 
 def remove(spot: StorageSpot, label: str) -> None:
-    """Delete the node's archive from ``spot`` (it may not be there)."""
+    """Delete the node's archive from ``spot`` (it may not be there; never raises)."""
     try:
         spot.filesystem.delete_file(spot.file(label))
-    except OSError:  # FileNotFoundError included
+    except Exception:  # noqa: BLE001 - not there, or a filesystem's own error (credentials, ...)
         pass
 
 
 def remove_folder_if_empty(spot: StorageSpot) -> None:
     """Once every node's archive of the run is fetched: the run's storage folder if empty, and
-    the ``ray_wandb_nodes`` folder above it if that is then empty and local (removed only
-    when empty at that instant, so a run collecting beside it is never touched; object stores
-    keep no empty folders)."""
+    the ``ray_wandb_nodes`` folder above it if that is then empty and on a local path (removed
+    only when empty at that instant, so a run collecting beside it is never touched; an
+    object store may keep an empty folder marker). Never raises."""
     import pyarrow.fs
 
     fs = spot.filesystem
@@ -297,5 +334,5 @@ def remove_folder_if_empty(spot: StorageSpot) -> None:
         fs.delete_dir(spot.path)
         if isinstance(fs, pyarrow.fs.LocalFileSystem):
             os.rmdir(spot.path.rsplit("/", 1)[0])
-    except OSError:  # not there, not empty, or not ours to remove
+    except Exception:  # noqa: BLE001 - not there, not empty, or not ours to remove
         return

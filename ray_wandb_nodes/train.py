@@ -92,9 +92,8 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         offline_transfer: how, in offline mode, each node's offline run reaches the driver
             side at the end: ``"ray"`` (through Ray in chunks, up to 2 GiB a node),
             ``"storage"`` (through the run's ``storage_path``, which every node must reach)
-            or ``"auto"`` (default: the storage when it is a cloud URI or a custom
-            ``storage_filesystem``, else Ray). A node that cannot use the storage falls back
-            to Ray.
+            or ``"auto"`` (default: the storage unless it is this machine's local file
+            system, else Ray). A node that cannot use the storage falls back to Ray.
         api_key, api_key_file: the W&B key (default ``WANDB_API_KEY``, then the netrc
             entry); it reaches every node inside the callback, never through
             ``runtime_env`` or the run config.
@@ -250,8 +249,18 @@ class _TrainRun:
         self.run_name = str(run_config.name)
         self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
         self.mode = o.mode or "online"
-        self._experiment_path = f"{str(run_config.storage_path).rstrip('/')}/{self.run_name}"
-        self._storage_fs = getattr(run_config, "storage_filesystem", None)
+        # Offline: where node writers put their runs for the controller when not through Ray,
+        # resolved once as Ray resolves the run's storage (a URI's query string stays its own).
+        self._storage: StorageSpot | None = None
+        if self.mode == "offline":
+            self._storage, why_not = storage_spot(
+                o.offline_transfer,
+                run_config.storage_path,
+                getattr(run_config, "storage_filesystem", None),
+                self.run_name,
+            )
+            if why_not is not None:
+                self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         config: dict[str, Any] = {}
         if o.log_config and ctx.train_loop_config:
             config.update(ctx.train_loop_config)
@@ -299,13 +308,7 @@ class _TrainRun:
             self.fleet.start()
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
-        """Where node writers put their offline runs for the controller, when not through Ray."""
-        if self.mode != "offline":
-            return None
-        spot, why_not = storage_spot(self.options.offline_transfer, self._experiment_path, self._storage_fs, run_id)
-        if why_not is not None:
-            self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
-        return spot
+        return self._storage.for_run(run_id) if self._storage is not None else None
 
     def workers_placed(self, placements: list[Placement]) -> None:
         by_node: dict[str, list[int]] = {}

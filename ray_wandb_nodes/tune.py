@@ -24,7 +24,7 @@ from . import _handoff
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb
 from ._nodes import NodeInfo
-from ._offline import storage_spot
+from ._offline import StorageSpot, storage_spot
 from ._options import _bad
 from ._primary import PrimaryWriter
 from ._secrets import capture_env
@@ -274,15 +274,16 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             rows=self._rows,
             prepare=functools.partial(self._place, holder=holder, actor=actor, location=location),
         )
-        storage, why_not = None, None
+        storage: StorageSpot | None = None
+        why_not: str | None = None
         if spec.offline_dir is not None:  # offline: the node writers' runs come to the driver
             trial_storage = getattr(trial, "storage", None)
-            storage, why_not = storage_spot(
+            experiment, why_not = storage_spot(
                 self.options.offline_transfer,
                 getattr(trial_storage, "experiment_fs_path", None),
                 getattr(trial_storage, "storage_filesystem", None),
-                run_id,
             )
+            storage = experiment.for_run(run_id) if experiment is not None else None
         if why_not is not None:
             self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         target = RunTarget(

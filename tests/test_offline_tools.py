@@ -361,23 +361,27 @@ def test_zero_padding_inside_a_record_is_an_error(offline_run: dict[str, Any], t
 
 # through the run's storage ---------------------------------------------------------------------
 def test_the_route_is_the_storage_when_every_node_reaches_it_else_ray(tmp_path: Path) -> None:
+    import fsspec
     import pyarrow.fs
 
     from ray_wandb_nodes._offline import storage_spot
 
-    experiment = str(tmp_path / "exp")
-    custom = pyarrow.fs.SubTreeFileSystem(str(tmp_path), pyarrow.fs.LocalFileSystem())  # as a cloud bucket
-    assert storage_spot("ray", "s3://bucket/exp", None, "run-1") == (None, None)
-    assert storage_spot("auto", experiment, None, "run-1") == (None, None)  # a local path: maybe not shared
-    spot, why_not = storage_spot("auto", "exp", custom, "run-1")
+    root = str(tmp_path)
+    local = pyarrow.fs.SubTreeFileSystem(root, pyarrow.fs.LocalFileSystem())
+    custom = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fsspec.filesystem("file")))  # as s3fs would be
+    assert storage_spot("ray", "s3://bucket/exp", None) == (None, None)
+    assert storage_spot("auto", root, None, "exp") == (None, None)  # a local path: maybe each node's own
+    assert storage_spot("auto", "", local, "exp") == (None, None)  # a local one under another name
+    spot, why_not = storage_spot("auto", root, custom, "exp")
     assert why_not is None and spot is not None
-    assert spot.filesystem is custom and spot.path == "exp/ray_wandb_nodes/run-1"
-    assert spot.file("node-a") == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
-    spot, why_not = storage_spot("storage", experiment, None, "run-1")  # said so: also a local path (NFS)
-    assert spot is not None and spot.uri == f"local://{experiment}/ray_wandb_nodes/run-1"
-    spot, why_not = storage_spot("storage", "nosuchscheme://bucket/exp", None, "run-1")
+    assert spot.filesystem is custom and spot.path == f"{root}/exp/ray_wandb_nodes"
+    run = spot.for_run("run-1")
+    assert run.path == f"{root}/exp/ray_wandb_nodes/run-1" and run.file("n") == f"{run.path}/n.tar.gz"
+    spot, why_not = storage_spot("storage", root + "/", None, "exp")  # said so: also a local path (NFS)
+    assert spot is not None and spot.uri == f"local://{root}/exp/ray_wandb_nodes"
+    spot, why_not = storage_spot("storage", "nosuchscheme://bucket/exp", None)
     assert spot is None and why_not is not None and "'nosuchscheme://bucket/exp'" in why_not
-    assert storage_spot("storage", None, None, "run-1") == (None, None)
+    assert storage_spot("storage", None, None) == (None, None)
 
 
 def _node_folder(root: Path) -> Path:
@@ -396,11 +400,14 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     custom = pyarrow.fs.SubTreeFileSystem(str(bucket), pyarrow.fs.LocalFileSystem())
-    spot, _ = storage_spot("auto", "exp", custom, "run-1")
-    assert spot is not None
+    experiment, _ = storage_spot("storage", "", custom, "exp")
+    assert experiment is not None
+    spot = experiment.for_run("run-1")
     src = _node_folder(tmp_path)
     archive, size = pack(str(src))
-    assert NodeLogger().put_offline(archive, spot, "node-a") == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
+    assert (
+        NodeLogger().put_offline(archive, spot, "node-a", time.time() + 30) == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
+    )
     assert (bucket / "exp" / "ray_wandb_nodes" / "run-1" / "node-a.tar.gz").stat().st_size == size
     dest = tmp_path / "collected" / "nodes" / "node-a"
     fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
@@ -416,15 +423,16 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
 def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_unpacked(tmp_path: Path) -> None:
     from ray_wandb_nodes._offline import fetch, pack, put, remove_folder_if_empty, storage_spot
 
-    spot, _ = storage_spot("storage", str(tmp_path / "exp"), None, "run-1")
-    assert spot is not None
+    experiment, _ = storage_spot("storage", str(tmp_path), None, "exp")
+    assert experiment is not None
+    spot = experiment.for_run("run-1")
     archive, size = pack(str(_node_folder(tmp_path)))
     dest = tmp_path / "collected" / "node-a"
     # Not there at all (each node has its own local path): the file is named.
     with pytest.raises(FileNotFoundError, match=r"node-a\.tar\.gz"):
         fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
     # Another node's or an old copy of another size: both sizes are named.
-    stored = put(archive, spot, "node-a")
+    stored = put(archive, spot, "node-a", time.time() + 30)
     with open(stored, "r+b") as f:
         f.truncate(size - 10)
     with pytest.raises(OSError, match=f"holds {size - 10} bytes, the node packed {size}"):
@@ -432,3 +440,14 @@ def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_un
     assert not dest.exists()
     remove_folder_if_empty(spot)  # not empty: kept
     assert os.path.exists(stored)
+
+
+def test_a_copy_that_would_come_too_late_is_not_made(tmp_path: Path) -> None:
+    from ray_wandb_nodes._offline import pack, put, storage_spot
+
+    experiment, _ = storage_spot("storage", str(tmp_path), None, "exp")
+    assert experiment is not None
+    archive, _ = pack(str(_node_folder(tmp_path)))
+    with pytest.raises(TimeoutError, match="no time left to copy to local://"):
+        put(archive, experiment.for_run("run-1"), "node-a", time.time() - 1)
+    assert not (tmp_path / "exp").exists()

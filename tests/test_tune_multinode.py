@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import DUMMY_KEY, FAST, offline_backend, start_cluster, stop_cluster, unique
+from pyarrow.fs import FSSpecHandler
 from test_train_multinode import assert_nothing_left, node_labels, train_loop, user_rows
 from wandb_backend import RunRecord, WandbTestBackend
 
@@ -227,26 +228,46 @@ def test_restored_experiment_writes_to_the_same_runs(cluster: Any, backend: Wand
     assert_nothing_left()
 
 
+class PluginFolderUnreadable(FSSpecHandler):  # type: ignore[misc]
+    """Local files through a custom filesystem (as s3fs would be), except that nothing under a
+    ``ray_wandb_nodes`` folder can be read back: a storage the driver side does not share."""
+
+    def open_input_file(self, path: str) -> Any:
+        if "/ray_wandb_nodes/" in path:
+            raise OSError(f"not readable here: {path}")
+        return super().open_input_file(path)
+
+
 def test_offline_each_trial_gets_one_folder_with_its_node_run(
     cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import json
 
+    import fsspec
+    from pyarrow.fs import PyFileSystem
     from ray import tune
 
     from ray_wandb_nodes.report import load
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("tune-offline")
-        # Through the experiment's storage, which no node can write to here: a file stands where
-        # the plugin's folder would go. Each node's run comes through Ray instead.
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "ray_wandb_nodes").write_text("in the way")
-        space = {"x": tune.grid_search([0, 1]), "sleep": 1.5}
-        callback = make_callback(mode="offline", offline_transfer="storage")
-        results = tuner(trainable, name, str(tmp_path), space, callback).fit()
+        # A custom storage filesystem: "auto" sends each node's run through it. The nodes write
+        # their copies, the driver side cannot read them back, so each comes through Ray instead
+        # and the nodes delete what they wrote.
+        storage = PyFileSystem(PluginFolderUnreadable(fsspec.filesystem("file")))
+        results = tune.Tuner(
+            trainable,
+            param_space={"x": tune.grid_search([0, 1]), "sleep": 1.5},
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=str(tmp_path),
+                storage_filesystem=storage,
+                callbacks=[make_callback(mode="offline")],
+            ),
+        ).fit()
         assert not results.errors and own_backend.requests == []
-        assert "through Ray instead" in caplog.text
+        assert "through Ray instead" in caplog.text and "not readable here" in caplog.text
+        assert list((tmp_path / name / "ray_wandb_nodes").rglob("*.tar.gz")) == []
     folders = sorted((wandb_dir / "ray_wandb_nodes").iterdir())
     assert len(folders) == 2
     labels = node_labels()
