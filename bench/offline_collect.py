@@ -32,7 +32,7 @@ from typing import Any
 from _harness import WORK_DIR, simulated_cluster, write_result
 
 
-def make_node_run(run_id: str, label: str, size: int, pattern: bytes | None) -> int:
+def make_node_run(run_id: str, label: str, size: int, pattern: bytes | None) -> None:
     """On the node: a node writer's offline folder holding ``size`` bytes of ``pattern``
     repeated (random bytes when None)."""
     from ray_wandb_nodes._offline import node_local_dir
@@ -46,7 +46,6 @@ def make_node_run(run_id: str, label: str, size: int, pattern: bytes | None) -> 
             block = block[: size - written]
             f.write(block)
             written += len(block)
-    return os.getpid()
 
 
 def real_log(rows: int = 20_000) -> bytes:
@@ -104,7 +103,7 @@ def collect_once(
     index = open_index(folder, run_id=run_id, project=None, name=None, group=None)
     storage = None
     if route == "storage":
-        experiment, why_not = storage_spot("storage", storage_root, None, "bench")
+        experiment, why_not = storage_spot("storage", f"{storage_root}/bench", None)
         assert experiment is not None, why_not
         storage = experiment.for_run(run_id)
     recorded: set[str] = set()
@@ -125,7 +124,7 @@ def affinity(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--rounds", type=int, default=3)
@@ -137,7 +136,7 @@ def main() -> None:
 
     from ray_wandb_nodes._fleet import NodeFleet, _Logger
     from ray_wandb_nodes._node_logger import NodeLogger
-    from ray_wandb_nodes._nodes import NodeInfo
+    from ray_wandb_nodes._nodes import alive_nodes
     from ray_wandb_nodes._warn import Warner
 
     routes = ("pack", "ray", "storage")
@@ -148,8 +147,7 @@ def main() -> None:
     levels = gzip_levels(sample[: 64 << 20])
     with simulated_cluster(1):
         head = ray.get_runtime_context().get_node_id()
-        (worker,) = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
-        node = NodeInfo(worker["NodeID"], worker["NodeManagerHostname"], worker["NodeManagerAddress"])
+        (node,) = [n for node_id, n in alive_nodes(ray.nodes()).items() if node_id != head]
         actor = ray.remote(NodeLogger).options(num_cpus=0, scheduling_strategy=affinity(node.node_id)).remote()
         ray.get(actor.status.remote())
         logger = _Logger(node=node, actor=actor, pg_key=0)
@@ -194,6 +192,7 @@ def main() -> None:
         f"faster; its archive {six['ratio'] / one['ratio']:.2f}x level 6's)"
     )
     write_result(args.json, result)
+    return 0
 
 
 if __name__ == "__main__":

@@ -249,15 +249,15 @@ class _TrainRun:
         self.run_name = str(run_config.name)
         self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
         self.mode = o.mode or "online"
-        # Offline: where node writers put their runs for the controller when not through Ray,
-        # resolved once as Ray resolves the run's storage (a URI's query string stays its own).
+        # Offline: where node writers put their runs for the controller when not through Ray:
+        # the run's storage as the controller already resolved it (no second lookup here).
         self._storage: StorageSpot | None = None
         if self.mode == "offline":
+            storage = getattr(run_config, "storage_context", None)
             self._storage, why_not = storage_spot(
                 o.offline_transfer,
-                run_config.storage_path,
-                getattr(run_config, "storage_filesystem", None),
-                self.run_name,
+                getattr(storage, "experiment_fs_path", None),
+                getattr(storage, "storage_filesystem", None),
             )
             if why_not is not None:
                 self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")

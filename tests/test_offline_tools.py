@@ -370,18 +370,19 @@ def test_the_route_is_the_storage_when_every_node_reaches_it_else_ray(tmp_path: 
     local = pyarrow.fs.SubTreeFileSystem(root, pyarrow.fs.LocalFileSystem())
     custom = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fsspec.filesystem("file")))  # as s3fs would be
     assert storage_spot("ray", "s3://bucket/exp", None) == (None, None)
-    assert storage_spot("auto", root, None, "exp") == (None, None)  # a local path: maybe each node's own
-    assert storage_spot("auto", "", local, "exp") == (None, None)  # a local one under another name
-    spot, why_not = storage_spot("auto", root, custom, "exp")
+    assert storage_spot("auto", f"{root}/exp", None) == (None, None)  # a local path: maybe each node's own
+    assert storage_spot("auto", "exp", local) == (None, None)  # a local one under another name
+    spot, why_not = storage_spot("auto", f"{root}/exp", custom)
     assert why_not is None and spot is not None
     assert spot.filesystem is custom and spot.path == f"{root}/exp/ray_wandb_nodes"
     run = spot.for_run("run-1")
     assert run.path == f"{root}/exp/ray_wandb_nodes/run-1" and run.file("n") == f"{run.path}/n.tar.gz"
-    spot, why_not = storage_spot("storage", root + "/", None, "exp")  # said so: also a local path (NFS)
+    spot, why_not = storage_spot("storage", f"{root}/exp/", None)  # said so: also a local path (NFS)
     assert spot is not None and spot.uri == f"local://{root}/exp/ray_wandb_nodes"
     spot, why_not = storage_spot("storage", "nosuchscheme://bucket/exp", None)
     assert spot is None and why_not is not None and "'nosuchscheme://bucket/exp'" in why_not
-    assert storage_spot("storage", None, None) == (None, None)
+    assert storage_spot("auto", None, None) == (None, None)
+    assert storage_spot("storage", None, None) == (None, "the run has no storage path")
 
 
 def _node_folder(root: Path) -> Path:
@@ -400,7 +401,7 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     custom = pyarrow.fs.SubTreeFileSystem(str(bucket), pyarrow.fs.LocalFileSystem())
-    experiment, _ = storage_spot("storage", "", custom, "exp")
+    experiment, _ = storage_spot("storage", "exp", custom)
     assert experiment is not None
     spot = experiment.for_run("run-1")
     src = _node_folder(tmp_path)
@@ -423,7 +424,7 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
 def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_unpacked(tmp_path: Path) -> None:
     from ray_wandb_nodes._offline import fetch, pack, put, remove_folder_if_empty, storage_spot
 
-    experiment, _ = storage_spot("storage", str(tmp_path), None, "exp")
+    experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
     assert experiment is not None
     spot = experiment.for_run("run-1")
     archive, size = pack(str(_node_folder(tmp_path)))
@@ -445,7 +446,7 @@ def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_un
 def test_a_copy_that_would_come_too_late_is_not_made(tmp_path: Path) -> None:
     from ray_wandb_nodes._offline import pack, put, storage_spot
 
-    experiment, _ = storage_spot("storage", str(tmp_path), None, "exp")
+    experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
     assert experiment is not None
     archive, _ = pack(str(_node_folder(tmp_path)))
     with pytest.raises(TimeoutError, match="no time left to copy to local://"):
