@@ -63,15 +63,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    from .report import find_run_folders
     from .sync import logged_in, plan, sync
 
-    steps = plan(args.folder)
-    for _, index in find_run_folders(args.folder):
-        for w in (index or {}).get("writers", []):
-            if w.get("state") not in ("written", "collected"):
-                where = f"; its data is at {w['source']}" if w.get("source") else ""
-                print(f"note: {w.get('label')} is not in this folder ({w.get('state')}: {w.get('error')}{where})")
+    steps, absent = plan(args.folder)
+    for w in absent:
+        where = f"; its data is at {w['source']}" if w.get("source") else ""
+        print(f"note: {w.get('label')} is not in this folder ({w.get('state')}: {w.get('error')}{where})")
     if not steps:
         print(f"ray-wandb-nodes sync: no .wandb files in {args.folder!r}", file=sys.stderr)
         return 2

@@ -10,7 +10,6 @@ GPU, network rates; and it flags nodes far from the median of the others. ``form
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._offline import INDEX
+from ._offline import INDEX, read_index
 from .txlog import RunLog, read_run
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.gpu$")
@@ -129,15 +128,11 @@ def wandb_files(folder: str) -> list[str]:
 
 
 def _read_index(folder: str) -> dict[str, Any] | None:
-    path = os.path.join(folder, INDEX)
-    if not os.path.isfile(path):
-        return None
     try:
-        with open(path) as f:
-            data: dict[str, Any] = json.load(f)
+        return read_index(folder)
     except (OSError, ValueError) as e:
+        path = os.path.join(folder, INDEX)
         raise ValueError(f"{path} cannot be read as JSON ({e}); it should be the index of an offline run") from None
-    return data
 
 
 def load(folder: str) -> list[RunReport]:
@@ -148,7 +143,7 @@ def load(folder: str) -> list[RunReport]:
         logs = [read_run(p, strict=False) for p in files]
         by_run: dict[str, list[RunLog]] = {}
         for log in logs:
-            by_run.setdefault(log.run_id or (index or {}).get("run_id") or "unknown", []).append(log)
+            by_run.setdefault(identify(log, run_folder, index).run_id, []).append(log)
         if index is not None and not by_run:
             by_run[str(index.get("run_id"))] = []
         for run_id, run_logs in sorted(by_run.items()):
@@ -165,6 +160,31 @@ def writer_for(path: str, folder: str, index: dict[str, Any] | None) -> dict[str
     return None
 
 
+@dataclass
+class Writer:
+    """Who wrote one transaction log: its run, role and labels, and its index entry if any."""
+
+    run_id: str
+    role: str  # primary, node, run
+    labels: list[str]  # as in the file's keys ("" for unlabelled keys)
+    entry: dict[str, Any] | None
+
+
+def identify(log: RunLog, folder: str, index: dict[str, Any] | None) -> Writer:
+    """The writer of ``log`` (a file under ``folder``): from the index when it names the file,
+    else from the file itself (a file with history or config is a primary's)."""
+    entry = writer_for(log.path, folder, index)
+    run_id = log.run_id or (index or {}).get("run_id") or "unknown"
+    role = (entry or {}).get("role") or ("primary" if log.history or log.config else "node")
+    labels = log.labels or [(entry or {}).get("label") or os.path.basename(os.path.dirname(log.path))]
+    return Writer(run_id=str(run_id), role=role, labels=labels, entry=entry)
+
+
+def absent_writers(index: dict[str, Any] | None, present: set[str]) -> list[dict[str, Any]]:
+    """The writers ``index`` names whose label has no file here (left on its node, lost, empty)."""
+    return [w for w in (index or {}).get("writers", []) if (w.get("label") or "?") not in present]
+
+
 def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any] | None = None) -> RunReport:
     report = RunReport(run_id=run_id, folder=folder)
     idx = index or {}
@@ -173,8 +193,8 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
     nodes: dict[str, NodeSummary] = {}
     worker_nodes = set(idx.get("worker_nodes") or [])
     for log in sorted(logs, key=lambda g: (g.start_time or 0.0, g.path)):
-        writer = writer_for(log.path, folder, index)
-        role = (writer or {}).get("role") or ("primary" if log.history or log.config else "node")
+        who = identify(log, folder, index)
+        writer, role = who.entry, who.role
         if role == "primary" or (role == "run" and log.history):
             report.history_rows += len(log.history)
             report.history_keys = sorted({*report.history_keys, *(k for r in log.history for k in r)})
@@ -183,8 +203,7 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
             report.name = report.name or log.name
             if log.exit_code is not None and report.exit_code is None:
                 report.exit_code = log.exit_code
-        labels = log.labels or [(writer or {}).get("label") or os.path.basename(os.path.dirname(log.path))]
-        for label in labels:
+        for label in who.labels:
             node = nodes.setdefault(label or "(unlabelled)", NodeSummary(label=label or "(unlabelled)", role=role))
             if role == "primary":
                 node.role = "primary"
@@ -197,18 +216,16 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
                 node.errors.append(
                     f"{log.error} (the {sum(log.record_counts.values())} records before it are reported)"
                 )
-    # Writers the index names without a file here (left on their node, lost, empty).
-    for w in idx.get("writers", []):
+    for w in absent_writers(index, set(nodes)):
         label = w.get("label") or "?"
-        if label not in nodes:
-            node = NodeSummary(
-                label=label, role=w.get("role") or "node", node_id=w.get("node_id"), state=w.get("state")
-            )
-            where = f" ({w['source']})" if w.get("source") else ""
-            node.errors.append(f"no data here: {w.get('state')}{where}: {w.get('error') or 'unknown'}")
-            nodes[label] = node
+        node = NodeSummary(label=label, role=w.get("role") or "node", node_id=w.get("node_id"), state=w.get("state"))
+        where = f" ({w['source']})" if w.get("source") else ""
+        node.errors.append(f"no data here: {w.get('state')}{where}: {w.get('error') or 'unknown'}")
+        nodes[label] = node
     for node in nodes.values():
-        _fill(node, sorted(report.series.get(node.label, []), key=lambda s: s[0]))
+        samples = report.series.setdefault(node.label, [])
+        samples.sort(key=lambda s: s[0])  # once, here: the chart reads them in this order
+        _fill(node, samples)
         if worker_nodes and node.node_id:
             node.workers = node.node_id in worker_nodes
     report.nodes = sorted(nodes.values(), key=lambda n: (n.role != "primary", n.label))
@@ -371,11 +388,20 @@ def to_json(reports: list[RunReport]) -> dict[str, Any]:
     return {"runs": runs}
 
 
-Getter = Callable[[dict[str, Any]], Any]
-PANELS: list[tuple[str, Getter | None]] = [
-    ("CPU %", lambda v: v.get("cpu")),
-    ("memory %", lambda v: v.get("memory_percent")),
-    ("GPU utilisation % (mean of the node's GPUs)", lambda v: _mean_of(v, _GPU_UTIL)),
+Samples = list[tuple[float, dict[str, Any]]]
+Points = Callable[[Samples], list[tuple[float, float]]]
+
+
+def _points(get: Callable[[dict[str, Any]], Any]) -> Points:
+    return lambda samples: [(t, float(y)) for t, v in samples if (y := get(v)) is not None]
+
+
+# (title, a node's samples -> its points); the last panel (network) is drawn even when empty.
+PANELS: list[tuple[str, Points]] = [
+    ("CPU %", _points(lambda v: v.get("cpu"))),
+    ("memory %", _points(lambda v: v.get("memory_percent"))),
+    ("GPU utilisation % (mean of the node's GPUs)", _points(lambda v: _mean_of(v, _GPU_UTIL))),
+    ("network MB/s (sent + received)", lambda samples: _net_rate_series(samples)),
 ]
 
 
@@ -398,21 +424,15 @@ def write_png(reports: list[RunReport], path: str) -> list[str]:
     written = []
     for i, r in enumerate(reports):
         out = path if i == 0 else f"{os.path.splitext(path)[0]}-{r.run_id}.png"
-        series = {label: sorted(s, key=lambda x: x[0]) for label, s in r.series.items() if s}
+        series = {label: s for label, s in r.series.items() if s}  # sorted by summarise
         t0 = min((s[0][0] for s in series.values()), default=0.0)
         span = max((s[-1][0] - t0 for s in series.values()), default=0.0)
         unit, scale = ("minutes", 60.0) if span >= 300 else ("seconds", 1.0)
-        panels: list[tuple[str, Getter | None]] = [
-            (t, g) for t, g in PANELS if g is not None and any(g(v) is not None for s in series.values() for _, v in s)
-        ]
-        panels.append(("network MB/s (sent + received)", None))
+        drawn = [(title, {label: points(s) for label, s in series.items()}) for title, points in PANELS]
+        panels = [(t, by) for t, by in drawn[:-1] if any(by.values())] + drawn[-1:]
         fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.6 * len(panels)), sharex=True, squeeze=False)
-        for ax, (title, get) in zip(axes[:, 0], panels, strict=True):
-            for label, samples in series.items():
-                if get is None:
-                    pts = _net_rate_series(samples)
-                else:
-                    pts = [(t, float(y)) for t, v in samples if (y := get(v)) is not None]
+        for ax, (title, by_label) in zip(axes[:, 0], panels, strict=True):
+            for label, pts in by_label.items():
                 if pts:
                     ax.plot([(t - t0) / scale for t, _ in pts], [y for _, y in pts], label=label, linewidth=1.4)
             ax.set_title(title, fontsize=10, loc="left")

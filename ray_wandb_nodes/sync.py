@@ -15,8 +15,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from .report import find_run_folders, wandb_files, writer_for
+from .report import absent_writers, find_run_folders, identify, wandb_files
 from .txlog import read_run
 
 
@@ -35,6 +36,11 @@ class SyncStep:
     def path(self) -> str:
         """The offline-run-... folder that wandb sync takes."""
         return os.path.dirname(self.file)
+
+    @property
+    def marker(self) -> str:
+        """wandb sync's mark of a file it uploaded."""
+        return self.file + ".synced"
 
     @property
     def shared(self) -> bool:
@@ -58,34 +64,31 @@ class SyncStep:
         return env
 
 
-def plan(folder: str) -> list[SyncStep]:
-    """The writers to upload, run by run: each run's primary first, then its node writers."""
+def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:
+    """The writers to upload, run by run (each run's primary first, then its node writers),
+    and the writers the runs' indexes name that have no file here (nothing to upload)."""
     steps: list[SyncStep] = []
+    absent: list[dict[str, Any]] = []
     for run_folder, index in find_run_folders(folder):
         found = []
         for path in wandb_files(run_folder):
             log = read_run(path, strict=False)
-            writer = writer_for(path, run_folder, index) or {}
-            role = writer.get("role") or ("primary" if log.history or log.config else "node")
-            label = writer.get("label") or (log.labels[0] if log.labels else os.path.basename(os.path.dirname(path)))
-            found.append(
-                (
-                    log.start_time or 0.0,
-                    SyncStep(
-                        run_id=log.run_id or str((index or {}).get("run_id")),
-                        label=label,
-                        role=role,
-                        file=path,
-                        project=log.project or (index or {}).get("project"),
-                        entity=log.entity or (index or {}).get("entity"),
-                        synced=os.path.exists(path + ".synced"),
-                        error=str(log.error) if log.error else None,
-                    ),
-                )
+            who = identify(log, run_folder, index)
+            step = SyncStep(
+                run_id=who.run_id,
+                label=who.labels[0] or "(unlabelled)",
+                role=who.role,
+                file=path,
+                project=log.project or (index or {}).get("project"),
+                entity=log.entity or (index or {}).get("entity"),
+                synced=os.path.exists(path + ".synced"),
+                error=str(log.error) if log.error else None,
             )
+            found.append((log.start_time or 0.0, step))
         found.sort(key=lambda x: (x[1].run_id, x[1].role != "primary", x[1].label, x[0]))
         steps.extend(step for _, step in found)
-    return steps
+        absent.extend(absent_writers(index, {step.label for _, step in found}))
+    return steps, absent
 
 
 def logged_in() -> tuple[bool, str]:
@@ -93,8 +96,9 @@ def logged_in() -> tuple[bool, str]:
     from ._secrets import capture_env
     from ._setup import default_base_url
 
-    env = capture_env(os.environ, default_base_url=default_base_url())
-    return env.api_key is not None, env.base_url or default_base_url() or "W&B"
+    default = default_base_url()
+    env = capture_env(os.environ, default_base_url=default)
+    return env.api_key is not None, env.base_url or default or "W&B"
 
 
 def sync(
@@ -126,8 +130,7 @@ def sync(
             continue
         out(f"sync  {what}")
         proc = runner(step.command(entity, project), env=step.env(), capture_output=True, text=True)
-        marker = step.file + ".synced"
-        if proc.returncode != 0 or not os.path.exists(marker):
+        if proc.returncode != 0 or not os.path.exists(step.marker):
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             out(f"FAILED  {step.label}: wandb sync exited {proc.returncode}: " + " | ".join(tail))
             failures += 1

@@ -88,13 +88,11 @@ def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         if zlib.crc32(payload, zlib.crc32(bytes([ctype]))) & 0xFFFFFFFF != crc:
             raise TransactionLogError(path, at, "checksum mismatch")
         pos = end
+        if ctype in (FULL, FIRST) and pending is not None:
+            raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
         if ctype == FULL:
-            if pending is not None:
-                raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
             yield at, payload
         elif ctype == FIRST:
-            if pending is not None:
-                raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
             pending, pending_at = bytearray(payload), at
         elif pending is None:
             raise TransactionLogError(path, at, "continuation chunk without a first chunk")
@@ -185,14 +183,18 @@ def read_run(path: str, *, strict: bool = True) -> RunLog:
     return log
 
 
+def _seconds(timestamp: Any) -> float:
+    """A protobuf Timestamp in seconds."""
+    return float(timestamp.seconds + timestamp.nanos / 1e9)
+
+
 def _add(log: RunLog, record: Any) -> None:
     kind = record.WhichOneof("record_type")
     log.record_counts[kind or "none"] += 1
     if kind == "history":
         log.history.append({_item_key(i): _value(i.value_json) for i in record.history.item})
     elif kind == "stats":
-        ts = record.stats.timestamp
-        when = ts.seconds + ts.nanos / 1e9
+        when = _seconds(record.stats.timestamp)
         by_label: dict[str, dict[str, Any]] = {}
         for item in record.stats.item:
             metric, label = split_label(_item_key(item))
@@ -207,7 +209,7 @@ def _add(log: RunLog, record: Any) -> None:
         log.name = run.display_name or log.name
         log.group = run.run_group or log.group
         if run.start_time.seconds:
-            log.start_time = run.start_time.seconds + run.start_time.nanos / 1e9
+            log.start_time = _seconds(run.start_time)
         _update_config(log.config, run.config)
     elif kind == "config":
         _update_config(log.config, record.config)
