@@ -30,14 +30,13 @@ from ._offline import (
     StorageSpot,
     fetch,
     node_local_dir,
-    open_index,
     receive,
     remove,
     remove_folder_if_empty,
 )
 from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
-from ._writers import WriterSpec, node_spec
+from ._writers import WriterSpec, node_spec, offline_index
 
 # A bundle must hold some resource; a little memory never competes with train workers,
 # whereas a CPU fraction can leave whole-CPU workers unschedulable forever.
@@ -80,15 +79,13 @@ class RunTarget:
         if self.index is None:
             if self.primary is not None:
                 self.index = self.primary.index
-            elif self.standalone is not None and self.standalone.offline_dir is not None:
-                s = self.standalone
-                self.index = open_index(
-                    self.standalone.offline_dir,
-                    run_id=s.run_id,
-                    project=s.init_kwargs.get("project"),
-                    name=s.init_kwargs.get("name"),
-                    group=s.init_kwargs.get("group"),
-                )
+            elif self.standalone is not None:
+                self.index = offline_index(self.standalone)
+
+    @property
+    def role(self) -> str:
+        """The role of this run's writers on the nodes: joined writers, or runs of their own."""
+        return "run" if self.standalone is not None else "node"
 
     @property
     def run_id(self) -> str:
@@ -155,6 +152,11 @@ class _Retirement:
 class _Group:
     pg: Any
     nodes: set[str] = field(default_factory=set)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (monotonic), at least 0.1: a bound for one Ray call."""
+    return max(0.1, deadline - time.monotonic())
 
 
 def _logger_actor_class() -> Any:
@@ -528,7 +530,7 @@ class NodeFleet:
             retirement.index = target.index
             retirement.storage = target.storage
             retirement.sources = [lg for nid, lg in self._loggers.items() if run_id in self._hosted.get(nid, ())]
-            retirement.role = "run" if target.standalone is not None else "node"
+            retirement.role = target.role
             try:
                 target.index.update(worker_nodes=sorted(target.nodes))
             except OSError as e:
@@ -616,18 +618,23 @@ class NodeFleet:
     def _leave_on_node(
         self, lg: _Logger, run_id: str, index: OfflineIndex, role: str, error: str, state: str = "left-on-node"
     ) -> None:
+        """Say, in a warning and in the index, that a node's offline run is not in the folder,
+        why, and (unless it is empty) where it stayed."""
         node = lg.node
-        source = f"{node.hostname}:{node_local_dir(run_id, node.label)}"
-        where = f"; it is at {source}" if state == "left-on-node" else ""
+        fields: dict[str, Any] = {"state": state, "error": error}
+        if state != "empty":
+            fields["source"] = f"{node.hostname}:{node_local_dir(run_id, node.label)}"
+        where = f"; it is at {fields['source']}" if "source" in fields else ""
         self._warner.warn(
             f"offline:{run_id}:{node.node_id}",
             f"the offline run of {node.label} was not brought to {index.folder} ({error}){where}",
         )
-        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
-        if state == "left-on-node":
-            entry["source"] = source
+        self._set_writer(index, node, role, **fields)
+
+    def _set_writer(self, index: OfflineIndex, node: NodeInfo, role: str, **fields: Any) -> None:
+        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname, **fields}
         try:
-            index.set_writer({**entry, "state": state, "error": error})
+            index.set_writer(entry)
         except OSError as e:
             self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
 
@@ -650,7 +657,7 @@ class NodeFleet:
         node = lg.node
 
         def left() -> float:
-            return max(0.1, deadline - time.monotonic())
+            return _left(deadline)
 
         dest = os.path.join(index.folder, "nodes", node.label)
         try:
@@ -680,10 +687,7 @@ class NodeFleet:
             return
         finally:
             recorded.add(node.label)
-        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname}
-        index.set_writer(
-            {**entry, "state": "collected", "via": via, "path": index.relative(dest), "bytes": info["bytes"]}
-        )
+        self._set_writer(index, node, role, state="collected", via=via, path=index.relative(dest), bytes=info["bytes"])
         try:
             ray.get(lg.actor.discard_offline.remote(run_id, node.label), timeout=left())
         except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays
@@ -707,7 +711,7 @@ class NodeFleet:
         node = lg.node
 
         def left() -> float:
-            return max(0.1, deadline - time.monotonic())
+            return _left(deadline)
 
         written = False
         try:
@@ -736,19 +740,9 @@ class NodeFleet:
     def _record_lost(self, lg: _Logger) -> None:
         for run_id in sorted(self._hosted.get(lg.node.node_id, ())):
             target = self._targets.get(run_id)
-            if target is None or target.index is None:
-                continue
-            target.index.set_writer(
-                {
-                    "role": "run" if target.standalone is not None else "node",
-                    "label": lg.node.label,
-                    "node_id": lg.node.node_id,
-                    "hostname": lg.node.hostname,
-                    "state": "lost",
-                    "error": "the node left the cluster; its offline run stayed on it",
-                    "source": f"{lg.node.hostname}:{node_local_dir(run_id, lg.node.label)}",
-                }
-            )
+            if target is not None and target.index is not None:
+                error = "the node left the cluster; its offline run stayed on it"
+                self._leave_on_node(lg, run_id, target.index, target.role, error, state="lost")
 
     def _shutdown(self, timeout: float) -> None:
         """Retire the runs still open (their primaries finish as failed: nobody said otherwise)."""

@@ -148,12 +148,12 @@ class NodeLogger:
             self.finish(run_id)
         folder = _offline.node_local_dir(run_id, label)
         if not os.path.isdir(folder) or not os.listdir(folder):
-            return {"archive": None, "bytes": 0, "source": folder}
+            return {"archive": None, "bytes": 0}
         archive, size = _offline.pack(folder)  # replaces the archive of an earlier try
         if max_bytes is not None and size > max_bytes:
             os.remove(archive)  # too big to bring over: the folder itself stays
-            return {"archive": None, "bytes": size, "source": folder}
-        return {"archive": archive, "bytes": size, "source": folder}
+            return {"archive": None, "bytes": size}
+        return {"archive": archive, "bytes": size}
 
     def put_offline(self, archive: str, storage: _offline.StorageSpot, label: str, until: float) -> str:
         """Copy a packed offline run into the run's storage before ``until`` (wall clock)."""

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._metrics import Stepper, to_row
-from ._offline import OfflineIndex, open_index
+from ._offline import OfflineIndex
 from ._wandb_io import init_writer
 from ._warn import Warner, describe
-from ._writers import WriterSpec
+from ._writers import WriterSpec, offline_index
 
 # report -> (row to log, run config update, keys skipped)
 RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]
@@ -71,12 +71,7 @@ class PrimaryWriter:
         self.dropped = 0
         self.exit_code: int | None = None
         self._stepper = Stepper(spec.step_metric)
-        self.index: OfflineIndex | None = None
-        if spec.offline_dir:
-            k = spec.init_kwargs
-            self.index = open_index(
-                spec.offline_dir, run_id=spec.run_id, project=k.get("project"), name=k.get("name"), group=k.get("group")
-            )
+        self.index: OfflineIndex | None = offline_index(spec)
 
     # called from hooks: never blocks on W&B --------------------------------------------------
     def start(self) -> None:
@@ -256,8 +251,9 @@ class PrimaryWriter:
                     "node_id": node_id,
                     "hostname": socket.gethostname(),
                     "state": "written",
-                    "path": self.index.relative(str(self.run.settings.sync_dir)),
+                    # its folder, as a node's is nodes/<label>: every fit of the run writes there
+                    "path": self.index.relative(self.spec.init_kwargs["dir"]),
                 }
             )
-        except (OSError, AttributeError) as e:
+        except OSError as e:
             self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._offline import make_private_dir, node_local_dir, offline_folder
+from ._offline import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
 
@@ -179,6 +179,16 @@ def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: s
         label=label,
         init_kwargs=_drop_none(init_kwargs),
         settings=settings,
+    )
+
+
+def offline_index(spec: WriterSpec) -> OfflineIndex | None:
+    """The index of the run folder an offline writer's spec names (None for an online one)."""
+    if not spec.offline_dir:
+        return None
+    k = spec.init_kwargs
+    return open_index(
+        spec.offline_dir, run_id=spec.run_id, project=k.get("project"), name=k.get("name"), group=k.get("group")
     )
 
 
