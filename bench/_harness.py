@@ -17,6 +17,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from wandb_backend import WandbTestBackend
 
 WORK_DIR = "/tmp/ray_wandb_nodes_bench"
+# The Train controller otherwise takes one report per 2 s (set before Ray starts).
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+
+
+@contextmanager
+def test_backend(wandb_dir: str = WORK_DIR) -> Iterator[WandbTestBackend]:
+    """The W&B test backend on 127.0.0.1, with this process's W&B environment pointed at it."""
+    os.makedirs(wandb_dir, exist_ok=True)
+    with WandbTestBackend() as backend:
+        os.environ.update(
+            WANDB_BASE_URL=backend.base_url,
+            WANDB_API_KEY="b" * 40,
+            WANDB_SILENT="true",
+            WANDB_ERROR_REPORTING="false",
+            WANDB_DIR=wandb_dir,
+        )
+        yield backend
 
 
 @contextmanager
@@ -24,26 +41,17 @@ def simulated_cluster(worker_nodes: int) -> Iterator[tuple[Any, WandbTestBackend
     import ray
     from ray.cluster_utils import Cluster
 
-    backend = WandbTestBackend().start()
-    os.makedirs(WORK_DIR, exist_ok=True)
-    os.environ.update(
-        WANDB_BASE_URL=backend.base_url,
-        WANDB_API_KEY="b" * 40,
-        WANDB_SILENT="true",
-        WANDB_ERROR_REPORTING="false",
-        WANDB_DIR=WORK_DIR,
-    )
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    try:
-        for _ in range(worker_nodes):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
-        yield cluster, backend
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        backend.stop()
+    with test_backend() as backend:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+        try:
+            for _ in range(worker_nodes):
+                cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, log_to_driver=False)
+            yield cluster, backend
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:

@@ -21,7 +21,6 @@ import time
 import uuid
 from typing import Any
 
-os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 from _harness import WORK_DIR, simulated_cluster, write_result
 from _procs import TreeSampler
 
@@ -121,17 +120,26 @@ def main() -> int:
         sampler.stop.set()
         idle_sampler.stop.set()
 
-    (series,) = [s for s in sampler.samples.values() if s] or [[]]
-    logger = summarise(window(series, args.settle_s, args.window_s))
-    idle_series = next(iter(idle_sampler.samples.values()))
-    floor = summarise(idle_series[-min(len(idle_series), int(args.window_s)) :])
+    interval = WandbNodesCallback(project="bench").options.sampling_interval_s  # the default
+    loggers = [s for s in sampler.samples.values() if s]
+    if len(loggers) != 1:
+        print(f"expected one NodeLogger process, sampled {len(loggers)} (did it restart?)", file=sys.stderr)
+        return 1
+    samples = window(loggers[0], args.settle_s, args.window_s)
+    if not samples:
+        print("the node writer never started wandb-core: nothing to measure", file=sys.stderr)
+        return 1
+    logger = summarise(samples)
+    # The idle actor over the same seconds as the writer.
+    start, end = samples[0][0], samples[-1][0]
+    floor = summarise([(t, p) for t, p in next(iter(idle_sampler.samples.values())) if start <= t <= end])
     result = {
         "node_writer": logger,
         "idle_ray_actor": floor,
-        "sampling_interval_s": 15.0,
+        "sampling_interval_s": interval,
         "target": "RSS < 150 MB and CPU < 1 % of a core",
     }
-    print(f"one node writer over {logger['seconds']:.0f} s after it joined (default sampling interval, 15 s)")
+    print(f"one node writer over {logger['seconds']:.0f} s after it joined (default sampling interval, {interval:g} s)")
     print(f"{'process':<22} {'RSS MiB':>8} {'PSS MiB':>8} {'CPU % core':>11}")
     for name, p in logger["by_process"].items():
         print(f"{name:<22} {p['rss_mib_mean']:>8.1f} {p['pss_mib_mean']:>8.1f} {p['cpu_pct_of_core']:>11.2f}")

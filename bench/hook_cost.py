@@ -20,7 +20,7 @@ Each call is timed with ``perf_counter_ns``; the first 5 % are warm-up and left 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -30,8 +30,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from _harness import write_result
-from wandb_backend import WandbTestBackend
+from _harness import test_backend, write_result
 
 
 def metrics(n: int, step: int) -> dict[str, Any]:
@@ -127,14 +126,8 @@ def main() -> int:
 
     import ray
 
-    backend = WandbTestBackend().start()
-    os.environ.update(
-        WANDB_BASE_URL=backend.base_url,
-        WANDB_API_KEY="b" * 40,
-        WANDB_SILENT="true",
-        WANDB_ERROR_REPORTING="false",
-        WANDB_DIR=tempfile.mkdtemp(prefix="bench-wandb-"),
-    )
+    stack = contextlib.ExitStack()
+    stack.enter_context(test_backend(tempfile.mkdtemp(prefix="bench-wandb-")))
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     contenders = {
         "WandbNodesCallback.after_report": plugin_hook,
@@ -163,7 +156,7 @@ def main() -> int:
                 )
     finally:
         ray.shutdown()
-        backend.stop()
+        stack.close()
 
     print()
     print(f"{'hook / call':<42} {'keys':>5} {'p50 us':>9} {'p99 us':>9} {'p99 / plugin p99':>17}")

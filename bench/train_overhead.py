@@ -26,7 +26,6 @@ import time
 import uuid
 from typing import Any
 
-os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 from _harness import WORK_DIR, simulated_cluster, write_result
 
 # Steps left out of the timing: start-up (node writers join in the first ~10 s here).

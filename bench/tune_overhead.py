@@ -4,7 +4,8 @@
 
 A local simulated cluster (a CPU-less head and one one-CPU node per trial) and the
 W&B-compatible test backend on 127.0.0.1; experiments with and without the callback
-alternate so both see the same machine state. Prints a table and writes JSON.
+alternate, the first of each round taking turns, so both see the same machine state. Prints
+a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ def main() -> int:
     times: dict[str, list[float]] = {"none": [], "callback": []}
     with simulated_cluster(worker_nodes=args.trials) as (_, backend):
         experiment(args.trials, 2, None)  # warm-up
-        for _ in range(args.rounds):
-            times["none"].append(experiment(args.trials, args.iterations, None))
-            times["callback"].append(experiment(args.trials, args.iterations, WandbNodesTuneCallback(project="bench")))
+        for r in range(args.rounds):
+            for setup in ("none", "callback") if r % 2 == 0 else ("callback", "none"):
+                callback = WandbNodesTuneCallback(project="bench") if setup == "callback" else None
+                times[setup].append(experiment(args.trials, args.iterations, callback))
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "trials": args.trials,
