@@ -35,7 +35,7 @@ from _harness import WORK_DIR, simulated_cluster, write_result
 def make_node_run(run_id: str, label: str, size: int, pattern: bytes | None) -> None:
     """On the node: a node writer's offline folder holding ``size`` bytes of ``pattern``
     repeated (random bytes when None)."""
-    from ray_wandb_nodes._offline import node_local_dir
+    from ray_wandb_nodes.offline.index import node_local_dir
 
     folder = os.path.join(node_local_dir(run_id, label), "wandb", f"offline-run-bench-{run_id}")
     os.makedirs(folder, exist_ok=True)
@@ -84,7 +84,8 @@ def collect_once(
 ) -> dict[str, Any]:
     import ray
 
-    from ray_wandb_nodes._offline import open_index, storage_spot
+    from ray_wandb_nodes.offline.index import open_index
+    from ray_wandb_nodes.offline.storage import storage_spot
 
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     node = logger.node

@@ -24,19 +24,12 @@ from typing import Any
 
 from ._metrics import to_row
 from ._nodes import NodeInfo, alive_nodes, select_nodes
-from ._offline import (
-    MAX_COLLECT_BYTES,
-    OfflineIndex,
-    StorageSpot,
-    fetch,
-    node_local_dir,
-    receive,
-    remove,
-    remove_folder_if_empty,
-)
 from ._primary import PrimaryWriter, warn_skipped
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec, offline_index
+from .offline.index import OfflineIndex, node_local_dir
+from .offline.storage import StorageSpot, fetch, remove, remove_folder_if_empty
+from .offline.transfer import MAX_COLLECT_BYTES, receive
 
 # A bundle must hold some resource; a little memory never competes with train workers,
 # whereas a CPU fraction can leave whole-CPU workers unschedulable forever.

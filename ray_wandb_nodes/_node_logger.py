@@ -16,11 +16,13 @@ import socket
 import warnings
 from typing import Any
 
-from . import _offline
 from ._metrics import Stepper
 from ._wandb_io import init_writer
 from ._warn import describe
 from ._writers import WriterSpec, node_dir
+from .offline import index as _index
+from .offline import storage as _storage
+from .offline import transfer as _transfer
 
 
 def _was_restarted() -> bool:
@@ -146,22 +148,22 @@ class NodeLogger:
         """
         if run_id in self._runs:
             self.finish(run_id)
-        folder = _offline.node_local_dir(run_id, label)
+        folder = _index.node_local_dir(run_id, label)
         if not os.path.isdir(folder) or not os.listdir(folder):
             return {"archive": None, "bytes": 0}
-        archive, size = _offline.pack(folder)  # replaces the archive of an earlier try
+        archive, size = _transfer.pack(folder)  # replaces the archive of an earlier try
         if max_bytes is not None and size > max_bytes:
             os.remove(archive)  # too big to bring over: the folder itself stays
             return {"archive": None, "bytes": size}
         return {"archive": archive, "bytes": size}
 
-    def put_offline(self, archive: str, storage: _offline.StorageSpot, label: str, until: float) -> str:
+    def put_offline(self, archive: str, storage: _storage.StorageSpot, label: str, until: float) -> str:
         """Copy a packed offline run into the run's storage before ``until`` (wall clock)."""
-        return _offline.put(archive, storage, label, until)
+        return _storage.put(archive, storage, label, until)
 
-    def remove_stored(self, storage: _offline.StorageSpot, label: str) -> None:
+    def remove_stored(self, storage: _storage.StorageSpot, label: str) -> None:
         """Delete a copy :meth:`put_offline` made (the driver side could not read it)."""
-        _offline.remove(storage, label)
+        _storage.remove(storage, label)
 
     def drop_archive(self, archive: str) -> None:
         """Delete a packed archive that will not be fetched (its folder stays)."""
@@ -171,8 +173,8 @@ class NodeLogger:
             pass
 
     def read_offline(self, archive: str, offset: int) -> bytes:
-        return _offline.read_chunk(archive, offset)
+        return _transfer.read_chunk(archive, offset)
 
     def discard_offline(self, run_id: str, label: str) -> None:
         """Remove the node's copy once the driver side holds it."""
-        _offline.discard(_offline.node_local_dir(run_id, label))
+        _transfer.discard(_index.node_local_dir(run_id, label))

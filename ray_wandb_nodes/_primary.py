@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._metrics import Stepper, to_row
-from ._offline import OfflineIndex
 from ._wandb_io import init_writer
 from ._warn import Warner, describe
 from ._writers import WriterSpec, offline_index
+from .offline.index import OfflineIndex
 
 # report -> (row to log, run config update, keys skipped)
 RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]

@@ -4,7 +4,7 @@ The primary creates the run (shared mode, ``x_primary=True``); node writers join
 after (``x_primary=False``, ``x_update_finish_state=False``, console off), each with
 its own label. Offline runs cannot be shared, so in offline mode every writer writes
 its own offline run under the run's id, with the same labels, and the primary's lands in
-the run's offline folder (``_offline.py``), where the node writers' runs join it.
+the run's offline folder (``offline/``), where the node writers' runs join it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._offline import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
+from .offline.index import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
 
 STEP_METRIC = "training_iteration"
 
@@ -31,7 +31,7 @@ class WriterSpec:
     settings: dict[str, Any]
     api_key: Secret | None = None
     step_metric: str = STEP_METRIC
-    # Offline mode: the run's folder on the driver side (see _offline.py); None otherwise.
+    # Offline mode: the run's folder on the driver side (see offline/index.py); None otherwise.
     offline_dir: str | None = None
 
     @property
@@ -196,7 +196,7 @@ def node_dir(base: str | None, run_id: str, label: str, *, offline: bool = False
     """The folder of a node writer, created on its node.
 
     An offline writer writes in the node's temp folder, from where its run is brought to the
-    driver side at the end (see _offline.py). Writers of one run must not share a folder, so
+    driver side at the end (see offline/index.py). Writers of one run must not share a folder, so
     an online one gets ``<base>/ray_wandb_nodes/<label>``; where ``base`` is unset or cannot
     be made on that node (the driver's folder rarely exists elsewhere), the node's temp folder.
     """

@@ -23,13 +23,13 @@ from ._artifacts import checkpoint_artifact
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb, flatten, to_row
 from ._naming import node_label, train_run_id
-from ._offline import StorageSpot, storage_spot
 from ._primary import PrimaryWriter
 from ._session import RunSession
 from ._setup import configure
 from ._strategies import Placement, PlannedRun, combine_ranks, plan_runs
 from ._warn import Warner, describe, guarded
 from ._writers import primary_spec, run_spec
+from .offline.storage import StorageSpot, storage_spot
 
 SUPPORTED_RAY = ">=2.60,<2.61"
 

@@ -24,7 +24,6 @@ from . import _handoff
 from ._fleet import NodeFleet, RunTarget
 from ._metrics import config_for_wandb
 from ._nodes import NodeInfo
-from ._offline import StorageSpot, storage_spot
 from ._options import _bad
 from ._primary import PrimaryWriter
 from ._secrets import capture_env
@@ -32,6 +31,7 @@ from ._session import RunSession
 from ._setup import configure, default_base_url
 from ._warn import Warner, describe, guarded
 from ._writers import WriterSpec, node_spec, primary_spec
+from .offline.storage import StorageSpot, storage_spot
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial

@@ -19,8 +19,8 @@ from conftest import unique
 from wandb_backend import WandbTestBackend
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes.report import NodeSummary, RunReport, flag, load
-from ray_wandb_nodes.txlog import BLOCK_SIZE, RunLog, TransactionLogError, read_run
+from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag, load
+from ray_wandb_nodes.offline.txlog import BLOCK_SIZE, RunLog, TransactionLogError, read_run
 
 WIDE_KEYS = 3000  # one history row larger than a 32 KiB block: FIRST, MIDDLE, LAST chunks
 
@@ -246,7 +246,7 @@ def synthetic(label: str, gpu_util: float, cpu: float = 50.0, workers: bool | No
 
 
 def report_of(*logs: RunLog) -> RunReport:
-    from ray_wandb_nodes.report import summarise
+    from ray_wandb_nodes.offline.report import summarise
 
     return summarise("r", "/x", list(logs))
 
@@ -303,7 +303,7 @@ def test_a_writer_the_index_names_but_the_folder_lacks_is_reported_and_named_by_
 
 # the offline folder's pieces (pure) ------------------------------------------------------------
 def test_an_index_reopened_keeps_what_the_folder_already_lists(tmp_path: Path) -> None:
-    from ray_wandb_nodes._offline import OfflineIndex, open_index
+    from ray_wandb_nodes.offline.index import OfflineIndex, open_index
 
     folder = str(tmp_path / "run")
     first = OfflineIndex(folder, run_id="r", project="p", name="n", group=None)
@@ -319,7 +319,7 @@ def test_an_index_reopened_keeps_what_the_folder_already_lists(tmp_path: Path) -
 
 
 def test_a_second_archive_of_one_node_is_merged_next_to_the_first(tmp_path: Path) -> None:
-    from ray_wandb_nodes._offline import pack, read_chunk, receive
+    from ray_wandb_nodes.offline.transfer import pack, read_chunk, receive
 
     dest = tmp_path / "collected" / "node-a"
     for n in (1, 2):
@@ -335,7 +335,7 @@ def test_a_second_archive_of_one_node_is_merged_next_to_the_first(tmp_path: Path
 
 
 def test_a_receive_that_runs_out_of_time_leaves_nothing_behind(tmp_path: Path) -> None:
-    from ray_wandb_nodes._offline import pack, read_chunk, receive
+    from ray_wandb_nodes.offline.transfer import pack, read_chunk, receive
 
     src = tmp_path / "node"
     (src / "wandb").mkdir(parents=True)
@@ -364,7 +364,7 @@ def test_the_route_is_the_storage_when_every_node_reaches_it_else_ray(tmp_path: 
     import fsspec
     import pyarrow.fs
 
-    from ray_wandb_nodes._offline import storage_spot
+    from ray_wandb_nodes.offline.storage import storage_spot
 
     root = str(tmp_path)
     local = pyarrow.fs.SubTreeFileSystem(root, pyarrow.fs.LocalFileSystem())
@@ -396,7 +396,8 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
     import pyarrow.fs
 
     from ray_wandb_nodes._node_logger import NodeLogger
-    from ray_wandb_nodes._offline import fetch, pack, remove, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.storage import fetch, remove, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.transfer import pack
 
     bucket = tmp_path / "bucket"
     bucket.mkdir()
@@ -422,7 +423,8 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
 
 
 def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_unpacked(tmp_path: Path) -> None:
-    from ray_wandb_nodes._offline import fetch, pack, put, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.storage import fetch, put, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.transfer import pack
 
     experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
     assert experiment is not None
@@ -444,7 +446,8 @@ def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_un
 
 
 def test_a_copy_that_would_come_too_late_is_not_made(tmp_path: Path) -> None:
-    from ray_wandb_nodes._offline import pack, put, storage_spot
+    from ray_wandb_nodes.offline.storage import put, storage_spot
+    from ray_wandb_nodes.offline.transfer import pack
 
     experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
     assert experiment is not None

@@ -93,8 +93,8 @@ def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:
 
 def logged_in() -> tuple[bool, str]:
     """Whether this machine has a W&B key for the base URL (env, or netrc from `wandb login`)."""
-    from ._secrets import capture_env
-    from ._setup import default_base_url
+    from .._secrets import capture_env
+    from .._setup import default_base_url
 
     default = default_base_url()
     env = capture_env(os.environ, default_base_url=default)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._offline import INDEX, read_index
+from .index import INDEX, read_index
 from .txlog import RunLog, read_run
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.gpu$")

@@ -1,0 +1,20 @@
+"""Offline runs: one folder per W&B run on the driver side, with every node's data in it.
+
+Shared mode cannot be offline, so in offline mode every writer writes an offline run of its
+own under the run's id, labelled as in shared mode. The primary writes straight into the
+run's folder; a node writer writes into its node's temp folder and, at the end, its data is
+packed (tar.gz), brought to the driver side (through Ray in bounded chunks, or through the
+run's storage: see :func:`storage_spot`) and unpacked next to the primary's::
+
+    <dir>/ray_wandb_nodes/<run id>/
+        index.json                                   the run, its writers, labels and paths
+        primary/wandb/offline-run-<time>-<id>/       the primary's offline run
+        nodes/<label>/wandb/offline-run-<time>-<id>/ one per node writer
+
+``ray-wandb-nodes report`` and ``ray-wandb-nodes sync`` read such a folder.
+
+The package: ``index`` (the folder and its ``index.json``), ``transfer`` (pack on the node,
+receive and merge on the driver side), ``storage`` (the route through the run's storage),
+``walk`` (finding runs and their writers in a folder), ``report`` (per-node summaries, flags
+and their text, JSON and PNG forms), ``txlog`` (wandb's transaction-log reader), ``sync``.
+"""
