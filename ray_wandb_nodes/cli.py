@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .offline.report import format_text, load, to_json, write_png
+    from .offline import format_text, load, to_json, write_png
 
     reports = load(args.folder)
     if args.json:

@@ -28,13 +28,16 @@ def make_private_dir(path: str) -> None:
 
 
 def read_index(folder: str) -> dict[str, Any] | None:
-    """``folder``'s ``index.json``, None when there is none; ``OSError``/``ValueError`` when it
-    cannot be read as JSON."""
+    """``folder``'s ``index.json``, None when there is none; a ``ValueError`` that names the file
+    when it cannot be read as JSON."""
     path = os.path.join(folder, INDEX)
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
+    try:
+        with open(path) as f:
+            data: dict[str, Any] = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read as JSON ({e}); it should be the index of an offline run") from None
     return data
 
 
@@ -75,7 +78,7 @@ class OfflineIndex:
         }
         try:
             on_disk = read_index(folder) or {}
-        except (OSError, ValueError):
+        except ValueError:
             on_disk = {}
         if on_disk.get("run_id") == run_id:
             self.data.update({k: v for k, v in on_disk.items() if k != "updated"})

@@ -3,9 +3,9 @@
 ``load(folder)`` finds the runs in a folder (an offline run folder with its ``index.json``,
 a folder of such folders, or any folder of ``.wandb`` files) and summarises, for every
 node label: samples, time span, CPU and memory (mean, max), GPU utilisation and memory per
-GPU, network rates; and it flags nodes far from the median of the others. ``format_text``,
-``to_json`` and ``write_png`` present the result. A damaged file is reported with its error
-(file and byte offset) while every other node is still summarised.
+GPU, network rates; and it flags nodes far from the median of the others. ``render``
+presents the result (text, JSON, PNG). A damaged file is reported with its error (file and
+byte offset) while every other node is still summarised.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .index import INDEX, read_index
 from .txlog import RunLog, read_run
+from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.gpu$")
 _GPU_MEM = re.compile(r"^gpu\.(\d+)\.memoryAllocated$")
@@ -28,7 +27,6 @@ _GPU_MEM = re.compile(r"^gpu\.(\d+)\.memoryAllocated$")
 PCT_POINTS, PCT_SHARE = 20.0, 0.3
 RATE_FACTOR, RATE_MIN = 3.0, 1 << 20
 MIN_NODES_TO_FLAG = 3
-WIDTH = 100  # of the text report
 
 
 @dataclass
@@ -101,40 +99,6 @@ class RunReport:
 
 
 # loading -------------------------------------------------------------------------------------
-def find_run_folders(folder: str) -> list[tuple[str, dict[str, Any] | None]]:
-    """``(run folder, index or None)`` for every run in ``folder``."""
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{folder!r} is not a folder; give an offline run folder (one holding {INDEX})")
-    index = _read_index(folder)
-    if index is not None:
-        return [(folder, index)]
-    nested = sorted(os.path.join(root, INDEX) for root, _, names in os.walk(folder) if INDEX in names)
-    if nested:
-        return [(os.path.dirname(p), _read_index(os.path.dirname(p))) for p in nested]
-    if wandb_files(folder):
-        return [(folder, None)]
-    raise FileNotFoundError(
-        f"no W&B runs in {folder!r}: it holds neither {INDEX} nor any .wandb file "
-        "(offline runs of ray_wandb_nodes are in <dir>/ray_wandb_nodes/<run id>)"
-    )
-
-
-def wandb_files(folder: str) -> list[str]:
-    """The ``.wandb`` files under ``folder``, not following links (wandb's ``latest-run`` is one)."""
-    out: list[str] = []
-    for root, _, names in os.walk(folder):
-        out.extend(os.path.join(root, n) for n in names if n.endswith(".wandb"))
-    return sorted(out)
-
-
-def _read_index(folder: str) -> dict[str, Any] | None:
-    try:
-        return read_index(folder)
-    except (OSError, ValueError) as e:
-        path = os.path.join(folder, INDEX)
-        raise ValueError(f"{path} cannot be read as JSON ({e}); it should be the index of an offline run") from None
-
-
 def load(folder: str) -> list[RunReport]:
     """Every run in ``folder``, summarised per node."""
     reports: list[RunReport] = []
@@ -149,40 +113,6 @@ def load(folder: str) -> list[RunReport]:
         for run_id, run_logs in sorted(by_run.items()):
             reports.append(summarise(run_id, run_folder, run_logs, index))
     return reports
-
-
-def writer_for(path: str, folder: str, index: dict[str, Any] | None) -> dict[str, Any] | None:
-    for w in (index or {}).get("writers", []):
-        if w.get("path") and os.path.abspath(path).startswith(
-            os.path.abspath(os.path.join(folder, w["path"])) + os.sep
-        ):
-            return dict(w)
-    return None
-
-
-@dataclass
-class Writer:
-    """Who wrote one transaction log: its run, role and labels, and its index entry if any."""
-
-    run_id: str
-    role: str  # primary, node, run
-    labels: list[str]  # as in the file's keys ("" for unlabelled keys)
-    entry: dict[str, Any] | None
-
-
-def identify(log: RunLog, folder: str, index: dict[str, Any] | None) -> Writer:
-    """The writer of ``log`` (a file under ``folder``): from the index when it names the file,
-    else from the file itself (a file with history or config is a primary's)."""
-    entry = writer_for(log.path, folder, index)
-    run_id = log.run_id or (index or {}).get("run_id") or "unknown"
-    role = (entry or {}).get("role") or ("primary" if log.history or log.config else "node")
-    labels = log.labels or [(entry or {}).get("label") or os.path.basename(os.path.dirname(log.path))]
-    return Writer(run_id=str(run_id), role=role, labels=labels, entry=entry)
-
-
-def absent_writers(index: dict[str, Any] | None, present: set[str]) -> list[dict[str, Any]]:
-    """The writers ``index`` names whose label has no file here (left on its node, lost, empty)."""
-    return [w for w in (index or {}).get("writers", []) if (w.get("label") or "?") not in present]
 
 
 def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any] | None = None) -> RunReport:
@@ -309,153 +239,3 @@ def _far(value: float, median: float, kind: str) -> bool:
 
 def _mbps(bps: float) -> str:
     return f"{bps / 1e6:.2f} MB/s"
-
-
-# output --------------------------------------------------------------------------------------
-def _num(x: float | None, fmt: str = "{:.0f}") -> str:
-    return "-" if x is None else fmt.format(x)
-
-
-def _span(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.1f}m"
-
-
-def format_text(reports: list[RunReport]) -> str:
-    lines: list[str] = []
-    for r in reports:
-        exit_text = "running or unknown" if r.exit_code is None else str(r.exit_code)
-        lines.append(f"Run {r.run_id}  project={r.project or '-'}  exit code {exit_text}")
-        lines.append(f"  folder  {r.folder}")
-        keys = [k for k in r.history_keys if not k.startswith("_")]
-        head = f"  history {r.history_rows} rows: "
-        more = f", ... ({len(keys)} keys)"
-        shown = ", ".join(keys)
-        if len(head) + len(shown) > WIDTH:
-            shown = shown[: WIDTH - len(head) - len(more)].rsplit(", ", 1)[0] + more
-        lines.append(head + (shown or "-"))
-        lines.append("")
-        lines.append(
-            f"  {'node':<28} {'role':<7} {'samples':>7} {'span':>6} {'CPU% mean/max':>13} "
-            f"{'mem% mean/max':>13} {'net MB/s tx/rx':>14}"
-        )
-        for n in r.nodes:
-            net = (
-                "-"
-                if n.net_sent_bps is None
-                else f"{(n.net_sent_bps or 0) / 1e6:.2f}/{(n.net_recv_bps or 0) / 1e6:.2f}"
-            )
-            lines.append(
-                f"  {n.label[:28]:<28} {n.role:<7} {n.samples:>7} {_span(n.span_s):>6} "
-                f"{_num(n.cpu_mean) + '/' + _num(n.cpu_max):>13} {_num(n.mem_mean) + '/' + _num(n.mem_max):>13} "
-                f"{net:>14}"
-            )
-            for g in n.gpus:
-                lines.append(
-                    f"  {'':<28} gpu{g.index:<4} util% {_num(g.util_mean)}/{_num(g.util_max)}  "
-                    f"memory% {_num(g.mem_mean)}/{_num(g.mem_max)}"
-                )
-        gpu_less = all(not n.gpus for n in r.nodes)
-        if gpu_less:
-            lines.append("  (no GPU metrics: no node reported a GPU)")
-        flagged = [(n.label, f) for n in r.nodes for f in n.flags]
-        lines.append("")
-        if flagged:
-            lines.append("  Flagged (far from the other nodes):")
-            lines.extend(f"    {label}: {f}" for label, f in flagged)
-        else:
-            lines.append("  Flagged: none")
-        for note in r.notes:
-            lines.append(f"  ({note})")
-        errors = [(n.label, e) for n in r.nodes for e in n.errors]
-        if errors:
-            lines.append("  Errors:")
-            lines.extend(f"    {label}: {e}" for label, e in errors)
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def to_json(reports: list[RunReport]) -> dict[str, Any]:
-    runs = []
-    for r in reports:
-        d = asdict(r)
-        d.pop("series")
-        for node, n in zip(d["nodes"], r.nodes, strict=True):
-            node.update(span_s=n.span_s, gpu_util_mean=n.gpu_util_mean, gpu_mem_mean=n.gpu_mem_mean, net_bps=n.net_bps)
-        d["errors"] = r.errors
-        runs.append(d)
-    return {"runs": runs}
-
-
-Samples = list[tuple[float, dict[str, Any]]]
-Points = Callable[[Samples], list[tuple[float, float]]]
-
-
-def _points(get: Callable[[dict[str, Any]], Any]) -> Points:
-    return lambda samples: [(t, float(y)) for t, v in samples if (y := get(v)) is not None]
-
-
-# (title, a node's samples -> its points); the last panel (network) is drawn even when empty.
-PANELS: list[tuple[str, Points]] = [
-    ("CPU %", _points(lambda v: v.get("cpu"))),
-    ("memory %", _points(lambda v: v.get("memory_percent"))),
-    ("GPU utilisation % (mean of the node's GPUs)", _points(lambda v: _mean_of(v, _GPU_UTIL))),
-    ("network MB/s (sent + received)", lambda samples: _net_rate_series(samples)),
-]
-
-
-def _mean_of(values: dict[str, Any], pattern: re.Pattern[str]) -> float | None:
-    xs = [float(x) for k, x in values.items() if pattern.match(k) and isinstance(x, (int, float))]
-    return _mean(xs)
-
-
-def write_png(reports: list[RunReport], path: str) -> list[str]:
-    """One PNG per run (``path``, then ``path`` with the run id for more runs); the paths written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError(
-            "--png needs matplotlib: pip install 'ray-wandb-nodes[report]' (or pip install matplotlib)"
-        ) from None
-    written = []
-    for i, r in enumerate(reports):
-        out = path if i == 0 else f"{os.path.splitext(path)[0]}-{r.run_id}.png"
-        series = {label: s for label, s in r.series.items() if s}  # sorted by summarise
-        t0 = min((s[0][0] for s in series.values()), default=0.0)
-        span = max((s[-1][0] - t0 for s in series.values()), default=0.0)
-        unit, scale = ("minutes", 60.0) if span >= 300 else ("seconds", 1.0)
-        drawn = [(title, {label: points(s) for label, s in series.items()}) for title, points in PANELS]
-        panels = [(t, by) for t, by in drawn[:-1] if any(by.values())] + drawn[-1:]
-        fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.6 * len(panels)), sharex=True, squeeze=False)
-        for ax, (title, by_label) in zip(axes[:, 0], panels, strict=True):
-            for label, pts in by_label.items():
-                if pts:
-                    ax.plot([(t - t0) / scale for t, _ in pts], [y for _, y in pts], label=label, linewidth=1.4)
-            ax.set_title(title, fontsize=10, loc="left")
-            ax.grid(alpha=0.3)
-        axes[0, 0].legend(fontsize=8, loc="upper right")
-        axes[-1, 0].set_xlabel(f"{unit} since the first sample")
-        fig.suptitle(f"W&B run {r.run_id}: every node", fontsize=11)
-        fig.tight_layout()
-        fig.savefig(out, dpi=90)
-        plt.close(fig)
-        written.append(out)
-    return written
-
-
-def _net_rate_series(samples: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, float]]:
-    out = []
-    prev: tuple[float, float] | None = None
-    for t, v in samples:
-        sent, recv = v.get("network.sent"), v.get("network.recv")
-        if not isinstance(sent, (int, float)) or not isinstance(recv, (int, float)):
-            continue
-        total = float(sent) + float(recv)
-        if prev is not None and t > prev[0]:
-            out.append((t, max(0.0, total - prev[1]) / (t - prev[0]) / 1e6))
-        prev = (t, total)
-    return out

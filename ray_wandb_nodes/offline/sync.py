@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .report import absent_writers, find_run_folders, identify, wandb_files
 from .txlog import read_run
+from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""``sync`` of an offline run that the real wandb client wrote: what it uploads into one run (the
+stats equal to what the reader reads), the plan when not logged in, and writers the index names
+without a file here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from offline_fixtures import copy_folder, offline_run
+from wandb_backend import WandbTestBackend
+
+from ray_wandb_nodes import cli
+from ray_wandb_nodes.offline.txlog import read_run
+
+__all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
+
+
+def test_sync_refuses_clearly_when_not_logged_in(
+    offline_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    assert cli.main(["sync", str(offline_run["folder"])]) == 2
+    err = capsys.readouterr().err
+    assert "not logged in" in err and "wandb login" in err and "WANDB_API_KEY" in err
+    # A dry run says the same and what it would upload, in order: primary first.
+    assert cli.main(["sync", str(offline_run["folder"]), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("would sync")]
+    assert [line.split()[3] for line in lines] == ["primary", "node", "node"]
+    assert "not logged in" in out
+
+
+def test_a_writer_the_index_names_but_the_folder_lacks_is_reported_and_named_by_sync(
+    offline_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_folder(offline_run, tmp_path)
+    index = json.loads((folder / "index.json").read_text())
+    index["writers"].append(
+        {
+            "role": "node",
+            "label": "node-w3-dddddd",
+            "state": "left-on-node",
+            "source": "w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd",
+            "error": "TimeoutError: 10 of 20 bytes received before the deadline",
+        }
+    )
+    (folder / "index.json").write_text(json.dumps(index))
+    capsys.readouterr()
+    assert cli.main(["report", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "node-w3-dddddd: no data here: left-on-node (w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd)" in out
+    assert cli.main(["sync", str(folder), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: node-w3-dddddd is not in this folder (left-on-node: TimeoutError" in out
+    assert "its data is at w3:/tmp/ray_wandb_nodes/offline/x/node-w3-dddddd" in out
+
+
+def test_reader_stats_equal_what_wandb_itself_uploads_from_the_same_files(
+    offline_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wandb-core's own reader (``wandb sync``) is the ground truth for every stats value."""
+    folder = copy_folder(offline_run, tmp_path)
+    with WandbTestBackend() as backend:
+        monkeypatch.setenv("WANDB_BASE_URL", backend.base_url)
+        assert cli.main(["sync", str(folder)]) == 0
+        (run,) = backend.runs.values()
+        assert run.run_id == offline_run["run_id"]
+        assert run.labels == set(offline_run["files"])
+        uploaded = run.system_metrics()
+        for label, path in offline_run["files"].items():
+            samples = read_run(str(path)).stats[label]
+            for metric in ("memory_percent", "proc.memory.rssMB", "network.sent"):
+                assert uploaded[label][metric] == [values[metric] for _, values in samples if metric in values]
+        got = [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
+        assert got == offline_run["rows"]
+        assert [c.exit_code for c in run.completes] == [0]  # only the primary sets the run's state
