@@ -86,3 +86,13 @@ def add_reference(artifact: Any, uri: str) -> None:
         from wandb.sdk.artifacts.artifact_manifest_entry import ArtifactManifestEntry
 
         artifact.manifest.add_entry(ArtifactManifestEntry(path=name, ref=uri, digest=uri))
+
+
+def checkpoint_aliases(score: Any, best: float | None, maximize: bool) -> tuple[list[str], float | None]:
+    """The aliases of a new checkpoint and the best score after it: ``latest`` always, and
+    ``best`` when its numeric ``score`` beats ``best`` (higher when ``maximize``)."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return ["latest"], best
+    if best is None or (score > best if maximize else score < best):
+        return ["latest", "best"], float(score)
+    return ["latest"], best

@@ -14,13 +14,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from . import _ray
+
 NAMESPACE = "ray_wandb_nodes"
-
-
-def _kv() -> Any:
-    from ray.experimental import internal_kv
-
-    return internal_kv
 
 
 def _trial_key(trial_id: str) -> bytes:
@@ -31,39 +27,24 @@ def _workers_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/workers".encode()
 
 
-def current_trial_id() -> str | None:
-    """The id of the Tune trial this process runs in, or None outside Tune."""
-    try:
-        import warnings
-
-        from ray import tune
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # outside a trial Ray warns and returns None
-            trial_id = tune.get_context().get_trial_id()
-    except Exception:  # noqa: BLE001 - not in a trial, or Tune not importable
-        return None
-    return str(trial_id) if trial_id else None
-
-
 def mark_trial(trial_id: str, run_id: str) -> None:
-    _kv()._internal_kv_put(_trial_key(trial_id), json.dumps({"run_id": run_id}).encode(), True, namespace=NAMESPACE)
+    _ray.kv_put(_trial_key(trial_id), json.dumps({"run_id": run_id}).encode(), NAMESPACE)
 
 
 def trial_mark(trial_id: str) -> dict[str, Any] | None:
-    raw = _kv()._internal_kv_get(_trial_key(trial_id), namespace=NAMESPACE)
+    raw = _ray.kv_get(_trial_key(trial_id), NAMESPACE)
     return json.loads(raw) if raw else None
 
 
 def publish_workers(trial_id: str, placements: Sequence[dict[str, Any]]) -> None:
-    _kv()._internal_kv_put(_workers_key(trial_id), json.dumps(list(placements)).encode(), True, namespace=NAMESPACE)
+    _ray.kv_put(_workers_key(trial_id), json.dumps(list(placements)).encode(), NAMESPACE)
 
 
 def worker_nodes(trial_id: str) -> set[str]:
-    raw = _kv()._internal_kv_get(_workers_key(trial_id), namespace=NAMESPACE)
+    raw = _ray.kv_get(_workers_key(trial_id), NAMESPACE)
     return {p["node_id"] for p in json.loads(raw)} if raw else set()
 
 
 def clear_trial(trial_id: str) -> None:
     for key in (_trial_key(trial_id), _workers_key(trial_id)):
-        _kv()._internal_kv_del(key, namespace=NAMESPACE)
+        _ray.kv_del(key, NAMESPACE)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+# report -> (row to log, run config update, keys skipped)
+RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]
 # Keys Ray adds to results that are not metrics.
 _RAY_EXCLUDES = ("done", "should_checkpoint")
 # A history value this long is text, not a metric; W&B's rows are meant to stay small.
@@ -30,7 +32,7 @@ def is_excluded(key: str, excludes: Sequence[str]) -> bool:
     return any(key == item or key.startswith(item + "/") for item in excludes)
 
 
-def _scalar(value: Any) -> Any:
+def scalar(value: Any) -> Any:
     """A loggable value, or ``_SKIP``: numbers (numpy and torch scalars too), bools, strings."""
     if isinstance(value, bool):
         return value
@@ -46,12 +48,21 @@ def _scalar(value: Any) -> Any:
         one = (size == 1) if isinstance(size, int) else (callable(numel) and numel() == 1)
         if one:
             try:
-                return _scalar(item())
+                return scalar(item())
             except Exception:  # noqa: BLE001 - an odd tensor is skipped, not fatal
                 return _SKIP
     if hasattr(value, "_log_type") or type(value).__module__.startswith("wandb"):
         return value  # wandb.Image, wandb.Histogram, ...: wandb logs these itself
     return _SKIP
+
+
+def number(value: Any) -> float | None:
+    """A finite float of a numeric value (numpy and torch scalars too), else None; bools are not numbers."""
+    value = scalar(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
 
 
 class _Skip:
@@ -70,7 +81,7 @@ def to_row(metrics: Mapping[str, Any], excludes: Sequence[str]) -> tuple[dict[st
     for key, value in flatten(metrics).items():
         if is_excluded(key, all_excludes):
             continue
-        cleaned = _scalar(value)
+        cleaned = scalar(value)
         if cleaned is _SKIP:
             what = f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
             skipped.append(f"{key!r} ({what}, not a number or a short string)")
@@ -129,9 +140,9 @@ def jsonable(value: Any, depth: int = 0, path: str = "", replaced: list[str] | N
         return {str(k): jsonable(v, depth + 1, f"{path}.{k}" if path else str(k), replaced) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [jsonable(v, depth + 1, f"{path}[{i}]", replaced) for i, v in enumerate(value)]
-    scalar = _scalar(value)
-    if scalar is not _SKIP and scalar is not value:
-        return jsonable(scalar, depth + 1, path, replaced)
+    clean = scalar(value)
+    if clean is not _SKIP and clean is not value:
+        return jsonable(clean, depth + 1, path, replaced)
     if replaced is not None:
         replaced.append(path)
     return repr(value)

@@ -63,7 +63,7 @@ class Options:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _bad(option: str, value: Any, allowed: str) -> ValueError:
+def invalid(option: str, value: Any, allowed: str) -> ValueError:
     return ValueError(f"ray_wandb_nodes: invalid {option}={value!r}; {allowed}")
 
 
@@ -76,19 +76,19 @@ def resolve_mode(mode: str | None, env_mode: str | None) -> str:
     else:
         return "online"
     if not isinstance(value, str):
-        raise _bad(source, value, f"expected one of {', '.join(MODES)}")
+        raise invalid(source, value, f"expected one of {', '.join(MODES)}")
     value = _MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
     if value not in MODES:
         extra = " (shared mode is what the plugin uses underneath online runs)" if value == "shared" else ""
-        raise _bad(source, value if source == "mode" else env_mode, f"expected one of {', '.join(MODES)}{extra}")
+        raise invalid(source, value if source == "mode" else env_mode, f"expected one of {', '.join(MODES)}{extra}")
     return value
 
 
 def _positive_seconds(option: str, value: Any, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise _bad(option, value, "expected a finite number of seconds greater than 0")
+        raise invalid(option, value, "expected a finite number of seconds greater than 0")
     if value < minimum:
-        raise _bad(option, value, f"expected a finite number of seconds, at least {minimum}")
+        raise invalid(option, value, f"expected a finite number of seconds, at least {minimum}")
     return float(value)
 
 
@@ -96,7 +96,7 @@ def _str_or_none(option: str, value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise _bad(option, value, "expected a non-empty string or None")
+        raise invalid(option, value, "expected a non-empty string or None")
     return value
 
 
@@ -104,10 +104,10 @@ def _str_tuple(option: str, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise _bad(option, value, "expected a list of strings")
+        raise invalid(option, value, "expected a list of strings")
     items = tuple(value)
     if not all(isinstance(v, str) and v for v in items):
-        raise _bad(option, value, "expected a list of non-empty strings")
+        raise invalid(option, value, "expected a list of non-empty strings")
     return items
 
 
@@ -121,10 +121,10 @@ def _settings_dict(value: Any) -> dict[str, Any]:
         dumped = value.model_dump()
         out = {k: dumped[k] for k in value.model_fields_set if k in dumped}
     else:
-        raise _bad("settings", value, "expected a dict or a wandb.Settings")
+        raise invalid("settings", value, "expected a dict or a wandb.Settings")
     owned = sorted(k for k in out if k in OWNED_SETTINGS)
     if owned:
-        raise _bad(
+        raise invalid(
             "settings",
             {k: ("***" if k == "api_key" else out[k]) for k in owned},
             f"the plugin sets {', '.join(owned)} itself for each writer; use the callback's mode/api_key options",
@@ -168,59 +168,19 @@ def build_options(
     if project is not None:
         _str_or_none("project", project)
         if len(project) > 128 or _BAD_PROJECT_CHARS.search(project):
-            raise _bad("project", project, "W&B project names are at most 128 characters without / \\ # ? % :")
-    if nodes not in NODE_SELECTIONS:
-        raise _bad("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
-    if offline_transfer not in OFFLINE_TRANSFERS:
-        raise _bad(
-            "offline_transfer", offline_transfer, f"expected one of {', '.join(repr(t) for t in OFFLINE_TRANSFERS)}"
-        )
-    if not isinstance(log_config, bool):
-        raise _bad("log_config", log_config, "expected True or False")
-    if strategy not in STRATEGIES:
-        raise _bad("strategy", strategy, f"expected one of {', '.join(repr(s) for s in STRATEGIES)}")
-    if rank_metrics not in RANK_METRICS:
-        raise _bad("rank_metrics", rank_metrics, f"expected one of {', '.join(repr(r) for r in RANK_METRICS)}")
-    if not isinstance(upload_checkpoints, bool):
-        raise _bad("upload_checkpoints", upload_checkpoints, "expected True or False")
-    if config is not None and not isinstance(config, Mapping):
-        raise _bad("config", config, "expected a dict of extra run config or None")
-    if gpu_device_ids is not None:
-        ids = (
-            tuple(gpu_device_ids)
-            if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str)
-            else None
-        )
-        if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-            raise _bad(
-                "gpu_device_ids",
-                gpu_device_ids,
-                "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None",
-            )
-        gpu_device_ids = ids
-    if api_key is not None and api_key_file is not None:
-        raise ValueError(
-            "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
-            "(the key itself is not shown here)"
-        )
-    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-        raise ValueError("ray_wandb_nodes: invalid api_key (not shown); expected a non-empty string")
-    if api_key_file is not None and (not isinstance(api_key_file, str) or not api_key_file):
-        raise _bad("api_key_file", api_key_file, "expected the path of a file holding the W&B API key")
-
-    kwargs = dict(wandb_init_kwargs or {})
-    for key in kwargs:
-        if key in _OWNED_INIT_KWARGS:
-            use = _OWNED_INIT_KWARGS[key]
-            how = f"use the callback's {use}= option" if use else "the plugin manages it for each writer"
-            raise _bad(key, kwargs[key], f"{key} is not passed through to wandb.init; {how}")
-        if init_params is not None and key not in init_params:
-            raise _bad(key, kwargs[key], f"it is not a wandb.init parameter (those are: {', '.join(init_params)})")
-    if isinstance(kwargs.get("dir"), str) and kwargs["dir"]:
-        kwargs["dir"] = os.path.abspath(kwargs["dir"])  # the driver's working directory, not a node's
-    settings = _settings_dict(kwargs.pop("settings", None))
-    if "id" in kwargs:
-        _str_or_none("id", kwargs["id"])
+            raise invalid("project", project, "W&B project names are at most 128 characters without / \\ # ? % :")
+    _check_choices(
+        nodes=nodes,
+        offline_transfer=offline_transfer,
+        log_config=log_config,
+        strategy=strategy,
+        rank_metrics=rank_metrics,
+        upload_checkpoints=upload_checkpoints,
+        config=config,
+    )
+    gpu_device_ids = _gpu_ids(gpu_device_ids)
+    _check_key(api_key, api_key_file)
+    kwargs, settings = _init_kwargs(wandb_init_kwargs, init_params)
 
     return Options(
         project=project,
@@ -246,3 +206,80 @@ def build_options(
         wandb_init_kwargs=kwargs,
         settings=settings,
     )
+
+
+def _check_choices(
+    *,
+    nodes: Any,
+    offline_transfer: Any,
+    log_config: Any,
+    strategy: Any,
+    rank_metrics: Any,
+    upload_checkpoints: Any,
+    config: Any,
+) -> None:
+    if nodes not in NODE_SELECTIONS:
+        raise invalid("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
+    if offline_transfer not in OFFLINE_TRANSFERS:
+        raise invalid(
+            "offline_transfer", offline_transfer, f"expected one of {', '.join(repr(t) for t in OFFLINE_TRANSFERS)}"
+        )
+    if not isinstance(log_config, bool):
+        raise invalid("log_config", log_config, "expected True or False")
+    if strategy not in STRATEGIES:
+        raise invalid("strategy", strategy, f"expected one of {', '.join(repr(s) for s in STRATEGIES)}")
+    if rank_metrics not in RANK_METRICS:
+        raise invalid("rank_metrics", rank_metrics, f"expected one of {', '.join(repr(r) for r in RANK_METRICS)}")
+    if not isinstance(upload_checkpoints, bool):
+        raise invalid("upload_checkpoints", upload_checkpoints, "expected True or False")
+    if config is not None and not isinstance(config, Mapping):
+        raise invalid("config", config, "expected a dict of extra run config or None")
+
+
+def _gpu_ids(gpu_device_ids: Any) -> tuple[int, ...] | None:
+    if gpu_device_ids is not None:
+        ids = (
+            tuple(gpu_device_ids)
+            if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str)
+            else None
+        )
+        if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise invalid(
+                "gpu_device_ids",
+                gpu_device_ids,
+                "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None",
+            )
+        gpu_device_ids = ids
+    return gpu_device_ids  # type: ignore[no-any-return]
+
+
+def _check_key(api_key: Any, api_key_file: Any) -> None:
+    if api_key is not None and api_key_file is not None:
+        raise ValueError(
+            "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
+            "(the key itself is not shown here)"
+        )
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        raise ValueError("ray_wandb_nodes: invalid api_key (not shown); expected a non-empty string")
+    if api_key_file is not None and (not isinstance(api_key_file, str) or not api_key_file):
+        raise invalid("api_key_file", api_key_file, "expected the path of a file holding the W&B API key")
+
+
+def _init_kwargs(
+    wandb_init_kwargs: Mapping[str, Any] | None, init_params: Sequence[str] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``**wandb_init_kwargs`` to pass on, and the user's ``settings`` fields, validated."""
+    kwargs = dict(wandb_init_kwargs or {})
+    for key in kwargs:
+        if key in _OWNED_INIT_KWARGS:
+            use = _OWNED_INIT_KWARGS[key]
+            how = f"use the callback's {use}= option" if use else "the plugin manages it for each writer"
+            raise invalid(key, kwargs[key], f"{key} is not passed through to wandb.init; {how}")
+        if init_params is not None and key not in init_params:
+            raise invalid(key, kwargs[key], f"it is not a wandb.init parameter (those are: {', '.join(init_params)})")
+    if isinstance(kwargs.get("dir"), str) and kwargs["dir"]:
+        kwargs["dir"] = os.path.abspath(kwargs["dir"])  # the driver's working directory, not a node's
+    settings = _settings_dict(kwargs.pop("settings", None))
+    if "id" in kwargs:
+        _str_or_none("id", kwargs["id"])
+    return kwargs, settings

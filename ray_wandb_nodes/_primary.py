@@ -14,34 +14,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._metrics import Stepper, to_row
+from ._metrics import RowBuilder, Stepper
+from ._strategies import report_rows
 from ._wandb_io import init_writer
-from ._warn import Warner, describe
+from ._warn import Warner, describe, warn_skipped
 from ._writers import WriterSpec, offline_index
 from .offline.index import OfflineIndex
 
-# report -> (row to log, run config update, keys skipped)
-RowBuilder = Callable[[Any], tuple[dict[str, Any], dict[str, Any], list[str]]]
-
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-
-
-def warn_skipped(warner: Warner, skipped: list[str], limit: int = 20) -> None:
-    """One warning per key left out of a row (the first ``limit`` distinct ones, then a count)."""
-    for key in skipped[:limit]:
-        warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
-    if len(skipped) > limit:
-        warner.warn(
-            "skip:many", f"{len(skipped)} metrics of one report were not logged; the first {limit} are named above"
-        )
-
-
-def train_rows(excludes: Sequence[str]) -> RowBuilder:
-    def build(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-        row, skipped = to_row(metrics, excludes)
-        return row, {}, skipped
-
-    return build
 
 
 class PrimaryWriter:
@@ -55,8 +35,9 @@ class PrimaryWriter:
     ) -> None:
         """``prepare`` runs on the writer thread before ``wandb.init`` and may adjust the spec."""
         self.spec = spec
-        self._rows = rows or train_rows(())
+        self._rows = rows or report_rows("rank0", ())
         self._prepare = prepare
+        self._on_ready: Callable[[], None] | None = None
         self._warner = warner
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=f"ray_wandb_nodes-{spec.run_id}", daemon=True)
@@ -74,7 +55,9 @@ class PrimaryWriter:
         self.index: OfflineIndex | None = offline_index(spec)
 
     # called from hooks: never blocks on W&B --------------------------------------------------
-    def start(self) -> None:
+    def start(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Start the writer thread; ``on_ready()`` is called on it once the run exists."""
+        self._on_ready = on_ready
         self._thread.start()
 
     def log(self, payload: Any) -> None:
@@ -167,6 +150,8 @@ class PrimaryWriter:
         finally:
             self._ready.set()
         self.entity, self.project = self.run.entity, self.run.project
+        if self._on_ready is not None:
+            self._on_ready()
         self._index_primary()
         # A resumed run (restart, auto-resume by name) continues its step count.
         self._stepper = Stepper.resuming(self.spec.step_metric, self.run)

@@ -1,63 +1,143 @@
-"""One W&B run's lifecycle: start, nodes used, report, finish.
+"""One W&B run's lifecycle: start, nodes used, report, checkpoint, finish; one shape for every strategy.
 
-The Ray adapters (``train.py``, ``tune.py``) translate hooks into these calls. The session
-pairs the run's primary writer with its target in a node fleet and keeps the order the
-run's state needs: the primary creates the run before any node writer joins (the fleet
-waits for it), and at the end node writers finish before the primary sends the final state.
+The Ray adapters (``train.py``, ``tune.py``) translate hooks into these calls on a session:
+
+- :class:`SharedSession` (strategies shared and main, and every Tune trial): the run's primary
+  writer on the driver side creates the run; the fleet's node writers join it once it exists
+  and, at the end, finish before the primary sends the final state.
+- :class:`StandaloneSession` (strategies node and all): the run is one writer inside its node's
+  logger; the fleet routes the run's rows and checkpoints there and finishes it.
+
+Whoever owns a writer finishes it: the session its primary, the fleet its node writers.
 """
 
 from __future__ import annotations
 
-import time
+import functools
+import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ._fleet import NodeFleet, RunTarget
+from ._artifacts import checkpoint_artifact
+from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
 from ._primary import PrimaryWriter
+
+# Past the bounds the fleet keeps itself: how much longer a waiting finish waits for it.
+_FLEET_SLACK_S = 5.0
 
 
 class RunSession:
-    def __init__(self, primary: PrimaryWriter, fleet: NodeFleet, target: RunTarget, finish_timeout_s: float) -> None:
-        self.primary = primary
+    """What both kinds share: the run id, the fleet, and a finish that happens once."""
+
+    def __init__(self, fleet: NodeFleet, finish_timeout_s: float) -> None:
         self.fleet = fleet
-        self.target = target
         self.finish_timeout_s = finish_timeout_s
         self._finishing = False
+        self._writers_done: threading.Event | None = None
+        self._exit_code = 1
+        self._timeout = finish_timeout_s
 
     @property
     def run_id(self) -> str:
-        return self.primary.spec.run_id
+        raise NotImplementedError
 
     @property
     def finishing(self) -> bool:
         return self._finishing
 
     def start(self) -> None:
-        self.primary.start()
+        raise NotImplementedError
+
+    def set_nodes(self, nodes: Iterable[str], covered_node: str | None = None) -> None:
+        """The nodes the run uses now (replacing the previous set), less ``covered_node``."""
+        self.fleet.set_run_nodes(self.run_id, nodes, covered_node)
+
+    def update_config(self, config: dict[str, Any]) -> None:
+        """Run config learnt after the start (a standalone run's is set when its writer starts)."""
+
+    def report(self, metrics: Any) -> None:
+        raise NotImplementedError
+
+    def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        raise NotImplementedError
+
+    def finish(self, exit_code: int, timeout: float | None = None) -> None:
+        """Start ending the run with ``exit_code`` (node writers first, each bound ``timeout``);
+        returns at once, and only the first call counts."""
+        if self._finishing:
+            return
+        self._finishing = True
+        self._exit_code = exit_code
+        self._timeout = self.finish_timeout_s if timeout is None else timeout
+        self._writers_done = self._retire(exit_code, self._timeout)
+
+    def wait_finished(self) -> None:
+        """Return once the run is finished, or its bounds have passed (after :meth:`finish`)."""
+        if self._writers_done is not None:
+            self._writers_done.wait(self._timeout + _FLEET_SLACK_S)
+
+    def _retire(self, exit_code: int, timeout: float) -> threading.Event:
+        raise NotImplementedError
+
+
+class SharedSession(RunSession):
+    def __init__(self, target: SharedTarget, fleet: NodeFleet, finish_timeout_s: float) -> None:
+        super().__init__(fleet, finish_timeout_s)
+        self.target = target
+        self.primary: PrimaryWriter = target.primary
+
+    @property
+    def run_id(self) -> str:
+        return self.primary.spec.run_id
+
+    def start(self) -> None:
+        # The target first: the primary's thread may set the run's nodes before the run exists.
         self.fleet.start()
         self.fleet.add_run(self.target)
+        self.primary.start(on_ready=functools.partial(self.fleet.run_ready, self.run_id))
 
-    def set_nodes(self, nodes: Iterable[str], covered_node: str | None) -> None:
-        self.fleet.set_run_nodes(self.run_id, nodes, covered_node)
+    def update_config(self, config: dict[str, Any]) -> None:
+        self.primary.update_config(config)
 
     def report(self, metrics: Any) -> None:
         if not self._finishing:
             self.primary.log(metrics)
 
-    def finish(self, exit_code: int, *, wait: bool, timeout: float | None = None) -> None:
-        """Node writers first (bounded), then the primary with ``exit_code``; idempotent.
+    def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
+        self.primary.log_artifact(make, aliases=aliases)
 
-        With ``wait`` it returns once the run is finished or the bounds have passed.
-        """
+    def _retire(self, exit_code: int, timeout: float) -> threading.Event:
+        return self.fleet.retire_run(
+            self.run_id, timeout, then=functools.partial(self.primary.request_finish, exit_code)
+        )
+
+    def wait_finished(self) -> None:
+        super().wait_finished()
         if self._finishing:
-            return
-        self._finishing = True
-        timeout = self.finish_timeout_s if timeout is None else timeout
-        self.fleet.retire_run(self.run_id, timeout, then=lambda: self.primary.request_finish(exit_code))
-        if not wait:
-            return
-        deadline = time.monotonic() + timeout + 5.0
-        while not self.primary.done and time.monotonic() < deadline and not self.primary.finish_requested:
-            time.sleep(0.02)
-        self.primary.request_finish(exit_code)  # idempotent; covers a fleet that could not hand over
-        self.primary.wait_done(timeout)
+            self.primary.request_finish(self._exit_code)  # idempotent; covers a fleet that could not hand over
+            self.primary.wait_done(self._timeout)
+
+
+class StandaloneSession(RunSession):
+    def __init__(self, target: StandaloneTarget, fleet: NodeFleet, finish_timeout_s: float) -> None:
+        super().__init__(fleet, finish_timeout_s)
+        self.target = target
+
+    @property
+    def run_id(self) -> str:
+        return self.target.run_id
+
+    def start(self) -> None:
+        self.fleet.start()
+        self.fleet.add_run(self.target)
+
+    def report(self, metrics: Any) -> None:
+        if not self._finishing:
+            self.fleet.log(self.run_id, metrics)
+
+    def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        self.fleet.log_artifact(self.run_id, checkpoint, name, aliases)
+
+    def _retire(self, exit_code: int, timeout: float) -> threading.Event:
+        return self.fleet.retire_run(self.run_id, timeout, exit_code=exit_code)

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._metrics import flatten
+from ._metrics import RowBuilder, flatten, number, to_row
 from ._naming import node_label
+from ._options import RANK_METRICS
 
-STRATEGIES = ("shared", "main", "node", "all")
-RANK_METRICS = ("rank0", "reduce", "all")
 _ID_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -90,22 +88,6 @@ def plan_runs(strategy: str, placements: Sequence[Placement], base_id: str) -> l
     raise ValueError(f"strategy {strategy!r} has no per-node or per-rank runs")
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        item = getattr(value, "item", None)
-        size = getattr(value, "size", None)
-        numel = getattr(value, "numel", None)
-        one = (size == 1) if isinstance(size, int) else (callable(numel) and numel() == 1)
-        if callable(item) and one:
-            try:
-                return _number(item())
-            except Exception:  # noqa: BLE001
-                return None
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
-
-
 def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]:
     """One history row from every rank's report.
 
@@ -126,7 +108,7 @@ def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: str) -> dict[str, 
         keys.extend(k for k in m if k not in keys)
     row: dict[str, Any] = {}
     for key in keys:
-        values = [(r, _number(m[key])) for r, m in enumerate(flat) if key in m]
+        values = [(r, number(m[key])) for r, m in enumerate(flat) if key in m]
         numeric = [(r, v) for r, v in values if v is not None]
         if len(numeric) != len(values) or not numeric:
             if key in flat[0]:
@@ -141,3 +123,15 @@ def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: str) -> dict[str, 
         row[f"{key}/argmax_rank"] = max(numeric, key=lambda rv: rv[1])[0]
         row[f"{key}/argmin_rank"] = min(numeric, key=lambda rv: rv[1])[0]
     return row
+
+
+def report_rows(rank_metrics: str, excludes: Sequence[str]) -> RowBuilder:
+    """The row builder of a Train run's primary: one report (rank 0's dict, or every rank's
+    dicts combined as ``rank_metrics`` says) becomes one history row."""
+
+    def build(payload: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        metrics = payload if isinstance(payload, Mapping) else combine_ranks(payload, rank_metrics)
+        row, skipped = to_row(metrics, excludes)
+        return row, {}, skipped
+
+    return build

@@ -58,3 +58,13 @@ def guarded(hook: str) -> Callable[[_F], _F]:
         return inner  # type: ignore[return-value]
 
     return wrap
+
+
+def warn_skipped(warner: Warner, skipped: list[str], limit: int = 20) -> None:
+    """One warning per key left out of a row (the first ``limit`` distinct ones, then a count)."""
+    for key in skipped[:limit]:
+        warner.warn(f"skip:{key}", f"metric {key} is not logged: W&B cannot chart it")
+    if len(skipped) > limit:
+        warner.warn(
+            "skip:many", f"{len(skipped)} metrics of one report were not logged; the first {limit} are named above"
+        )

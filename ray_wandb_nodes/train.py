@@ -12,43 +12,24 @@ fails the whole run.
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import _handoff
-from ._artifacts import checkpoint_artifact
-from ._fleet import NodeFleet, RunTarget
-from ._metrics import config_for_wandb, flatten, to_row
-from ._naming import node_label, train_run_id
-from ._primary import PrimaryWriter
-from ._session import RunSession
+from . import _handoff, _ray
 from ._setup import configure
-from ._strategies import Placement, PlannedRun, combine_ranks, plan_runs
+from ._train_run import TrainRun
 from ._warn import Warner, describe, guarded
-from ._writers import primary_spec, run_spec
-from .offline.storage import StorageSpot, storage_spot
 
 SUPPORTED_RAY = ">=2.60,<2.61"
 
 try:
-    from ray.train.v2._internal.execution.callback import (
-        ControllerCallback,
-        ReportCallback,
-        WorkerGroupCallback,
-    )
+    ControllerCallback, WorkerGroupCallback, ReportCallback = _ray.train_callback_classes()
 except ImportError as _e:  # pragma: no cover - depends on the installed Ray
-    try:
-        import ray as _ray
-
-        _found = f"ray {_ray.__version__}"
-    except ImportError:
-        _found = "no ray"
     raise ImportError(
         f"ray_wandb_nodes.WandbNodesCallback needs Ray Train V2's callback API (ray[train]{SUPPORTED_RAY}); "
-        f"found {_found}. Install a supported Ray: pip install 'ray[train,tune]{SUPPORTED_RAY}'"
+        f"found ray {_ray.ray_version()}. Install a supported Ray: pip install 'ray[train,tune]{SUPPORTED_RAY}'"
     ) from _e
 
 if TYPE_CHECKING:
@@ -57,7 +38,7 @@ if TYPE_CHECKING:
     from ray.train.v2.api.result import Result
 
 
-class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc]
+class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc,valid-type]
     """One W&B run that shows every node of a Ray Train run (or the classic strategies).
 
     Add it to ``ray.train.RunConfig(callbacks=[WandbNodesCallback(project="my-proj")])``.
@@ -128,9 +109,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
     ) -> None:
-        from ray.train.v2._internal.constants import is_v2_enabled
-
-        if not is_v2_enabled():
+        if not _ray.train_v2_enabled():
             raise RuntimeError(
                 "ray_wandb_nodes.WandbNodesCallback needs Ray Train V2, but RAY_TRAIN_V2_ENABLED=0 "
                 "is set; unset it (V2 is the default in Ray 2.60)"
@@ -162,9 +141,9 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         )
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
-        self._run: _TrainRun | None = None
+        self._run: TrainRun | None = None
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
-        self._tune_trial_id = _handoff.current_trial_id() if self.options.mode != "disabled" else None
+        self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
         self._relay_trial: str | None = None
 
     def __repr__(self) -> str:
@@ -191,12 +170,22 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
             # this callback only tells it where the train workers are.
             self._relay_trial = self._tune_trial_id
             return
-        self._run = _TrainRun(self, train_run_context)
+        import ray
+
+        self._run = TrainRun(
+            self.options,
+            self._env,
+            self._warner,
+            start=_ray.train_start(train_run_context),
+            node_id=ray.get_runtime_context().get_node_id(),
+            hostname=socket.gethostname(),
+            driver_cwd=self._driver_cwd,
+        )
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
         if self._run is not None:
-            self._run.finish(exit_code=1 if result.error is not None else 0, timeout=self.options.finish_timeout_s)
+            self._run.finish(exit_code=1 if _ray.result_failed(result) else 0, timeout=self.options.finish_timeout_s)
 
     @guarded("before_controller_abort")
     def before_controller_abort(self) -> None:
@@ -209,15 +198,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
         if self._run is None and not self._relay_trial:
             return
-        placements = [
-            Placement(
-                rank=w.distributed_context.world_rank if w.distributed_context else i,
-                node_id=w.metadata.node_id,
-                hostname=w.metadata.hostname,
-                gpu_ids=_gpu_ids(w.metadata.accelerator_ids),
-            )
-            for i, w in enumerate(worker_group.get_workers())
-        ]
+        placements = _ray.worker_placements(worker_group)
         if self._relay_trial:
             trial_id = self._relay_trial
             published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]
@@ -231,179 +212,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
         if self._run is not None and metrics:
-            self._run.report(metrics, getattr(training_report, "checkpoint", None))
-
-
-class _TrainRun:
-    """The W&B side of one Train run, on the controller: a shared or main run with its
-    primary writer, or the runs of the node or all strategy, all served by one node fleet."""
-
-    def __init__(self, callback: WandbNodesCallback, ctx: TrainRunContext) -> None:
-        import ray
-
-        self.options = o = callback.options
-        self._env = callback._env
-        self._warner = callback._warner
-        self._driver_cwd = callback._driver_cwd
-        run_config = ctx.run_config
-        self.run_name = str(run_config.name)
-        self.base_id = train_run_id(str(run_config.storage_path), self.run_name)
-        self.mode = o.mode or "online"
-        # Offline: where node writers put their runs for the controller when not through Ray:
-        # the run's storage as the controller already resolved it (no second lookup here).
-        self._storage: StorageSpot | None = None
-        if self.mode == "offline":
-            storage = getattr(run_config, "storage_context", None)
-            self._storage, why_not = storage_spot(
-                o.offline_transfer,
-                getattr(storage, "experiment_fs_path", None),
-                getattr(storage, "storage_filesystem", None),
-            )
-            if why_not is not None:
-                self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
-        config: dict[str, Any] = {}
-        if o.log_config and ctx.train_loop_config:
-            config.update(ctx.train_loop_config)
-        config.update(o.config)
-        scaling = ctx.scaling_config
-        config["ray_train"] = {
-            "run_name": self.run_name,
-            "num_workers": getattr(scaling, "num_workers", None),
-            "use_gpu": getattr(scaling, "use_gpu", None),
-            "strategy": o.strategy,
-        }
-        self.config = config_for_wandb(config, self._warner.warn)
-        checkpointing = run_config.checkpoint_config
-        self._score_key = getattr(checkpointing, "checkpoint_score_attribute", None)
-        self._score_max = getattr(checkpointing, "checkpoint_score_order", "max") != "min"
-        self._best: float | None = None
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=self._warner)
-        self.session: RunSession | None = None
-        self.planned: dict[str, PlannedRun] = {}
-        if o.strategy in ("shared", "main"):
-            spec = primary_spec(
-                o,
-                self._env,
-                mode=self.mode,
-                run_id=self.base_id,
-                label=node_label(socket.gethostname(), self.node_id),
-                display_name=self.run_name,
-                group=None,
-                config=self.config,
-                default_dir=callback._driver_cwd,
-                shared=o.strategy == "shared",
-            )
-            primary = PrimaryWriter(spec, warner=self._warner, rows=_rank_rows(o.rank_metrics, o.excludes))
-            # main: no node writer at all (the target never learns any node).
-            target = RunTarget(
-                primary=primary,
-                selection=o.nodes if o.strategy == "shared" else "workers",
-                covered_node=self.node_id,  # the primary samples its own node
-                storage=self._offline_storage(self.base_id),
-            )
-            self.session = RunSession(primary, self.fleet, target, o.finish_timeout_s)
-            self.session.start()
-        else:
-            self.fleet.start()
-
-    def _offline_storage(self, run_id: str) -> StorageSpot | None:
-        return self._storage.for_run(run_id) if self._storage is not None else None
-
-    def workers_placed(self, placements: list[Placement]) -> None:
-        by_node: dict[str, list[int]] = {}
-        for p in placements:
-            by_node.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
-        if self.session is not None:
-            if self.options.strategy == "shared":
-                self.session.set_nodes({p.node_id for p in placements}, self.node_id)
-            self.session.primary.update_config({"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}})
-            return
-        for planned in plan_runs(self.options.strategy, placements, self.base_id):
-            known = self.planned.get(planned.run_id)
-            self.planned[planned.run_id] = planned
-            if known is None:
-                spec = run_spec(
-                    self.options,
-                    self._env,
-                    mode=self.mode,
-                    run_id=planned.run_id,
-                    name=planned.name,
-                    group=self.options.group or self.run_name,
-                    label=planned.label,
-                    config={**self.config, "ray_train": {**self.config["ray_train"], "rank": planned.rank}},
-                    gpu_ids=planned.gpu_ids,
-                    default_dir=self._driver_cwd,
-                )
-                target = RunTarget(
-                    primary=None,
-                    selection="workers",
-                    nodes={planned.node_id},
-                    standalone=spec,
-                    excludes=self.options.excludes,
-                    storage=self._offline_storage(planned.run_id),
-                )
-                self.fleet.add_run(target)
-            elif known.node_id != planned.node_id:
-                self.fleet.set_run_nodes(planned.run_id, {planned.node_id})
-
-    def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-        if self.session is not None:
-            # No copy on the controller's event loop: the writer thread builds its own row from
-            # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
-            # callbacks after taking them off its queues, then drops them.
-            payload = metrics[0] if self.options.rank_metrics == "rank0" else list(metrics)
-            self.session.report(payload)
-        else:
-            for run_id, planned in self.planned.items():
-                if planned.rank < len(metrics):
-                    self.fleet.log(run_id, metrics[planned.rank])
-        if checkpoint is not None and self.options.upload_checkpoints:
-            self._log_checkpoint(checkpoint, metrics[0])
-
-    def _log_checkpoint(self, checkpoint: Any, rank0: dict[str, Any]) -> None:
-        aliases = ["latest"]
-        if self._score_key:
-            score = flatten(rank0).get(self._score_key)
-            if isinstance(score, (int, float)) and not isinstance(score, bool):
-                better = self._best is None or (score > self._best if self._score_max else score < self._best)
-                if better:
-                    self._best = float(score)
-                    aliases.append("best")
-        name = f"checkpoint-{self.base_id}"
-        make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
-        if self.session is not None:
-            self.session.primary.log_artifact(make, aliases=aliases)
-        else:
-            rank0_run = next((r for r, p in self.planned.items() if p.rank == 0), None)
-            if rank0_run is not None:
-                self.fleet.log_artifact(rank0_run, checkpoint, name, aliases)
-
-    def finish(self, exit_code: int, timeout: float) -> None:
-        """Node writers first, then the primary (or each run of its own), then every actor."""
-        wait = max(timeout, self.options.upload_timeout_s) if self.options.upload_checkpoints else timeout
-        if self.session is not None:
-            self.session.finish(exit_code, wait=True, timeout=wait)
-        else:
-            for run_id in self.planned:
-                self.fleet.retire_run(run_id, wait, exit_code=exit_code)
-        self.fleet.shutdown(wait)
-
-
-def _rank_rows(mode: str, excludes: tuple[str, ...]) -> Any:
-    def build(payload: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-        metrics = payload if isinstance(payload, dict) else combine_ranks(payload, mode)
-        row, skipped = to_row(metrics, excludes)
-        return row, {}, skipped
-
-    return build
-
-
-def _gpu_ids(accelerator_ids: Any) -> tuple[int, ...]:
-    try:
-        return tuple(int(i) for i in (accelerator_ids or {}).get("GPU", []))
-    except (TypeError, ValueError):
-        return ()
+            self._run.report(metrics, _ray.report_checkpoint(training_report))
 
 
 def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) -> None:

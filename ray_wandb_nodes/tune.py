@@ -11,27 +11,19 @@ every trial on it. Hooks hand work to background threads and never raise into Tu
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
-from . import _handoff
-from ._fleet import NodeFleet, RunTarget
-from ._metrics import config_for_wandb
-from ._nodes import NodeInfo
-from ._options import _bad
-from ._primary import PrimaryWriter
+from . import _handoff, _ray
+from ._options import invalid
 from ._secrets import capture_env
-from ._session import RunSession
+from ._session import SharedSession
 from ._setup import configure, default_base_url
-from ._warn import Warner, describe, guarded
-from ._writers import WriterSpec, node_spec, primary_spec
-from .offline.storage import StorageSpot, storage_spot
+from ._tune_run import TuneRuns
+from ._warn import Warner, guarded
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
@@ -83,10 +75,10 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     ) -> None:
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
             if owned in wandb_init_kwargs:
-                raise _bad(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
+                raise invalid(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
         for option, value in (("video_kwargs", video_kwargs), ("image_kwargs", image_kwargs)):
             if value is not None and not isinstance(value, dict):
-                raise _bad(option, value, "expected a dict of keyword arguments or None")
+                raise invalid(option, value, "expected a dict of keyword arguments or None")
         self.options, self._env = configure(
             project=project,
             entity=entity,
@@ -114,9 +106,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
         self._run_ids: dict[str, str] = {}  # trial id -> W&B run id; kept across Tuner.restore
-        self._sessions: dict[str, RunSession] = {}
-        self._fleet: NodeFleet | None = None
-        self._driver_node: NodeInfo | None = None
+        self._runs: TuneRuns | None = None  # the experiment's runs, from its first trial on
 
     @property
     def upload_checkpoints(self) -> bool:
@@ -134,7 +124,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         # Tune pickles its callbacks into the experiment folder (tuner.pkl): the key stays
         # out of it and is captured again where the experiment is restored.
         state = self.__dict__.copy()
-        state.update(_sessions={}, _fleet=None, _driver_node=None, _env=replace(self._env, api_key=None))
+        state.update(_runs=None, _env=replace(self._env, api_key=None))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -151,7 +141,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         # A copy in memory (Tune copies its run config) keeps the key; a pickle does not.
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        clone.__dict__.update(_sessions={}, _fleet=None, _driver_node=None, _run_ids=dict(self._run_ids))
+        clone.__dict__.update(_runs=None, _run_ids=dict(self._run_ids))
         return clone
 
     # state across Tuner.restore --------------------------------------------------------------
@@ -178,7 +168,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
     ) -> None:
-        session = self._sessions.get(trial.trial_id) or self._start(trial)
+        session = self._session(trial) or self._start(trial)
         if session is None:
             return
         session.report(dict(result))
@@ -186,21 +176,18 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         if self.upload_checkpoints and isinstance(path, str) and path:
             from ._artifacts import CheckpointAt
 
-            storage = getattr(getattr(trial, "storage", None), "storage_filesystem", None)
+            _, storage = _ray.trial_storage(trial)
             self._log_checkpoint(session, trial, CheckpointAt.from_result(path, storage))
 
     @guarded("on_checkpoint")
     def on_checkpoint(self, iteration: int, trials: list[Trial], trial: Trial, checkpoint: Any, **info: Any) -> None:
-        session = self._sessions.get(trial.trial_id)
+        session = self._session(trial)
         if self.upload_checkpoints and session is not None and checkpoint is not None:
             self._log_checkpoint(session, trial, checkpoint)
 
-    def _log_checkpoint(self, session: RunSession, trial: Trial, checkpoint: Any) -> None:
+    def _log_checkpoint(self, session: SharedSession, trial: Trial, checkpoint: Any) -> None:
         """One code path for ``on_checkpoint`` and results' ``checkpoint_path`` (named as Ray names it)."""
-        from ._artifacts import checkpoint_artifact
-
-        make = functools.partial(checkpoint_artifact, name=f"checkpoint_{trial}", checkpoint=checkpoint)
-        session.primary.log_artifact(make, aliases=["latest"])
+        session.log_checkpoint(checkpoint, f"checkpoint_{trial}", ["latest"])
 
     @guarded("on_trial_complete")
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -214,87 +201,22 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         """Finish every run: node writers bounded by ``finish_timeout_s``, uploads by ``upload_timeout``."""
         for trial in trials:
-            if trial.trial_id in self._sessions:
+            if self._session(trial) is not None:
                 self._end(trial, exit_code=1 if str(getattr(trial, "status", "")) == "ERROR" else 0)
-        deadline = time.monotonic() + self.upload_timeout
-        for session in list(self._sessions.values()):
-            session.primary.wait_done(max(0.1, deadline - time.monotonic()))
-        if self._fleet is not None:
-            self._fleet.shutdown(self.options.finish_timeout_s)
-            self._fleet = None
-        self._sessions.clear()
+        if self._runs is not None:
+            self._runs.end_all(self.upload_timeout)
+            self._runs = None
 
     # internals -----------------------------------------------------------------------------------
-    def _start(self, trial: Trial) -> RunSession | None:
+    def _start(self, trial: Trial) -> SharedSession | None:
         if self.options.mode == "disabled":
             return None
-        session = self._sessions.get(trial.trial_id)
-        actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
-        if session is not None and not session.finishing:
-            # A restarted trial: its actor may sit on another node now.
-            if session.primary.ready:
-                self._locate_later(session, actor)
-            return session
-        if self._fleet is None:
-            import ray
+        if self._runs is None:
+            self._runs = TuneRuns(self.options, self._env, self._warner, driver_cwd=self._driver_cwd, rows=self._rows)
+        return self._runs.start(trial, self.run_id(trial))
 
-            self._driver_node = NodeInfo(ray.get_runtime_context().get_node_id(), socket.gethostname(), "")
-            self._fleet = NodeFleet(init_timeout_s=self.options.init_timeout_s, warner=self._warner)
-        run_id = self.run_id(trial)
-        try:
-            _handoff.mark_trial(trial.trial_id, run_id)  # before the trial's function runs
-        except Exception as e:  # noqa: BLE001
-            self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
-        session = self._new_session(trial, run_id, actor)
-        self._sessions[trial.trial_id] = session
-        session.start()
-        return session
-
-    def _new_session(self, trial: Trial, run_id: str, actor: Any) -> RunSession:
-        assert self._fleet is not None and self._driver_node is not None
-        config = {k: v for k, v in dict(trial.config).items() if k not in self.options.excludes and k != "callbacks"}
-        local_path = getattr(trial, "local_path", None)
-        spec = primary_spec(
-            self.options,
-            self._env,
-            mode=self.options.mode or "online",
-            run_id=run_id,
-            label=self._driver_node.label,
-            display_name=str(trial),
-            group=getattr(trial, "experiment_dir_name", None),
-            config=config_for_wandb(config, self._warner.warn),
-            default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
-        )
-        trial_id = trial.trial_id
-        location: dict[str, Any] = {}  # the trial's node and pid, once found
-        holder: dict[str, RunTarget] = {}
-        primary = PrimaryWriter(
-            spec,
-            warner=self._warner,
-            rows=self._rows,
-            prepare=functools.partial(self._place, holder=holder, actor=actor, location=location),
-        )
-        storage: StorageSpot | None = None
-        why_not: str | None = None
-        if spec.offline_dir is not None:  # offline: the node writers' runs come to the driver
-            trial_storage = getattr(trial, "storage", None)
-            experiment, why_not = storage_spot(
-                self.options.offline_transfer,
-                getattr(trial_storage, "experiment_fs_path", None),
-                getattr(trial_storage, "storage_filesystem", None),
-            )
-            storage = experiment.for_run(run_id) if experiment is not None else None
-        if why_not is not None:
-            self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
-        target = RunTarget(
-            primary=primary,
-            selection=self.options.nodes,
-            extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
-            spec_for=functools.partial(_node_writer_spec, location=location),
-            storage=storage,
-        )
-        holder["target"] = target
-        return RunSession(primary, self._fleet, target, self.options.finish_timeout_s)
+    def _session(self, trial: Trial) -> SharedSession | None:
+        return self._runs.sessions.get(trial.trial_id) if self._runs is not None else None
 
     def _rows(self, result: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         import wandb
@@ -310,82 +232,11 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             video_kwargs=self.video_kwargs,
         )
 
-    def _place(
-        self, spec: WriterSpec, *, holder: dict[str, RunTarget], actor: Any, location: dict[str, Any]
-    ) -> WriterSpec:
-        """On the writer thread, before the run exists: find the trial's node and pid.
-
-        The primary samples system metrics only when the trial runs on the driver's node
-        (then of the trial's process); otherwise the trial's node gets a node writer and the
-        primary samples nothing, so the run shows the nodes the trial used and no other.
-        """
-        assert self._driver_node is not None
-        target = holder["target"]
-        found = _locate(actor, timeout=self.options.init_timeout_s)
-        settings = dict(spec.settings)
-        if found is None:
-            settings["x_disable_stats"] = True
-            self._warner.warn("locate", "could not find a trial's node; its run may lack that node's system metrics")
-            return _with_settings(spec, settings)
-        node_id, pid = found
-        location.update(node_id=node_id, pid=pid)
-        target.nodes = {node_id}
-        if node_id == self._driver_node.node_id:
-            target.covered_node = node_id
-            settings["x_stats_pid"] = pid
-        else:
-            target.covered_node = None
-            settings["x_disable_stats"] = True
-        return _with_settings(spec, settings)
-
-    def _locate_later(self, session: RunSession, actor: Any) -> None:
-        import threading
-
-        def work() -> None:
-            found = _locate(actor, timeout=self.options.init_timeout_s)
-            if found is None:
-                return
-            node_id = found[0]
-            covered = session.target.covered_node
-            session.set_nodes({node_id}, covered if covered == node_id else None)
-
-        threading.Thread(target=work, daemon=True).start()
-
     def _end(self, trial: Trial, exit_code: int) -> None:
-        session = self._sessions.get(trial.trial_id)
+        session = self._session(trial)
         if session is not None:
-            session.finish(exit_code, wait=False)
+            session.finish(exit_code)
         try:
             _handoff.clear_trial(trial.trial_id)
         except Exception:  # noqa: BLE001
             pass
-
-
-def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:
-    return replace(spec, settings=settings)
-
-
-def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[str, Any]) -> WriterSpec:
-    spec = node_spec(primary.spec, label=node.label, entity=primary.entity, project=primary.project)
-    settings = {k: v for k, v in spec.settings.items() if k not in ("x_disable_stats", "x_stats_pid")}
-    if location.get("node_id") == node.node_id and location.get("pid"):
-        settings["x_stats_pid"] = location["pid"]  # proc.* series describe the trial's process
-    return _with_settings(spec, settings)
-
-
-def _locate(actor: Any, timeout: float) -> tuple[str, int] | None:
-    """(node id, pid) of a trial actor once it is alive, from the GCS actor table."""
-    if actor is None:
-        return None
-    import ray._private.state as state
-
-    actor_id = actor._actor_id.hex()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = state.actors(actor_id=actor_id)
-        if info and info.get("State") == "ALIVE" and info.get("Address", {}).get("NodeID"):
-            return str(info["Address"]["NodeID"]), int(info.get("Pid") or 0)
-        if info and info.get("State") == "DEAD":
-            return None
-        time.sleep(0.2)
-    return None

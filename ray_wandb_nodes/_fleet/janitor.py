@@ -32,24 +32,16 @@ class LoggerJanitor:
 
     def _watch(self) -> None:
         import ray
-        import ray._private.state as state
-        from ray.util import placement_group_table
-        from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+        from .. import _ray
 
         while not self._stop.wait(CHECK_S):
             try:
-                info = state.actors(actor_id=self._owner)
+                info = _ray.actor_state(self._owner)
             except Exception:  # noqa: BLE001 - the GCS may be briefly unreachable
                 continue
             if info and info.get("State") != "DEAD":
                 continue
-            prefix = group_prefix(self._owner)
-            for pg_id, pg in placement_group_table().items():
-                if pg.get("name", "").startswith(prefix) and pg.get("state") != "REMOVED":
-                    try:
-                        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
-                        self.removed += 1
-                    except Exception:  # noqa: BLE001 - removed meanwhile
-                        pass
+            self.removed += _ray.remove_placement_groups(group_prefix(self._owner))
             break
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)

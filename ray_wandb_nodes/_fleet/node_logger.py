@@ -13,33 +13,16 @@ from __future__ import annotations
 
 import os
 import socket
-import warnings
 from typing import Any
 
-from ._metrics import Stepper
-from ._wandb_io import init_writer
-from ._warn import describe
-from ._writers import WriterSpec, node_dir
-from .offline import index as _index
-from .offline import storage as _storage
-from .offline import transfer as _transfer
-
-
-def _was_restarted() -> bool:
-    """Whether Ray restarted this actor (its process died and this is a new one)."""
-    try:
-        import ray
-
-        if not ray.is_initialized():  # a plain object (tests): asking would start Ray
-            return False
-        context = ray.get_runtime_context()
-        if context.get_actor_id() is None:
-            return False
-        with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return bool(context.was_current_actor_reconstructed)
-    except Exception:  # noqa: BLE001 - the GCS did not answer
-        return False
+from .. import _ray
+from .._metrics import Stepper
+from .._wandb_io import init_writer
+from .._warn import describe
+from .._writers import WriterSpec, node_dir
+from ..offline import index as _index
+from ..offline import storage as _storage
+from ..offline import transfer as _transfer
 
 
 class NodeLogger:
@@ -53,7 +36,7 @@ class NodeLogger:
         self._logged: dict[str, int] = {}
         # Rows that arrive before their writer (a restarted actor gets its writers back later).
         self._early: dict[str, list[dict[str, Any]]] = {}
-        self._restarted = _was_restarted()
+        self._restarted = _ray.was_restarted()
         for spec in specs or []:
             self.add_writer(spec)
 
@@ -98,7 +81,7 @@ class NodeLogger:
         try:
             import wandb
 
-            from ._artifacts import checkpoint_artifact
+            from .._artifacts import checkpoint_artifact
 
             run.log_artifact(checkpoint_artifact(wandb, name=name, checkpoint=checkpoint), aliases=aliases)
         except Exception as e:  # noqa: BLE001

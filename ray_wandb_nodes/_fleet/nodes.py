@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from ._naming import node_label
+from .._naming import node_label
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,9 @@ def alive_nodes(records: Iterable[Mapping[str, object]]) -> dict[str, NodeInfo]:
 def select_nodes(
     selection: str,
     worker_nodes: Iterable[str],
-    alive: Mapping[str, NodeInfo],
+    alive: Mapping[str, _T],
     primary_node_id: str | None,
-) -> dict[str, NodeInfo]:
+) -> dict[str, _T]:
     """Nodes that need a node writer: the selected alive nodes, less the primary's own node.
 
     ``selection`` is ``"workers"`` (nodes hosting train workers) or ``"cluster"`` (every alive
@@ -57,9 +60,3 @@ def select_nodes(
         raise ValueError(f"unknown node selection {selection!r}; expected 'workers' or 'cluster'")
     wanted.discard(primary_node_id or "")
     return {nid: alive[nid] for nid in sorted(wanted)}
-
-
-def reconcile(current: Iterable[str], wanted: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(node ids to start a writer on, node ids whose writer retires), both sorted."""
-    cur, want = set(current), set(wanted)
-    return sorted(want - cur), sorted(cur - want)

@@ -1,0 +1,12 @@
+"""The node fleet: a writer on every node a W&B run uses, one ``NodeLogger`` actor per node.
+
+``fleet`` (the command queue, its one thread, retiring runs) carries out what ``plan`` (a pure
+function) decides, through the ``pool`` (logger actors, placement groups, joins, health) and the
+offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself,
+``janitor`` removes placement groups a dead controller left, ``nodes`` reads Ray's node list.
+"""
+
+from .fleet import NodeFleet
+from .targets import RunTarget, SharedTarget, StandaloneTarget
+
+__all__ = ["NodeFleet", "RunTarget", "SharedTarget", "StandaloneTarget"]

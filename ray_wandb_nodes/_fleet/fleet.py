@@ -1,0 +1,261 @@
+"""The node fleet: writers on the nodes each W&B run uses, kept in step on one thread.
+
+Hooks only hand the fleet commands (a queue; nothing blocks). Its one thread holds the *run
+targets* (for each W&B run, the nodes it uses), re-reads the alive nodes every few seconds,
+asks :func:`~.plan.plan` what to do, and carries it out through the logger pool (one
+``NodeLogger`` actor per node, serving every run on that node, so the cost grows with nodes,
+not runs times nodes). At a run's end it retires the run's writers (bounded), hands the run's
+end to whoever owns it, and brings offline runs over through the offline collection.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import _ray
+from .._metrics import to_row
+from .._warn import Warner, describe, warn_skipped
+from .._writers import WriterSpec
+from .collect import OfflineCollection
+from .nodes import NodeInfo, alive_nodes
+from .plan import plan
+from .pool import LoggerPool
+from .retire import Retirement
+from .targets import RunTarget, SharedTarget, StandaloneTarget
+
+POLL_S = 3.0
+_BUSY_POLL_S = 0.2  # while runs are being retired
+_RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run inside a trial)
+_MAX_PENDING_ROWS = 10_000
+
+
+class NodeFleet:
+    def __init__(self, *, init_timeout_s: float, warner: Warner, poll_s: float = POLL_S) -> None:
+        self._warner = warner
+        self._poll_s = poll_s
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._targets: dict[str, RunTarget] = {}
+        self._retirements: list[Retirement] = []
+        self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
+        self._pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s)
+        self._collection = OfflineCollection(warner)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
+
+    # called from hooks and writer threads: never blocks -----------------------------------------
+    def start(self) -> None:
+        if not self._thread.ident:
+            self._thread.start()
+
+    def add_run(self, target: RunTarget) -> None:
+        self._commands.put(("add", target))
+
+    def run_ready(self, run_id: str) -> None:
+        """The run exists (its primary created it): its node writers may join."""
+        self._commands.put(("ready", run_id))
+
+    def set_run_nodes(self, run_id: str, nodes: Iterable[str], covered_node: str | None = None) -> None:
+        """The nodes a run uses now (replaces the previous set), and the primary's own node."""
+        self._commands.put(("nodes", (run_id, set(nodes), covered_node)))
+
+    def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
+        """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
+        self._commands.put(("artifact", (run_id, checkpoint, name, aliases)))
+
+    def log(self, run_id: str, metrics: dict[str, Any]) -> None:
+        """A history row for a standalone run, delivered to the actor hosting it (in order)."""
+        self._commands.put(("log", (run_id, metrics)))
+
+    def retire_run(
+        self, run_id: str, timeout: float, then: Callable[[], None] | None = None, exit_code: int | None = None
+    ) -> threading.Event:
+        """Finish the run's writers (bounded by ``timeout``), then call ``then``; the event is set
+        after that (or at once should the fleet be gone).
+
+        ``then`` finishes the primary: node writers end first so that no late write reopens a
+        run whose final state the primary has sent. A standalone run's writer finishes with
+        ``exit_code``; a joining writer never sends the run's state.
+        """
+        done = threading.Event()
+        if self._stopped.is_set():
+            done.set()
+        self._commands.put(("retire", (run_id, timeout, then, exit_code, done)))
+        return done
+
+    def labels(self) -> dict[str, str]:
+        """node id -> label of the current loggers (for diagnostics and tests)."""
+        return self._pool.labels()
+
+    def shutdown(self, timeout: float) -> None:
+        """Retire the node writers of every run still open, then kill every actor and placement
+        group (bounded). A primary is its session's to finish, never the fleet's."""
+        if self._thread.ident:
+            self._commands.put(("shutdown", timeout))
+            if not self._stopped.wait(timeout + 10.0):
+                self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
+        self._pool.kill_all()
+
+    # the fleet thread ------------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            while True:
+                relay = any(isinstance(t, SharedTarget) and t.extra_nodes for t in self._targets.values())
+                wait = (
+                    _BUSY_POLL_S if self._retirements else min(self._poll_s, _RELAY_POLL_S) if relay else self._poll_s
+                )
+                try:
+                    kind, payload = self._commands.get(timeout=wait)
+                except queue.Empty:
+                    kind, payload = "poll", None
+                if kind == "shutdown":
+                    self._shutdown(payload)
+                    return
+                try:
+                    self._apply(kind, payload)
+                    self._pool.check_joins()
+                    self._pool.check_health(self._spec_for)
+                    self._carry_out_plan()
+                    self._check_retirements()
+                except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
+                    self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
+        finally:
+            self._stopped.set()
+            for r in self._retirements:
+                r.writers_done.set()
+
+    def _apply(self, kind: str, payload: Any) -> None:
+        if kind == "add":
+            self._targets[payload.run_id] = payload
+        elif kind == "ready":
+            target = self._targets.get(payload)
+            if target is not None:
+                target.ready = True
+        elif kind == "nodes":
+            run_id, nodes, covered = payload
+            target = self._targets.get(run_id)
+            if target is not None:
+                target.nodes, target.covered_node = nodes, covered
+        elif kind == "retire":
+            self._start_retirement(*payload)
+        elif kind == "log":
+            self._route(*payload)
+        elif kind == "artifact":
+            run_id = payload[0]
+            host = self._pool.host_of(run_id)
+            if host is not None:
+                host.actor.log_artifact.remote(*payload)
+            else:
+                self._warner.warn(
+                    f"artifact:{run_id}", f"a checkpoint of {run_id} was not logged: its writer is not placed"
+                )
+
+    def _spec_for(self, run_id: str, node: NodeInfo) -> WriterSpec | None:
+        target = self._targets.get(run_id)
+        return target.spec(node) if target is not None else None
+
+    def _extra_nodes(self, target: RunTarget) -> Iterable[str]:
+        if not isinstance(target, SharedTarget) or target.extra_nodes is None:
+            return ()
+        try:
+            return set(target.extra_nodes())
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"extra-nodes:{type(e).__name__}", f"could not read more nodes ({describe(e)})")
+            return ()
+
+    def _carry_out_plan(self) -> None:
+        if not self._targets and not self._pool:
+            return
+        alive = alive_nodes(_ray.list_nodes())
+        wants = [t.wants(self._extra_nodes(t)) for t in self._targets.values() if t.ready]
+        step = plan(self._pool.runs_by_node(), wants, alive, self._collection.collecting)
+        offline = {rid: (t.index, t.role) for rid, t in self._targets.items() if t.index is not None}
+        for node_id in step.lost:
+            handle = self._pool.drop(node_id)
+            if handle is not None:
+                self._collection.lost(handle.node, offline)
+        for node_id, run_id in step.finish:
+            self._pool.finish_writer(node_id, run_id)
+        if step.start:
+            self._pool.start([alive[node_id] for node_id in step.start])
+        for node_id, run_id in step.add:
+            target = self._targets[run_id]
+            host = self._pool.add_writer(node_id, target.spec(alive[node_id]))
+            if target.index is not None:  # offline: collected from here at the end
+                self._collection.hosted(node_id, run_id)
+            for row in self._pending_rows.pop(run_id, []):
+                host.actor.log.remote(run_id, row)
+
+    def _route(self, run_id: str, metrics: dict[str, Any]) -> None:
+        target = self._targets.get(run_id)
+        if not isinstance(target, StandaloneTarget):
+            return
+        row, skipped = to_row(metrics, target.excludes)
+        warn_skipped(self._warner, skipped)
+        host = self._pool.host_of(run_id)
+        if host is not None:
+            host.actor.log.remote(run_id, row)
+            return
+        pending = self._pending_rows.setdefault(run_id, [])
+        if len(pending) < _MAX_PENDING_ROWS:
+            pending.append(row)
+        else:
+            self._warner.warn(
+                f"pending:{run_id}", f"the W&B run {run_id} has no writer yet; rows beyond {_MAX_PENDING_ROWS} dropped"
+            )
+
+    # retiring runs ---------------------------------------------------------------------------
+    def _start_retirement(
+        self,
+        run_id: str,
+        timeout: float,
+        then: Callable[[], None] | None,
+        exit_code: int | None,
+        writers_done: threading.Event,
+    ) -> None:
+        target = self._targets.get(run_id)
+        if target is not None and self._pending_rows.get(run_id):
+            self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
+        self._targets.pop(run_id, None)
+        self._pending_rows.pop(run_id, None)
+        refs = {
+            self._pool.finish_writer(h.node.node_id, run_id, exit_code): h
+            for h in self._pool.handles()
+            if run_id in h.runs
+        }
+        r = Retirement(run_id, refs, time.monotonic() + timeout, timeout, then, writers_done)
+        if target is not None and target.index is not None:
+            r.job = self._collection.job(run_id, target.index, target.role, target.storage, self._pool.handles())
+            try:
+                target.index.update(worker_nodes=sorted(target.nodes))
+            except OSError as e:
+                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+        self._retirements.append(r)
+
+    def _check_retirements(self, final: bool = False) -> None:
+        still: list[Retirement] = []
+        for r in self._retirements:
+            try:
+                more = r.advance(self._pool, self._collection, self._warner, final)
+            except Exception as e:  # noqa: BLE001 - one run's end must not hold the others'
+                self._warner.warn(f"retire:{r.run_id}", f"ending the W&B run {r.run_id} failed ({describe(e)})")
+                more = False
+            if more:
+                still.append(r)
+            else:
+                r.writers_done.set()
+        self._retirements = still
+
+    def _shutdown(self, timeout: float) -> None:
+        """Retire the runs still open (their writers only: each primary is its session's)."""
+        for run_id in list(self._targets):
+            self._start_retirement(run_id, timeout, None, 1, threading.Event())
+        deadline = time.monotonic() + timeout
+        while self._retirements and time.monotonic() < deadline:
+            self._check_retirements()
+            if self._retirements:
+                time.sleep(0.1)
+        self._check_retirements(final=True)

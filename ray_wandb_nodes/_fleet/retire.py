@@ -1,0 +1,64 @@
+"""One run's end, step by step: its writers finish (bounded), then its owner's ``then``, then
+its offline runs are brought over. The fleet thread advances every retirement on each tick."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._warn import Warner, describe
+from .collect import CollectJob, OfflineCollection
+from .pool import LoggerHandle, LoggerPool
+
+
+@dataclass
+class Retirement:
+    run_id: str
+    refs: dict[Any, LoggerHandle]  # status ref of each finishing writer -> its logger
+    deadline: float
+    timeout: float
+    then: Callable[[], None] | None
+    writers_done: threading.Event  # set once `then` ran (or the retirement gave up)
+    job: CollectJob | None = None  # offline: what to bring over once the writers are done
+    collecting: bool = False
+
+    def advance(self, pool: LoggerPool, collection: OfflineCollection, warner: Warner, final: bool) -> bool:
+        """One step of the run's end; True while it has more to do (``final``: stop waiting)."""
+        import ray
+
+        if self.collecting:  # writers finished; their offline runs are on their way
+            assert self.job is not None
+            if self.job.running and not final:
+                return True
+            collection.end(self.job)
+            return False
+        pending = list(self.refs)
+        done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        if not_done and time.monotonic() < self.deadline and not final:
+            return True
+        for ref in done:
+            pool.check_status(self.refs[ref], ref, self.run_id)
+        if not_done:
+            labels = ", ".join(sorted(self.refs[ref].node.label for ref in not_done))
+            warner.warn(
+                f"node-finish-timeout:{self.run_id}",
+                f"node writer(s) {labels} of the W&B run {self.run_id} did not finish within {self.timeout:.0f}s; "
+                "their last samples may be missing",
+            )
+        try:
+            if self.then is not None:
+                self.then()
+        except Exception as e:  # noqa: BLE001
+            warner.warn(f"retire:{self.run_id}", f"finishing the W&B run {self.run_id} failed ({describe(e)})")
+        self.writers_done.set()
+        if self.job is not None and self.job.sources:
+            if final:
+                collection.end(self.job)
+                return False
+            collection.start(self.job, self.timeout)
+            self.collecting = True
+            return True
+        return False

@@ -1,0 +1,95 @@
+"""Run targets: one W&B run's wish for writers on the nodes it uses, in two kinds.
+
+A :class:`SharedTarget` is a shared run whose primary (on the driver side) creates it; the
+fleet's node writers join it once it exists. A :class:`StandaloneTarget` is a run of the node
+or all strategy: its one writer, in its node's logger, is the run, and the fleet routes its
+history rows there. The fleet thread alone changes a target once it has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from .._writers import WriterSpec, node_spec, offline_index
+from ..offline.index import OfflineIndex
+from ..offline.storage import StorageSpot
+from .nodes import NodeInfo
+from .plan import RunWants
+
+if TYPE_CHECKING:
+    from .._primary import PrimaryWriter
+
+
+@dataclass(kw_only=True)
+class RunTarget:
+    selection: str = "workers"  # "workers": the nodes in `nodes`; "cluster": every alive node
+    nodes: set[str] = field(default_factory=set)
+    # The node whose metrics the primary reports itself (no node writer there); None when
+    # the primary samples no system metrics, or there is no primary.
+    covered_node: str | None = None
+    # Offline mode: the run's folder index; the fleet brings every node writer's run there,
+    # through ``storage`` when set (the run's storage), else through Ray.
+    storage: StorageSpot | None = None
+    index: OfflineIndex | None = None
+    # True once the run exists and writers may join it (the fleet thread sets it).
+    ready: bool = False
+    role: ClassVar[str] = "node"  # the role of its writers on the nodes
+
+    @property
+    def run_id(self) -> str:
+        raise NotImplementedError
+
+    def spec(self, node: NodeInfo) -> WriterSpec:
+        """The spec of this run's writer on ``node``."""
+        raise NotImplementedError
+
+    def wants(self, extra_nodes: Iterable[str] = ()) -> RunWants:
+        nodes = frozenset(self.nodes) | frozenset(extra_nodes)
+        return RunWants(self.run_id, self.selection, nodes, self.covered_node)
+
+
+@dataclass(kw_only=True)
+class SharedTarget(RunTarget):
+    """A shared run: node writers join the run the ``primary`` creates."""
+
+    primary: PrimaryWriter
+    # Read on every plan for more nodes (a Train run inside a Tune trial publishes its own).
+    extra_nodes: Callable[[], Iterable[str]] | None = None
+    spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
+
+    def __post_init__(self) -> None:
+        if self.index is None:
+            self.index = self.primary.index
+
+    @property
+    def run_id(self) -> str:
+        return self.primary.spec.run_id
+
+    def spec(self, node: NodeInfo) -> WriterSpec:
+        p = self.primary
+        if self.spec_for is not None:
+            return self.spec_for(p, node)
+        return node_spec(p.spec, label=node.label, entity=p.entity, project=p.project)
+
+
+@dataclass(kw_only=True)
+class StandaloneTarget(RunTarget):
+    """A run of its own (node and all strategies), written by one writer on its node."""
+
+    writer: WriterSpec
+    excludes: tuple[str, ...] = ()
+    ready: bool = True  # its writer creates the run
+    role: ClassVar[str] = "run"
+
+    def __post_init__(self) -> None:
+        if self.index is None:
+            self.index = offline_index(self.writer)
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run_id
+
+    def spec(self, node: NodeInfo) -> WriterSpec:
+        return self.writer

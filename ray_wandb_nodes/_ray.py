@@ -1,0 +1,246 @@
+"""Every touch of Ray's internals, in one place; the rest of the package sees plain data.
+
+Train V2's callback classes and contexts are DeveloperAPI and move between releases; Tune's
+trial objects and a few core helpers are private. Each name used, and what for:
+
+- ``ray.train.v2._internal.execution.callback``: ``ControllerCallback``, ``WorkerGroupCallback``,
+  ``ReportCallback``, the Train adapter's bases; ``ray.train.v2._internal.constants.is_v2_enabled``.
+- ``TrainRunContext.run_config`` (``.name``, ``.storage_path``, ``.checkpoint_config``,
+  ``.storage_context.experiment_fs_path`` / ``.storage_filesystem``), ``.train_loop_config``,
+  ``.scaling_config``: the run's identity, config and storage.
+- ``WorkerGroup.get_workers()``; ``Worker.distributed_context.world_rank``, ``Worker.metadata``
+  (``.node_id``, ``.hostname``, ``.accelerator_ids``): where each rank runs.
+- ``TrainingReport.checkpoint``; ``Result.error``: checkpoints and the run's exit code.
+- ``Trial.temporary_state.ray_actor``, ``Trial.storage``, ``Trial.local_path``,
+  ``Trial.experiment_dir_name``; ``ray.tune.get_context().get_trial_id()``: a trial's node,
+  folder and group, and a Train run inside a trial.
+- ``ray._private.state.actors(actor_id=)`` and ``ActorHandle._actor_id``: an actor's node, pid
+  and state; ``RuntimeContext.was_current_actor_reconstructed``: a restarted logger says so.
+- ``ray.experimental.internal_kv``: the Tune/Train handoff through the GCS.
+- the node label ``ray.io/node-id`` in ``placement_group(bundle_label_selector=)``: a bundle
+  pinned to its node; ``PlacementGroup(PlacementGroupID(...))``: the janitor removes groups by id.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ._strategies import Placement
+
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def train_callback_classes() -> tuple[type, type, type]:
+    """(ControllerCallback, WorkerGroupCallback, ReportCallback) of Ray Train V2."""
+    from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback, WorkerGroupCallback
+
+    return ControllerCallback, WorkerGroupCallback, ReportCallback
+
+
+def train_v2_enabled() -> bool:
+    from ray.train.v2._internal.constants import is_v2_enabled
+
+    return bool(is_v2_enabled())
+
+
+def ray_version() -> str:
+    try:
+        import ray
+    except ImportError:
+        return "none"
+    return str(ray.__version__)
+
+
+# Ray Train -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainStart:
+    """What the Train adapter needs of a ``TrainRunContext``, as plain data."""
+
+    run_name: str
+    storage_path: str
+    train_loop_config: dict[str, Any] | None
+    num_workers: Any
+    use_gpu: Any
+    experiment_fs_path: Any  # the run's storage as the controller resolved it (None: unknown)
+    storage_filesystem: Any
+    score_attribute: str | None  # CheckpointConfig.checkpoint_score_attribute
+    score_order: str  # "max" or "min"
+
+
+def train_start(ctx: Any) -> TrainStart:
+    run_config = ctx.run_config
+    storage = getattr(run_config, "storage_context", None)
+    scaling = ctx.scaling_config
+    checkpointing = run_config.checkpoint_config
+    return TrainStart(
+        run_name=str(run_config.name),
+        storage_path=str(run_config.storage_path),
+        train_loop_config=dict(ctx.train_loop_config) if ctx.train_loop_config else None,
+        num_workers=getattr(scaling, "num_workers", None),
+        use_gpu=getattr(scaling, "use_gpu", None),
+        experiment_fs_path=getattr(storage, "experiment_fs_path", None),
+        storage_filesystem=getattr(storage, "storage_filesystem", None),
+        score_attribute=getattr(checkpointing, "checkpoint_score_attribute", None),
+        score_order=getattr(checkpointing, "checkpoint_score_order", "max"),
+    )
+
+
+def worker_placements(worker_group: Any) -> list[Placement]:
+    """Where each train worker of a started worker group runs."""
+    return [
+        Placement(
+            rank=w.distributed_context.world_rank if w.distributed_context else i,
+            node_id=w.metadata.node_id,
+            hostname=w.metadata.hostname,
+            gpu_ids=_gpu_ids(w.metadata.accelerator_ids),
+        )
+        for i, w in enumerate(worker_group.get_workers())
+    ]
+
+
+def _gpu_ids(accelerator_ids: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(i) for i in (accelerator_ids or {}).get("GPU", []))
+    except (TypeError, ValueError):
+        return ()
+
+
+def report_checkpoint(training_report: Any) -> Any:
+    return getattr(training_report, "checkpoint", None)
+
+
+def result_failed(result: Any) -> bool:
+    return getattr(result, "error", None) is not None
+
+
+# Ray Tune --------------------------------------------------------------------------------------------
+def current_trial_id() -> str | None:
+    """The id of the Tune trial this process runs in, or None outside Tune."""
+    try:
+        from ray import tune
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # outside a trial Ray warns and returns None
+            trial_id = tune.get_context().get_trial_id()
+    except Exception:  # noqa: BLE001 - not in a trial, or Tune not importable
+        return None
+    return str(trial_id) if trial_id else None
+
+
+def trial_actor(trial: Any) -> Any:
+    """The trial's actor handle while it runs (None before it is scheduled)."""
+    return getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
+
+
+def trial_storage(trial: Any) -> tuple[Any, Any]:
+    """(experiment path in its filesystem, the filesystem) of the trial's storage."""
+    storage = getattr(trial, "storage", None)
+    return getattr(storage, "experiment_fs_path", None), getattr(storage, "storage_filesystem", None)
+
+
+def trial_local_path(trial: Any) -> str | None:
+    return getattr(trial, "local_path", None)
+
+
+def trial_experiment(trial: Any) -> str | None:
+    return getattr(trial, "experiment_dir_name", None)
+
+
+def actor_location(actor: Any, timeout: float) -> tuple[str, int] | None:
+    """(node id, pid) of an actor once it is alive, from the GCS actor table."""
+    if actor is None:
+        return None
+    actor_id = actor._actor_id.hex()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = actor_state(actor_id)
+        if info and info.get("State") == "ALIVE" and info.get("Address", {}).get("NodeID"):
+            return str(info["Address"]["NodeID"]), int(info.get("Pid") or 0)
+        if info and info.get("State") == "DEAD":
+            return None
+        time.sleep(0.2)
+    return None
+
+
+# Ray core --------------------------------------------------------------------------------------------
+def actor_state(actor_id: str) -> dict[str, Any] | None:
+    """The GCS actor table's entry of ``actor_id`` (None when unknown)."""
+    import ray._private.state as state
+
+    info = state.actors(actor_id=actor_id)
+    return dict(info) if info else None
+
+
+def list_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return list(ray.nodes())
+
+
+def current_actor_id() -> str | None:
+    """The id of the actor this code runs in (None in a driver)."""
+    import ray
+
+    actor_id = ray.get_runtime_context().get_actor_id()
+    return str(actor_id) if actor_id else None
+
+
+def was_restarted() -> bool:
+    """Whether Ray restarted the current actor (its process died and this is a new one)."""
+    try:
+        import ray
+
+        if not ray.is_initialized():  # a plain object (tests): asking would start Ray
+            return False
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None:
+            return False
+        with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(context.was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - the GCS did not answer
+        return False
+
+
+def pin_bundles_to_nodes(node_ids: list[str]) -> dict[str, Any]:
+    """``placement_group`` keyword arguments that pin bundle ``i`` to node ``node_ids[i]``."""
+    return {"bundle_label_selector": [{NODE_ID_LABEL: node_id} for node_id in node_ids]}
+
+
+def remove_placement_groups(prefix: str) -> int:
+    """Remove every placement group whose name starts with ``prefix``; how many were removed."""
+    import ray
+    from ray.util import placement_group_table
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    removed = 0
+    for pg_id, pg in placement_group_table().items():
+        if pg.get("name", "").startswith(prefix) and pg.get("state") != "REMOVED":
+            try:
+                remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+                removed += 1
+            except Exception:  # noqa: BLE001 - removed meanwhile
+                pass
+    return removed
+
+
+def kv_put(key: bytes, value: bytes, namespace: str) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(key, value, True, namespace=namespace)
+
+
+def kv_get(key: bytes, namespace: str) -> bytes | None:
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(key, namespace=namespace)
+    return bytes(raw) if raw else None
+
+
+def kv_del(key: bytes, namespace: str) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_del(key, namespace=namespace)

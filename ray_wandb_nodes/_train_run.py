@@ -1,0 +1,177 @@
+"""The W&B side of one Train run, on the Train controller: its sessions, one path for every strategy.
+
+Strategies shared and main open one session (a primary on the controller) when the controller
+starts; node and all open one standalone session per node or rank once the workers are placed.
+Every report, checkpoint and the end go to the sessions the same way; one node fleet serves them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._artifacts import checkpoint_aliases
+from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
+from ._metrics import config_for_wandb, flatten
+from ._naming import node_label, train_run_id
+from ._options import Options
+from ._primary import PrimaryWriter
+from ._ray import TrainStart
+from ._secrets import CapturedEnv
+from ._session import RunSession, SharedSession, StandaloneSession
+from ._strategies import Placement, PlannedRun, plan_runs, report_rows
+from ._warn import Warner
+from ._writers import primary_spec, run_spec
+from .offline.storage import StorageSpot, storage_spot
+
+
+def train_config(options: Options, start: TrainStart) -> dict[str, Any]:
+    """The run config: the train loop config (with ``log_config``), the user's ``config`` over it,
+    and what Ray Train says of the run under ``ray_train``."""
+    config: dict[str, Any] = {}
+    if options.log_config and start.train_loop_config:
+        config.update(start.train_loop_config)
+    config.update(options.config)
+    config["ray_train"] = {
+        "run_name": start.run_name,
+        "num_workers": start.num_workers,
+        "use_gpu": start.use_gpu,
+        "strategy": options.strategy,
+    }
+    return config
+
+
+def placement_config(placements: list[Placement]) -> dict[str, Any]:
+    """What a worker group's placement adds to the run config: world size, ranks by node label."""
+    by_node: dict[str, list[int]] = {}
+    for p in placements:
+        by_node.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
+    return {"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}}
+
+
+class TrainRun:
+    def __init__(
+        self,
+        options: Options,
+        env: CapturedEnv,
+        warner: Warner,
+        *,
+        start: TrainStart,
+        node_id: str,
+        hostname: str,
+        driver_cwd: str,
+    ) -> None:
+        self.options = o = options
+        self._env, self._warner, self._driver_cwd = env, warner, driver_cwd
+        self.run_name = start.run_name
+        self.base_id = train_run_id(start.storage_path, self.run_name)
+        self.mode = o.mode or "online"
+        self.node_id = node_id
+        # Offline: where node writers put their runs for the controller when not through Ray:
+        # the run's storage as the controller already resolved it (no second lookup here).
+        self._storage: StorageSpot | None = None
+        if self.mode == "offline":
+            self._storage, why_not = storage_spot(
+                o.offline_transfer, start.experiment_fs_path, start.storage_filesystem
+            )
+            if why_not is not None:
+                warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
+        self.config = config_for_wandb(train_config(o, start), warner.warn)
+        self._score_key = start.score_attribute
+        self._score_max = start.score_order != "min"
+        self._best: float | None = None
+        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=warner)
+        self.fleet.start()
+        self.sessions: dict[str, RunSession] = {}
+        self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
+        if o.strategy in ("shared", "main"):
+            self._open_primary(hostname)
+
+    def _offline_storage(self, run_id: str) -> StorageSpot | None:
+        return self._storage.for_run(run_id) if self._storage is not None else None
+
+    def _add(self, session: RunSession, rank: int | None) -> None:
+        self.sessions[session.run_id] = session
+        self._ranks[session.run_id] = rank
+        session.start()
+
+    def _open_primary(self, hostname: str) -> None:
+        o = self.options
+        spec = primary_spec(
+            o,
+            self._env,
+            mode=self.mode,
+            run_id=self.base_id,
+            label=node_label(hostname, self.node_id),
+            display_name=self.run_name,
+            group=None,
+            config=self.config,
+            default_dir=self._driver_cwd,
+            shared=o.strategy == "shared",
+        )
+        target = SharedTarget(
+            primary=PrimaryWriter(spec, warner=self._warner, rows=report_rows(o.rank_metrics, o.excludes)),
+            selection=o.nodes if o.strategy == "shared" else "workers",
+            covered_node=self.node_id,  # the primary samples its own node
+            storage=self._offline_storage(self.base_id),
+        )
+        self._add(SharedSession(target, self.fleet, o.finish_timeout_s), rank=None)
+
+    def _open_standalone(self, planned: PlannedRun) -> RunSession:
+        o = self.options
+        spec = run_spec(
+            o,
+            self._env,
+            mode=self.mode,
+            run_id=planned.run_id,
+            name=planned.name,
+            group=o.group or self.run_name,
+            label=planned.label,
+            config={**self.config, "ray_train": {**self.config["ray_train"], "rank": planned.rank}},
+            gpu_ids=planned.gpu_ids,
+            default_dir=self._driver_cwd,
+        )
+        target = StandaloneTarget(writer=spec, excludes=o.excludes, storage=self._offline_storage(planned.run_id))
+        self._add(StandaloneSession(target, self.fleet, o.finish_timeout_s), rank=planned.rank)
+        return self.sessions[planned.run_id]
+
+    def workers_placed(self, placements: list[Placement]) -> None:
+        strategy = self.options.strategy
+        if strategy in ("shared", "main"):
+            session = self.sessions[self.base_id]
+            # main: no node writer at all (its target never learns a node).
+            session.set_nodes({p.node_id for p in placements} if strategy == "shared" else (), self.node_id)
+            session.update_config(placement_config(placements))
+            return
+        for planned in plan_runs(strategy, placements, self.base_id):
+            session = self.sessions.get(planned.run_id) or self._open_standalone(planned)
+            session.set_nodes({planned.node_id})
+
+    def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        for run_id, session in self.sessions.items():
+            rank = self._ranks[run_id]
+            if rank is None:
+                # No copy on the controller's event loop: the writer thread builds its own row from
+                # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
+                # callbacks after taking them off its queues, then drops them.
+                session.report(metrics[0] if self.options.rank_metrics == "rank0" else list(metrics))
+            elif rank < len(metrics):
+                session.report(metrics[rank])
+        if checkpoint is not None and self.options.upload_checkpoints:
+            self._log_checkpoint(checkpoint, metrics[0])
+
+    def _log_checkpoint(self, checkpoint: Any, rank0: dict[str, Any]) -> None:
+        score = flatten(rank0).get(self._score_key) if self._score_key else None
+        aliases, self._best = checkpoint_aliases(score, self._best, self._score_max)
+        owner = next((rid for rid, rank in self._ranks.items() if rank in (None, 0)), None)
+        if owner is not None:
+            self.sessions[owner].log_checkpoint(checkpoint, f"checkpoint-{self.base_id}", aliases)
+
+    def finish(self, exit_code: int, timeout: float) -> None:
+        """Every run (node writers first, then the primary, or each run of its own), then every actor."""
+        o = self.options
+        wait = max(timeout, o.upload_timeout_s) if o.upload_checkpoints else timeout
+        for session in self.sessions.values():
+            session.finish(exit_code, timeout=wait)
+        for session in self.sessions.values():
+            session.wait_finished()
+        self.fleet.shutdown(wait)

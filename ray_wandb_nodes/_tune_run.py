@@ -1,0 +1,158 @@
+"""The W&B side of one Tune experiment, on the Tune driver: one shared-mode run per trial.
+
+Each trial's session has a primary writer on the driver and a writer on the trial's node (and,
+for a trial wrapping a ``TorchTrainer`` with ``WandbNodesCallback``, on its train workers' nodes),
+all served by one node fleet.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from . import _handoff, _ray
+from ._fleet import NodeFleet, SharedTarget
+from ._fleet.nodes import NodeInfo
+from ._metrics import RowBuilder, config_for_wandb
+from ._options import Options
+from ._primary import PrimaryWriter
+from ._secrets import CapturedEnv
+from ._session import SharedSession
+from ._warn import Warner, describe
+from ._writers import WriterSpec, node_spec, primary_spec
+from .offline.storage import StorageSpot, storage_spot
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
+
+
+class TuneRuns:
+    def __init__(
+        self, options: Options, env: CapturedEnv, warner: Warner, *, driver_cwd: str, rows: RowBuilder
+    ) -> None:
+        import ray
+
+        self.options, self._env, self._warner = options, env, warner
+        self._driver_cwd = driver_cwd
+        self._row_builder = rows
+        self.driver_node = NodeInfo(ray.get_runtime_context().get_node_id(), socket.gethostname(), "")
+        self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
+        self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
+
+    def start(self, trial: Trial, run_id: str) -> SharedSession:
+        """The session of ``trial``'s run: a new one, or the one it has (a restarted trial)."""
+        session = self.sessions.get(trial.trial_id)
+        actor = _ray.trial_actor(trial)
+        if session is not None and not session.finishing:
+            # A restarted trial: its actor may sit on another node now.
+            if session.primary.ready:
+                self._locate_later(session, actor)
+            return session
+        try:
+            _handoff.mark_trial(trial.trial_id, run_id)  # before the trial's function runs
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
+        session = self._new_session(trial, run_id, actor)
+        self.sessions[trial.trial_id] = session
+        session.start()
+        return session
+
+    def _new_session(self, trial: Trial, run_id: str, actor: Any) -> SharedSession:
+        config = {k: v for k, v in dict(trial.config).items() if k not in self.options.excludes and k != "callbacks"}
+        local_path = _ray.trial_local_path(trial)
+        spec = primary_spec(
+            self.options,
+            self._env,
+            mode=self.options.mode or "online",
+            run_id=run_id,
+            label=self.driver_node.label,
+            display_name=str(trial),
+            group=_ray.trial_experiment(trial),
+            config=config_for_wandb(config, self._warner.warn),
+            default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
+        )
+        trial_id = trial.trial_id
+        location: dict[str, Any] = {}  # the trial's node and pid, once found
+        primary = PrimaryWriter(
+            spec,
+            warner=self._warner,
+            rows=self._row_builder,
+            prepare=functools.partial(self._locate_trial, run_id=run_id, actor=actor, location=location),
+        )
+        storage: StorageSpot | None = None
+        why_not: str | None = None
+        if spec.offline_dir is not None:  # offline: the node writers' runs come to the driver
+            experiment, why_not = storage_spot(self.options.offline_transfer, *_ray.trial_storage(trial))
+            storage = experiment.for_run(run_id) if experiment is not None else None
+        if why_not is not None:
+            self._warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
+        target = SharedTarget(
+            primary=primary,
+            selection=self.options.nodes,
+            extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
+            spec_for=functools.partial(_node_writer_spec, location=location),
+            storage=storage,
+        )
+        return SharedSession(target, self.fleet, self.options.finish_timeout_s)
+
+    def _locate_trial(self, spec: WriterSpec, *, run_id: str, actor: Any, location: dict[str, Any]) -> WriterSpec:
+        """On the writer thread, before the run exists: find the trial's node and pid, and
+        tell the fleet (the run's nodes reach it before the run is ready).
+
+        The primary samples system metrics only when the trial runs on the driver's node
+        (then of the trial's process); otherwise the trial's node gets a node writer and the
+        primary samples nothing, so the run shows the nodes the trial used and no other.
+        """
+        found = _ray.actor_location(actor, timeout=self.options.init_timeout_s)
+        settings = dict(spec.settings)
+        if found is None:
+            settings["x_disable_stats"] = True
+            self._warner.warn("locate", "could not find a trial's node; its run may lack that node's system metrics")
+            return _with_settings(spec, settings)
+        node_id, pid = found
+        covered = node_id if node_id == self.driver_node.node_id else None
+        location.update(node_id=node_id, pid=pid, covered=covered)
+        self.fleet.set_run_nodes(run_id, {node_id}, covered)
+        if covered is not None:
+            settings["x_stats_pid"] = pid
+        else:
+            settings["x_disable_stats"] = True
+        return _with_settings(spec, settings)
+
+    def _locate_later(self, session: SharedSession, actor: Any) -> None:
+        covered = session.target.primary.spec.settings.get("x_stats_pid") is not None
+
+        def work() -> None:
+            found = _ray.actor_location(actor, timeout=self.options.init_timeout_s)
+            if found is None:
+                return
+            node_id = found[0]
+            driver = self.driver_node.node_id
+            session.set_nodes({node_id}, node_id if covered and node_id == driver else None)
+
+        threading.Thread(target=work, daemon=True).start()
+
+    def end_all(self, upload_timeout: float) -> None:
+        """Wait for every run's end (uploads bounded by ``upload_timeout``), then stop the fleet."""
+        deadline = time.monotonic() + upload_timeout
+        for session in list(self.sessions.values()):
+            session.primary.wait_done(max(0.1, deadline - time.monotonic()))
+        self.fleet.shutdown(self.options.finish_timeout_s)
+        self.sessions.clear()
+
+
+def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:
+    return replace(spec, settings=settings)
+
+
+def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[str, Any]) -> WriterSpec:
+    spec = node_spec(primary.spec, label=node.label, entity=primary.entity, project=primary.project)
+    settings = {k: v for k, v in spec.settings.items() if k not in ("x_disable_stats", "x_stats_pid")}
+    if location.get("node_id") == node.node_id and location.get("pid"):
+        settings["x_stats_pid"] = location["pid"]  # proc.* series describe the trial's process
+    return _with_settings(spec, settings)
