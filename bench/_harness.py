@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-
-from wandb_backend import WandbTestBackend
+from tests.support.wandb_backend import WandbTestBackend
 
 WORK_DIR = "/tmp/ray_wandb_nodes_bench"
 # The Train controller otherwise takes one report per 2 s (set before Ray starts).

@@ -1,6 +1,6 @@
 """Footprint of one node writer: the NodeLogger actor plus the wandb processes under it.
 
-    python bench/footprint.py [--window-s 60] [--json bench/results/footprint.json]
+    python -m bench.footprint [--window-s 60] [--json bench/results/footprint.json]
 
 A simulated cluster (a CPU-less head, one one-CPU worker node), the W&B test backend, and a
 one-worker TorchTrainer that reports every 0.5 s for long enough that the node writer on
@@ -21,8 +21,8 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster, write_result
-from _procs import TreeSampler
+from bench._harness import WORK_DIR, simulated_cluster, write_result
+from bench._procs import TreeSampler
 
 
 def train_loop(config: dict[str, Any]) -> None:

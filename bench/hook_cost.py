@@ -2,7 +2,7 @@
 Train controller, next to ``run.log`` of the same dict, and Ray's ``WandbLoggerCallback``
 handling the same result in Tune.
 
-    python bench/hook_cost.py [--calls 2000] [--keys 20 200 2000] [--json bench/results/hook_cost.json]
+    python -m bench.hook_cost [--calls 2000] [--keys 20 200 2000] [--json bench/results/hook_cost.json]
 
 All three run in this one process against the W&B test backend on 127.0.0.1, one after
 another for each dict size, each with its writer running in the background as it would:
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from _harness import test_backend, write_result
+from bench._harness import test_backend, write_result
 
 
 def metrics(n: int, step: int) -> dict[str, Any]:

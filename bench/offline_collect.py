@@ -1,6 +1,6 @@
 """Bringing one node's offline run to the driver side: through Ray vs through the run's storage.
 
-    python bench/offline_collect.py [--sizes-mib 16 64 256] [--rounds 3] [--json bench/results/offline_collect.json]
+    python -m bench.offline_collect [--sizes-mib 16 64 256] [--rounds 3] [--json bench/results/offline_collect.json]
 
 A simulated cluster (a CPU-less head, one one-CPU worker node). On the worker node a real
 ``NodeLogger`` actor and, where a node writer's offline run would be, a transaction log of
@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster, write_result
+from bench._harness import WORK_DIR, simulated_cluster, write_result
 
 
 def make_node_run(run_id: str, label: str, size: int, pattern: bytes | None) -> None:

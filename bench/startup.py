@@ -1,7 +1,7 @@
 """Start-up: how long until every node writer has joined, for 1, 2 and 4 nodes, and what the
 plugin adds before the first training step.
 
-    python bench/startup.py [--nodes 1 2 4] [--rounds 2] [--json bench/results/startup.json]
+    python -m bench.startup [--nodes 1 2 4] [--rounds 2] [--json bench/results/startup.json]
 
 For each node count N: a simulated cluster of a CPU-less head (driver and Train controller)
 and N one-CPU worker nodes, the W&B test backend, and an N-worker TorchTrainer. Times are
@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster, write_result
+from bench._harness import WORK_DIR, simulated_cluster, write_result
 
 
 def train_loop(config: dict[str, Any]) -> None:

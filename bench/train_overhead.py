@@ -1,7 +1,7 @@
 """Training speed with no logging, with WandbNodesCallback, and with a rank-0 ``wandb.init``
 inside the train loop, side by side on a local simulated cluster.
 
-    python bench/train_overhead.py [--rounds 4] [--steps 75] [--json bench/results/train_overhead.json]
+    python -m bench.train_overhead [--rounds 4] [--steps 75] [--json bench/results/train_overhead.json]
 
 A CPU-less head and two one-CPU worker nodes (each a real raylet), the W&B test backend on
 127.0.0.1, and a two-worker TorchTrainer (DDP over gloo) whose loop does a torch step of about
@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster, write_result
+from bench._harness import WORK_DIR, simulated_cluster, write_result
 
 # Steps left out of the timing: start-up (node writers join in the first ~10 s here).
 WARMUP_STEPS = 25

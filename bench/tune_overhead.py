@@ -1,6 +1,6 @@
 """Tune experiment time with and without WandbNodesTuneCallback, side by side.
 
-    python bench/tune_overhead.py [--rounds 2] [--trials 3] [--iterations 10]
+    python -m bench.tune_overhead [--rounds 2] [--trials 3] [--iterations 10]
 
 A local simulated cluster (a CPU-less head and one one-CPU node per trial) and the
 W&B-compatible test backend on 127.0.0.1; experiments with and without the callback
@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from _harness import WORK_DIR, simulated_cluster, write_result
+from bench._harness import WORK_DIR, simulated_cluster, write_result
 
 
 def trainable(config: dict[str, Any]) -> None:

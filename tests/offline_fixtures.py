@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unique
+
+from tests.support.runs import unique
 
 WIDE_KEYS = 3000  # one history row larger than a 32 KiB block: FIRST, MIDDLE, LAST chunks
 

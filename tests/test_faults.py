@@ -15,9 +15,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import FAST, plugin_leftovers, session_log_text, start_cluster, stop_cluster, unique
-from test_train_multinode import assert_nothing_left, assert_one_writer_per_label, node_labels, run_of, user_rows
-from wandb_backend import RunRecord, WandbTestBackend
+
+from tests.support.cluster import (
+    assert_nothing_left,
+    node_labels,
+    plugin_leftovers,
+    session_log_text,
+    start_cluster,
+    stop_cluster,
+)
+from tests.support.env import FAST
+from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

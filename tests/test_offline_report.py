@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_fixtures import offline_run
 
 from ray_wandb_nodes import cli
 from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag
 from ray_wandb_nodes.offline.txlog import RunLog, read_run
+from tests.offline_fixtures import offline_run
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offline_fixtures import copy_folder, offline_run
-from wandb_backend import WandbTestBackend
 
 from ray_wandb_nodes import cli
 from ray_wandb_nodes.offline.txlog import read_run
+from tests.offline_fixtures import copy_folder, offline_run
+from tests.support.wandb_backend import WandbTestBackend
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 

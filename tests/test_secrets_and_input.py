@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, session_log_text, start_cluster, stop_cluster, unique
-from test_train_multinode import assert_nothing_left, node_labels, run_of, user_rows
-from wandb_backend import WandbTestBackend
+
+from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, start_cluster, stop_cluster
+from tests.support.env import FAST
+from tests.support.runs import run_of, unique, user_rows
+from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, node_logger_count, start_cluster, stop_cluster, unique
-from test_train_multinode import assert_nothing_left, node_labels, user_rows
-from wandb_backend import RunRecord, WandbTestBackend
+
+from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count, start_cluster, stop_cluster
+from tests.support.env import FAST
+from tests.support.runs import unique, user_rows
+from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 

@@ -14,23 +14,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import (
-    DUMMY_KEY,
-    FAST,
+
+from tests.support.cluster import (
+    assert_nothing_left,
     free_port,
+    node_labels,
     node_logger_count,
-    offline_backend,
-    plugin_leftovers,
     session_log_text,
     start_cluster,
     stop_cluster,
-    unique,
 )
-from wandb_backend import WandbTestBackend
+from tests.support.env import DUMMY_KEY, FAST, offline_backend
+from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import REPORTS, fit, make_callback
+from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
-
-REPORTS = 4
 
 
 @pytest.fixture(scope="module")
@@ -40,106 +39,14 @@ def cluster() -> Iterator[Any]:
     stop_cluster(c)
 
 
-def node_labels() -> dict[str, str]:
-    """node id -> the label the plugin gives that node."""
-    import ray
-
-    from ray_wandb_nodes._naming import node_label
-
-    return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes() if n["Alive"]}
-
-
 def head_node_id(cluster: Any) -> str:
     return str(cluster.head_node.node_id)
-
-
-def train_loop(config: dict[str, Any]) -> None:
-    import time
-
-    import ray
-    import ray.train
-    import torch
-
-    rank = ray.train.get_context().get_world_rank()
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
-    x, y = torch.randn(32, 4), torch.randn(32, 1)
-    for step in range(config.get("reports", REPORTS)):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if config.get("fail_at") == step and rank == 0:
-            raise ValueError("training blew up on purpose")
-        metrics = {
-            "step": step,
-            "rank": rank,
-            "score": 100 * rank + step,
-            "loss": float(loss),
-            "nested": {"depth": step},
-        }
-        time.sleep(config.get("step_sleep_s", 0))
-        if config.get("report_free_cpus"):
-            metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
-        if config.get("checkpoint") and rank == 0:
-            import os
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "step"), "w") as f:
-                    f.write(str(step))
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
-        else:
-            ray.train.report(metrics)
-
-
-def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"lr": 0.05, **loop_config},
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    )
-    return trainer.fit()
-
-
-def make_callback(**kwargs: Any) -> Any:
-    from ray_wandb_nodes import WandbNodesCallback
-
-    kwargs.setdefault("project", "e2e")
-    return WandbNodesCallback(sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
-
-
-def user_rows(run: Any) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
 
 
 def primary_client(run: Any, label: str) -> str:
     clients = [c for c, labels in run.labels_by_client().items() if label in labels]
     assert len(clients) == 1, run.labels_by_client()
     return clients[0]
-
-
-def assert_one_writer_per_label(run: Any) -> None:
-    """Every label comes from exactly one writer: no node is sampled twice."""
-    seen = [label for labels in run.labels_by_client().values() for label in labels]
-    assert sorted(seen) == sorted(set(seen)), run.labels_by_client()
-
-
-def assert_nothing_left() -> None:
-    deadline = time.monotonic() + 15
-    while plugin_leftovers() != ([], []) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert plugin_leftovers() == ([], [])
-
-
-def run_of(backend: WandbTestBackend, name: str) -> Any:
-    runs = [r for r in backend.runs.values() if r.display_name == name]
-    assert len(runs) == 1, f"expected one run named {name}, got {[r.run_id for r in runs]}"
-    return runs[0]
 
 
 def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:

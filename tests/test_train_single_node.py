@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import node_logger_count, start_cluster, stop_cluster, unique
-from test_train_multinode import REPORTS, fit, make_callback, node_labels, run_of, user_rows
-from wandb_backend import WandbTestBackend
+
+from tests.support.cluster import node_labels, node_logger_count, start_cluster, stop_cluster
+from tests.support.runs import run_of, unique, user_rows
+from tests.support.training import REPORTS, fit, make_callback
+from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 

@@ -12,10 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import DUMMY_KEY, FAST, offline_backend, start_cluster, stop_cluster, unique
 from pyarrow.fs import FSSpecHandler
-from test_train_multinode import assert_nothing_left, node_labels, train_loop, user_rows
-from wandb_backend import RunRecord, WandbTestBackend
+
+from tests.support.cluster import assert_nothing_left, node_labels, start_cluster, stop_cluster
+from tests.support.env import DUMMY_KEY, FAST, offline_backend
+from tests.support.runs import unique, user_rows
+from tests.support.training import train_loop
+from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 

@@ -1,7 +1,8 @@
 """A W&B-compatible test backend that the real wandb client talks to over HTTP.
 
-It answers the GraphQL operations and the file_stream protocol that wandb-core
-uses for a run (see shared/research/wandb.md, section 3) and records, per run,
+It answers the GraphQL operations, the file_stream protocol and the uploads that
+wandb-core needs for a run (creating and resuming it, joining it as a further
+shared-mode writer, logging, artifacts, finishing it) and records, per run,
 what each writer sent: history rows, system-metric events with their labels,
 the merged summary, config, uploaded files, the client id of each writer, and
 every ``complete`` with its exit code.

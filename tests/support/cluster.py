@@ -1,0 +1,98 @@
+"""Local multi-node Ray clusters (``ray.cluster_utils.Cluster``) and what the tests read from them:
+node labels, log files, and what the plugin left behind."""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import time
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_cluster(*node_cpus: int, head_cpus: int = 0) -> Any:
+    """A local cluster: a head (``head_cpus``) plus one node per entry of ``node_cpus``."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    # Nodes start without any W&B setting, as on a real cluster: whatever reaches the
+    # controller and the node loggers must come through the callback.
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("WANDB_")}
+    try:
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": head_cpus, "include_dashboard": False},
+        )
+        for cpus in node_cpus:
+            cluster.add_node(num_cpus=cpus)
+        cluster.wait_for_nodes()
+    finally:
+        os.environ.update(saved)
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def stop_cluster(cluster: Any) -> None:
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def node_labels() -> dict[str, str]:
+    """node id -> the label the plugin gives that node."""
+    import ray
+
+    from ray_wandb_nodes._naming import node_label
+
+    return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes() if n["Alive"]}
+
+
+def session_log_text(cluster: Any) -> str:
+    """Everything the Ray processes of this cluster wrote to their log files."""
+    logs = os.path.join(cluster.head_node.get_session_dir_path(), "logs")
+    out = []
+    for path in glob.glob(os.path.join(logs, "**", "*"), recursive=True):
+        if os.path.isfile(path) and path.endswith((".err", ".out", ".log")):
+            with open(path, errors="replace") as f:
+                out.append(f.read())
+    return "\n".join(out)
+
+
+def plugin_leftovers() -> tuple[list[str], list[str]]:
+    """(alive NodeLogger and LoggerJanitor actor ids, non-removed placement groups of the plugin)."""
+    import ray._private.state as state
+    from ray.util import placement_group_table
+
+    actors = [
+        actor_id
+        for actor_id, a in state.actors().items()
+        if a.get("ActorClassName", "").endswith(("NodeLogger", "LoggerJanitor")) and a.get("State") != "DEAD"
+    ]
+    groups = [
+        pg["name"]
+        for pg in placement_group_table().values()
+        if pg["name"].startswith("ray_wandb_nodes") and pg["state"] != "REMOVED"
+    ]
+    return actors, groups
+
+
+def assert_nothing_left() -> None:
+    deadline = time.monotonic() + 15
+    while plugin_leftovers() != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert plugin_leftovers() == ([], [])
+
+
+def node_logger_count() -> int:
+    """How many NodeLogger actors this cluster ever created (dead or alive)."""
+    import ray._private.state as state
+
+    return sum(1 for a in state.actors().values() if a.get("ActorClassName", "").endswith("NodeLogger"))

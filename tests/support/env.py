@@ -1,0 +1,27 @@
+"""The W&B environment the tests give the plugin: the dummy key, fast writer settings, and an
+offline ``WANDB_DIR`` with a backend of its own that must stay unused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.support.wandb_backend import WandbTestBackend
+
+DUMMY_KEY = "k" * 40
+# Settings every test writer gets: samples and uploads often enough for short runs.
+FAST = {"x_file_stream_transmit_interval": 1}
+
+
+@contextmanager
+def offline_backend(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, WandbTestBackend]]:
+    """``WANDB_DIR`` in a folder of its own, and a backend of its own that must stay unused."""
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    with WandbTestBackend() as own_backend:
+        monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
+        yield wandb_dir, own_backend

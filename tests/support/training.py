@@ -1,0 +1,74 @@
+"""The standard Train run of the end-to-end tests: two workers of a small torch model that report
+``REPORTS`` times, with ``WandbNodesCallback`` set for short runs.
+
+Ray workers import ``train_loop`` by this module's name (``tests.support.training``): the
+clusters' processes have the repository root on their ``PYTHONPATH`` (see ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.env import FAST
+
+REPORTS = 4
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    import time
+
+    import ray
+    import ray.train
+    import torch
+
+    rank = ray.train.get_context().get_world_rank()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    for step in range(config.get("reports", REPORTS)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if config.get("fail_at") == step and rank == 0:
+            raise ValueError("training blew up on purpose")
+        metrics = {
+            "step": step,
+            "rank": rank,
+            "score": 100 * rank + step,
+            "loss": float(loss),
+            "nested": {"depth": step},
+        }
+        time.sleep(config.get("step_sleep_s", 0))
+        if config.get("report_free_cpus"):
+            metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
+        if config.get("checkpoint") and rank == 0:
+            import os
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "step"), "w") as f:
+                    f.write(str(step))
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+
+
+def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"lr": 0.05, **loop_config},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    )
+    return trainer.fit()
+
+
+def make_callback(**kwargs: Any) -> Any:
+    from ray_wandb_nodes import WandbNodesCallback
+
+    kwargs.setdefault("project", "e2e")
+    return WandbNodesCallback(sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
