@@ -7,7 +7,7 @@ A simulated cluster (a CPU-less head, one one-CPU worker node). On the worker no
 ``--sizes-mib``: a real offline wandb run's log written at the start (rows of 20 metrics)
 repeated to that size (``--content log``), or random bytes, the incompressible worst case
 (``--content random``). Each round measures packing alone on the node, then runs the fleet's
-own collection code (``NodeFleet._collect``) once per route, the two in alternating order:
+own collection code (``OfflineCollection.collect``) once per route, the two in alternating order:
 ``ray`` (packed on the node, fetched through Ray in 4 MiB chunks) and ``storage`` (packed,
 copied into a storage folder by the node, read and unpacked by the driver side, deleted).
 Both unpack into the run's folder on the driver side and delete the node's copy. Beside it,
@@ -80,7 +80,7 @@ def gzip_levels(content: bytes) -> dict[str, dict[str, float]]:
 
 
 def collect_once(
-    fleet: Any, logger: Any, route: str, size: int, storage_root: str, pattern: bytes | None
+    collection: Any, logger: Any, route: str, size: int, storage_root: str, pattern: bytes | None
 ) -> dict[str, Any]:
     import ray
 
@@ -107,9 +107,11 @@ def collect_once(
         experiment, why_not = storage_spot("storage", f"{storage_root}/bench", None)
         assert experiment is not None, why_not
         storage = experiment.for_run(run_id)
-    recorded: set[str] = set()
+    from ray_wandb_nodes._fleet.collect import CollectJob
+
+    job = CollectJob(run_id=run_id, index=index, role="node", storage=storage, deadline=time.monotonic() + 600)
     started = time.perf_counter()
-    fleet._collect(logger, run_id, index, "node", time.monotonic() + 600, recorded, storage)
+    collection.collect(job, logger)
     seconds = time.perf_counter() - started
     (entry,) = [w for w in index.data["writers"] if w["label"] == node.label]
     assert entry["state"] == "collected" and entry["via"] == route, entry
@@ -135,9 +137,10 @@ def main() -> int:
 
     import ray
 
-    from ray_wandb_nodes._fleet import NodeFleet, _Logger
-    from ray_wandb_nodes._node_logger import NodeLogger
-    from ray_wandb_nodes._nodes import alive_nodes
+    from ray_wandb_nodes._fleet.collect import OfflineCollection
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.nodes import alive_nodes
+    from ray_wandb_nodes._fleet.pool import LoggerHandle
     from ray_wandb_nodes._warn import Warner
 
     routes = ("pack", "ray", "storage")
@@ -151,13 +154,13 @@ def main() -> int:
         (node,) = [n for node_id, n in alive_nodes(ray.nodes()).items() if node_id != head]
         actor = ray.remote(NodeLogger).options(num_cpus=0, scheduling_strategy=affinity(node.node_id)).remote()
         ray.get(actor.status.remote())
-        logger = _Logger(node=node, actor=actor, pg_key=0)
-        fleet = NodeFleet(init_timeout_s=60.0, warner=Warner())
+        logger = LoggerHandle(node=node, actor=actor, pg_key=0)
+        collection = OfflineCollection(Warner())
         storage_root = os.path.join(WORK_DIR, "offline_collect_storage")
         for size_mib in args.sizes_mib:
             for r in range(args.rounds):
                 for route in routes if r % 2 == 0 else (routes[0], *routes[:0:-1]):
-                    m = collect_once(fleet, logger, route, size_mib << 20, storage_root, pattern)
+                    m = collect_once(collection, logger, route, size_mib << 20, storage_root, pattern)
                     runs[str(size_mib)][route].append(m["seconds"])
                     archive[str(size_mib)] = m["archive_bytes"]
                     print(f"  {size_mib:>4} MiB round {r + 1} {route:<8} {m['seconds']:.2f} s", flush=True)

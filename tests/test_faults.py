@@ -251,7 +251,7 @@ def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_r
     # so the controller may never see the old pid: the logger itself must say it restarted.
     import ray
 
-    from ray_wandb_nodes._node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
 
     actor = ray.remote(NodeLogger).options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
     try:

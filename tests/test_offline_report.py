@@ -13,7 +13,7 @@ import pytest
 from ray_wandb_nodes import cli
 from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag
 from ray_wandb_nodes.offline.txlog import RunLog, read_run
-from tests.offline_fixtures import offline_run
+from tests.support.offline import offline_run
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 

@@ -13,7 +13,7 @@ import pytest
 
 from ray_wandb_nodes import cli
 from ray_wandb_nodes.offline.txlog import read_run
-from tests.offline_fixtures import copy_folder, offline_run
+from tests.support.offline import copy_folder, offline_run
 from tests.support.wandb_backend import WandbTestBackend
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find

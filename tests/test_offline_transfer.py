@@ -93,7 +93,7 @@ def _node_folder(root: Path) -> Path:
 def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path: Path) -> None:
     import pyarrow.fs
 
-    from ray_wandb_nodes._node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
     from ray_wandb_nodes.offline.storage import fetch, remove, remove_folder_if_empty, storage_spot
     from ray_wandb_nodes.offline.transfer import pack
 

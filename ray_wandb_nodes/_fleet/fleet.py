@@ -24,7 +24,7 @@ from .collect import OfflineCollection
 from .nodes import NodeInfo, alive_nodes
 from .plan import plan
 from .pool import LoggerPool
-from .retire import Retirement
+from .retire import Retirement, advance_all
 from .targets import RunTarget, SharedTarget, StandaloneTarget
 
 POLL_S = 3.0
@@ -236,18 +236,7 @@ class NodeFleet:
         self._retirements.append(r)
 
     def _check_retirements(self, final: bool = False) -> None:
-        still: list[Retirement] = []
-        for r in self._retirements:
-            try:
-                more = r.advance(self._pool, self._collection, self._warner, final)
-            except Exception as e:  # noqa: BLE001 - one run's end must not hold the others'
-                self._warner.warn(f"retire:{r.run_id}", f"ending the W&B run {r.run_id} failed ({describe(e)})")
-                more = False
-            if more:
-                still.append(r)
-            else:
-                r.writers_done.set()
-        self._retirements = still
+        self._retirements = advance_all(self._retirements, self._pool, self._collection, self._warner, final)
 
     def _shutdown(self, timeout: float) -> None:
         """Retire the runs still open (their writers only: each primary is its session's)."""

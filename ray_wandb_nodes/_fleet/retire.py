@@ -62,3 +62,22 @@ class Retirement:
             self.collecting = True
             return True
         return False
+
+
+def advance_all(
+    retirements: list[Retirement], pool: LoggerPool, collection: OfflineCollection, warner: Warner, final: bool
+) -> list[Retirement]:
+    """Advance each retirement one step; those with more to do. One run's failing end is one
+    warning and ends there: it never holds the others'."""
+    still: list[Retirement] = []
+    for r in retirements:
+        try:
+            more = r.advance(pool, collection, warner, final)
+        except Exception as e:  # noqa: BLE001 - one run's end must not hold the others'
+            warner.warn(f"retire:{r.run_id}", f"ending the W&B run {r.run_id} failed ({describe(e)})")
+            more = False
+        if more:
+            still.append(r)
+        else:
+            r.writers_done.set()
+    return still

@@ -1,0 +1,84 @@
+"""The Train run's pure rules: its config, what a placement adds to it, the "best" checkpoint."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from ray_wandb_nodes._artifacts import checkpoint_aliases
+from ray_wandb_nodes._options import build_options
+from ray_wandb_nodes._ray import TrainStart
+from ray_wandb_nodes._strategies import Placement
+from ray_wandb_nodes._train_run import placement_config, train_config
+
+
+def start(**overrides: Any) -> TrainStart:
+    fields: dict[str, Any] = dict(
+        run_name="exp",
+        storage_path="/tmp/results",
+        train_loop_config={"lr": 0.1, "epochs": 3},
+        num_workers=4,
+        use_gpu=False,
+        experiment_fs_path=None,
+        storage_filesystem=None,
+        score_attribute=None,
+        score_order="max",
+    )
+    fields.update(overrides)
+    return TrainStart(**fields)
+
+
+def test_config_is_the_loop_config_then_the_users_then_ray_train() -> None:
+    options = build_options(config={"epochs": 5, "team": "a"}, strategy="node")
+    assert train_config(options, start()) == {
+        "lr": 0.1,
+        "epochs": 5,
+        "team": "a",
+        "ray_train": {"run_name": "exp", "num_workers": 4, "use_gpu": False, "strategy": "node"},
+    }
+
+
+def test_config_leaves_the_loop_config_out_when_log_config_is_off() -> None:
+    options = build_options(log_config=False, config={"team": "a"})
+    assert set(train_config(options, start())) == {"team", "ray_train"}
+
+
+def test_config_without_a_loop_config() -> None:
+    assert set(train_config(build_options(), start(train_loop_config=None))) == {"ray_train"}
+
+
+def test_placement_adds_world_size_and_ranks_by_node_label() -> None:
+    placements = [
+        Placement(rank=0, node_id="aaaaaa11", hostname="h1"),
+        Placement(rank=1, node_id="bbbbbb22", hostname="h2"),
+        Placement(rank=2, node_id="aaaaaa11", hostname="h1"),
+    ]
+    assert placement_config(placements) == {
+        "ray_train": {"world_size": 3, "ranks_by_node": {"node-h1-aaaaaa": [0, 2], "node-h2-bbbbbb": [1]}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("score", "best", "maximize", "aliases", "new_best"),
+    [
+        (0.5, None, True, ["latest", "best"], 0.5),  # the first scored checkpoint is the best
+        (0.7, 0.5, True, ["latest", "best"], 0.7),
+        (0.4, 0.5, True, ["latest"], 0.5),
+        (0.5, 0.5, True, ["latest"], 0.5),  # a tie keeps the earlier best
+        (0.4, 0.5, False, ["latest", "best"], 0.4),  # "min": lower is better
+        (0.6, 0.5, False, ["latest"], 0.5),
+        (None, 0.5, True, ["latest"], 0.5),  # no score reported
+        ("high", None, True, ["latest"], None),  # not a number
+        (True, None, True, ["latest"], None),  # a bool is not a score
+        (3, None, True, ["latest", "best"], 3.0),
+    ],
+)
+def test_best_checkpoint_rule(
+    score: Any, best: float | None, maximize: bool, aliases: list[str], new_best: float | None
+) -> None:
+    got_aliases, got_best = checkpoint_aliases(score, best, maximize)
+    assert got_aliases == aliases
+    assert got_best == new_best and (got_best is None or isinstance(got_best, float))
+    assert not (isinstance(got_best, float) and math.isnan(got_best))
