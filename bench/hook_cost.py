@@ -67,7 +67,7 @@ def plugin_hook(n: int, calls: int) -> list[float]:
         scaling_config=SimpleNamespace(num_workers=2, use_gpu=False),
     )
     cb.after_controller_start(ctx)
-    primary = cb._run.session.primary
+    primary = cb._run.sessions[cb._run.base_id].primary
     deadline = time.monotonic() + 60
     while not primary.ready and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,28 +1,42 @@
 """Every touch of Ray's internals, in one place; the rest of the package sees plain data.
 
 Train V2's callback classes and contexts are DeveloperAPI and move between releases; Tune's
-trial objects and a few core helpers are private. Each name used, and what for:
+trial objects and a few core helpers are private. The plugin supports Ray 2.50 to 2.60 (CI runs
+2.50, 2.55 and 2.60). Each name used and what for, by the first release that has it in the form
+used here (read from the released sources):
 
-- ``ray.train.v2._internal.execution.callback``: ``ControllerCallback``, ``WorkerGroupCallback``,
-  ``ReportCallback``, the Train adapter's bases; ``ray.train.v2._internal.constants.is_v2_enabled``.
-- ``TrainRunContext.run_config`` (``.name``, ``.storage_path``, ``.checkpoint_config``,
-  ``.storage_context.experiment_fs_path`` / ``.storage_filesystem``), ``.train_loop_config``,
-  ``.scaling_config``: the run's identity, config and storage.
-- ``WorkerGroup.get_workers()``; ``Worker.distributed_context.world_rank``, ``Worker.metadata``
-  (``.node_id``, ``.hostname``, ``.accelerator_ids``): where each rank runs.
-- ``TrainingReport.checkpoint``; ``Result.error``: checkpoints and the run's exit code.
-- ``Trial.temporary_state.ray_actor``, ``Trial.storage``, ``Trial.local_path``,
-  ``Trial.experiment_dir_name``; ``ray.tune.get_context().get_trial_id()``: a trial's node,
-  folder and group, and a Train run inside a trial.
-- ``ray._private.state.actors(actor_id=)`` and ``ActorHandle._actor_id``: an actor's node, pid
-  and state; ``RuntimeContext.was_current_actor_reconstructed``: a restarted logger says so.
-- ``ray.experimental.internal_kv``: the Tune/Train handoff through the GCS.
-- the node label ``ray.io/node-id`` in ``placement_group(bundle_label_selector=)``: a bundle
-  pinned to its node; ``PlacementGroup(PlacementGroupID(...))``: the janitor removes groups by id.
+- 2.47: ``ray.train.v2._internal.execution.callback`` (``ControllerCallback``,
+  ``WorkerGroupCallback``, ``ReportCallback``): the adapter's bases;
+  ``ray.train.v2._internal.constants.is_v2_enabled``: refusing Train V1 (V2 is opt-in on 2.50,
+  the default from 2.51); ``WorkerGroup.get_workers()``, ``Worker.distributed_context.world_rank``,
+  ``Worker.metadata`` (``.node_id``, ``.hostname``, ``.accelerator_ids``): where each rank runs;
+  ``after_controller_state_update(previous_state, current_state)`` with
+  ``controller.state.AbortedState``: an abort, the only sign of one up to 2.54; ``Result.error``.
+- 2.48: ``after_controller_start(train_run_context)``; ``TrainRunContext.run_config``,
+  ``.train_loop_config``, ``.scaling_config``: the run's identity and config.
+- 2.49: the node label ``ray.io/node-id`` (``ray.io/node_id`` before) in
+  ``placement_group(bundle_label_selector=)`` (2.47): a bundle pinned to its node.
+- 2.50: ``after_report(training_report, metrics)`` (keywords; ``metrics=, checkpoint=`` before)
+  and ``TrainingReport.checkpoint``; ``RunConfig.storage_context.experiment_fs_path`` and
+  ``.storage_filesystem``: the offline storage route.
+- 2.55: ``before_controller_abort()``: an abort, before the state update.
+- 2.56: ``ReplicaGroupCallback.after_replica_group_start(replica_group)``: the workers of a
+  replaced replica group (called only on a class that is also a ``WorkerGroupCallback``).
+- Long before 2.48 and unchanged since: ``Trial.temporary_state.ray_actor``, ``Trial.storage``,
+  ``Trial.local_path``, ``Trial.experiment_dir_name``, ``ray.tune.get_context().get_trial_id()``
+  (a trial's node, folder and group; a Train run inside a trial); ``ray._private.state.actors``
+  and ``ActorHandle._actor_id`` (an actor's node, pid and state);
+  ``RuntimeContext.was_current_actor_reconstructed`` (a restarted logger says so);
+  ``ray.experimental.internal_kv`` (the Tune/Train handoff); ``PlacementGroup(PlacementGroupID())``
+  (the janitor removes groups by id).
+
+Hooks that Ray changed and the plugin leaves alone: ``before_controller_shutdown`` (``async`` from
+2.55). From 2.54 a raise in a controller hook can fail the run: every hook is guarded.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,11 +47,27 @@ from ._strategies import Placement
 NODE_ID_LABEL = "ray.io/node-id"
 
 
-def train_callback_classes() -> tuple[type, type, type]:
-    """(ControllerCallback, WorkerGroupCallback, ReportCallback) of Ray Train V2."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback, WorkerGroupCallback
+RAY_RANGE = ((2, 50), (2, 60))  # the oldest and newest Ray minor releases supported
+SUPPORTED_RAY = ">=2.50,<2.61"
+V2_ENV = "RAY_TRAIN_V2_ENABLED"
 
-    return ControllerCallback, WorkerGroupCallback, ReportCallback
+
+def train_callback_bases() -> tuple[type, ...]:
+    """The Train V2 callback classes the adapter subclasses: controller, worker group, report, and
+    (from 2.56) replica group; ``(object,)`` when this Ray has none of them (the adapter then
+    refuses to be built, saying why)."""
+    try:
+        from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback, WorkerGroupCallback
+    except ImportError:
+        return (object,)
+    bases: list[type] = [ControllerCallback, WorkerGroupCallback, ReportCallback]
+    try:  # 2.56+: called for a replaced replica group, and only on WorkerGroupCallbacks
+        from ray.train.v2._internal.execution.callback import ReplicaGroupCallback
+
+        bases.append(ReplicaGroupCallback)
+    except ImportError:
+        pass
+    return tuple(bases)
 
 
 def train_v2_enabled() -> bool:
@@ -46,11 +76,50 @@ def train_v2_enabled() -> bool:
     return bool(is_v2_enabled())
 
 
-def ray_version() -> str:
+def minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``2.55.1`` or ``3.0.0rc1``; None if unreadable."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
+    except (IndexError, ValueError):
+        return None
+
+
+def unsupported_ray(version: str | None, *, train: bool, v2_enabled: bool | None = None) -> str | None:
+    """Why this Ray cannot serve the plugin (None when it can): not installed, outside the range,
+    or (for Train) with Train V2 turned off. The text names the version, the range and what to do."""
+    where = f"ray_wandb_nodes supports Ray 2.50 to 2.60 (pip install 'ray[train,tune]{SUPPORTED_RAY}')"
+    if version is None:
+        return f"Ray is not installed; {where}"
+    got = minor(version)
+    if got is None or not RAY_RANGE[0] <= got <= RAY_RANGE[1]:
+        return f"ray {version} is installed; {where}"
+    if train and v2_enabled is False:
+        env = os.environ.get(V2_ENV)
+        setting = f"{V2_ENV}={env!r}" if env is not None else f"{V2_ENV} unset"
+        if got < (2, 51):
+            how = f"set {V2_ENV}=1 before ray.train is imported (Train V2 is opt-in on Ray {got[0]}.{got[1]})"
+        else:
+            how = f"unset {V2_ENV} (Train V2 is the default from Ray 2.51)"
+        return f"WandbNodesCallback needs Ray Train V2, which is off (ray {version}, {setting}): {how}"
+    return None
+
+
+def check_ray(*, train: bool) -> None:
+    """Raise ``RuntimeError`` saying why when the installed Ray cannot serve the plugin."""
+    version = ray_version()
+    enabled = train_v2_enabled() if train and version is not None and train_callback_bases() != (object,) else None
+    problem = unsupported_ray(version, train=train, v2_enabled=enabled)
+    if problem is not None:
+        raise RuntimeError(f"ray_wandb_nodes: {problem}")
+
+
+def ray_version() -> str | None:
+    """The installed Ray's version, None without Ray."""
     try:
         import ray
     except ImportError:
-        return "none"
+        return None
     return str(ray.__version__)
 
 
@@ -61,7 +130,7 @@ class TrainStart:
 
     run_name: str
     storage_path: str
-    train_loop_config: dict[str, Any] | None
+    train_loop_config: Any  # a mapping, or None
     num_workers: Any
     use_gpu: Any
     experiment_fs_path: Any  # the run's storage as the controller resolved it (None: unknown)
@@ -78,7 +147,7 @@ def train_start(ctx: Any) -> TrainStart:
     return TrainStart(
         run_name=str(run_config.name),
         storage_path=str(run_config.storage_path),
-        train_loop_config=dict(ctx.train_loop_config) if ctx.train_loop_config else None,
+        train_loop_config=ctx.train_loop_config,
         num_workers=getattr(scaling, "num_workers", None),
         use_gpu=getattr(scaling, "use_gpu", None),
         experiment_fs_path=getattr(storage, "experiment_fs_path", None),
@@ -106,6 +175,15 @@ def _gpu_ids(accelerator_ids: Any) -> tuple[int, ...]:
         return tuple(int(i) for i in (accelerator_ids or {}).get("GPU", []))
     except (TypeError, ValueError):
         return ()
+
+
+def is_aborted(state: Any) -> bool:
+    """Whether a controller state is Train's aborted state (an abort's only sign up to 2.54)."""
+    try:
+        from ray.train.v2._internal.execution.controller.state import AbortedState
+    except ImportError:
+        return False
+    return isinstance(state, AbortedState)
 
 
 def report_checkpoint(training_report: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +24,7 @@ from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
 from ._primary import PrimaryWriter
 
 # Past the bounds the fleet keeps itself: how much longer a waiting finish waits for it.
-_FLEET_SLACK_S = 5.0
+FLEET_SLACK_S = 5.0
 
 
 class RunSession:
@@ -34,6 +35,7 @@ class RunSession:
         self.finish_timeout_s = finish_timeout_s
         self._finishing = False
         self._writers_done: threading.Event | None = None
+        self._waited = False
         self._exit_code = 1
         self._timeout = finish_timeout_s
 
@@ -71,10 +73,20 @@ class RunSession:
         self._timeout = self.finish_timeout_s if timeout is None else timeout
         self._writers_done = self._retire(exit_code, self._timeout)
 
-    def wait_finished(self) -> None:
-        """Return once the run is finished, or its bounds have passed (after :meth:`finish`)."""
-        if self._writers_done is not None:
-            self._writers_done.wait(self._timeout + _FLEET_SLACK_S)
+    def wait_finished(self, deadline: float | None = None) -> None:
+        """Return once the run is finished, or its bounds have passed (after :meth:`finish`; only
+        the first call waits). ``deadline`` (monotonic) bounds the wait for the node writers, so
+        that several sessions can share one bound."""
+        if self._writers_done is None or self._waited:
+            return
+        self._waited = True
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout + FLEET_SLACK_S
+        self._writers_done.wait(max(0.0, deadline - time.monotonic()))
+        self._after_writers()
+
+    def _after_writers(self) -> None:
+        """What a waiting finish does once the node writers are done (or their bound passed)."""
 
     def _retire(self, exit_code: int, timeout: float) -> threading.Event:
         raise NotImplementedError
@@ -94,7 +106,7 @@ class SharedSession(RunSession):
         # The target first: the primary's thread may set the run's nodes before the run exists.
         self.fleet.start()
         self.fleet.add_run(self.target)
-        self.primary.start(on_ready=functools.partial(self.fleet.run_ready, self.run_id))
+        self.primary.start(on_ready=functools.partial(self.fleet.run_ready, self.target))
 
     def update_config(self, config: dict[str, Any]) -> None:
         self.primary.update_config(config)
@@ -112,11 +124,9 @@ class SharedSession(RunSession):
             self.run_id, timeout, then=functools.partial(self.primary.request_finish, exit_code)
         )
 
-    def wait_finished(self) -> None:
-        super().wait_finished()
-        if self._finishing:
-            self.primary.request_finish(self._exit_code)  # idempotent; covers a fleet that could not hand over
-            self.primary.wait_done(self._timeout)
+    def _after_writers(self) -> None:
+        self.primary.request_finish(self._exit_code)  # idempotent; covers a fleet that could not hand over
+        self.primary.wait_done(self._timeout)
 
 
 class StandaloneSession(RunSession):

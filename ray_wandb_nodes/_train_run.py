@@ -7,6 +7,7 @@ Every report, checkpoint and the end go to the sessions the same way; one node f
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ._artifacts import checkpoint_aliases
@@ -17,6 +18,7 @@ from ._options import Options
 from ._primary import PrimaryWriter
 from ._ray import TrainStart
 from ._secrets import CapturedEnv
+from ._session import FLEET_SLACK_S as _FLEET_SLACK_S
 from ._session import RunSession, SharedSession, StandaloneSession
 from ._strategies import Placement, PlannedRun, plan_runs, report_rows
 from ._warn import Warner
@@ -79,8 +81,8 @@ class TrainRun:
         self._score_key = start.score_attribute
         self._score_max = start.score_order != "min"
         self._best: float | None = None
-        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=warner)
-        self.fleet.start()
+        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=warner)  # started by its first session
+        self._finished = False
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         if o.strategy in ("shared", "main"):
@@ -144,6 +146,7 @@ class TrainRun:
             return
         for planned in plan_runs(strategy, placements, self.base_id):
             session = self.sessions.get(planned.run_id) or self._open_standalone(planned)
+            self._ranks[planned.run_id] = planned.rank  # a restart may place other ranks there
             session.set_nodes({planned.node_id})
 
     def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
@@ -168,10 +171,14 @@ class TrainRun:
 
     def finish(self, exit_code: int, timeout: float) -> None:
         """Every run (node writers first, then the primary, or each run of its own), then every actor."""
+        if self._finished:  # an abort is seen by two hooks on some Ray releases
+            return
+        self._finished = True
         o = self.options
         wait = max(timeout, o.upload_timeout_s) if o.upload_checkpoints else timeout
         for session in self.sessions.values():
             session.finish(exit_code, timeout=wait)
+        deadline = time.monotonic() + wait + _FLEET_SLACK_S  # one bound for every session's writers
         for session in self.sessions.values():
-            session.wait_finished()
+            session.wait_finished(deadline)
         self.fleet.shutdown(wait)

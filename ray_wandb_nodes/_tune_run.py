@@ -65,6 +65,8 @@ class TuneRuns:
     def _new_session(self, trial: Trial, run_id: str, actor: Any) -> SharedSession:
         config = {k: v for k, v in dict(trial.config).items() if k not in self.options.excludes and k != "callbacks"}
         local_path = _ray.trial_local_path(trial)
+        if local_path:  # as Ray's WandbLoggerCallback: where the trial's own files are
+            config["trial_log_path"] = local_path
         spec = primary_spec(
             self.options,
             self._env,
@@ -82,7 +84,8 @@ class TuneRuns:
             spec,
             warner=self._warner,
             rows=self._row_builder,
-            prepare=functools.partial(self._locate_trial, run_id=run_id, actor=actor, location=location),
+            # on the writer thread, once the session has started: `target` is set by then
+            prepare=lambda s: self._locate_trial(s, target=target, actor=actor, location=location),
         )
         storage: StorageSpot | None = None
         why_not: str | None = None
@@ -100,7 +103,9 @@ class TuneRuns:
         )
         return SharedSession(target, self.fleet, self.options.finish_timeout_s)
 
-    def _locate_trial(self, spec: WriterSpec, *, run_id: str, actor: Any, location: dict[str, Any]) -> WriterSpec:
+    def _locate_trial(
+        self, spec: WriterSpec, *, target: SharedTarget, actor: Any, location: dict[str, Any]
+    ) -> WriterSpec:
         """On the writer thread, before the run exists: find the trial's node and pid, and
         tell the fleet (the run's nodes reach it before the run is ready).
 
@@ -117,7 +122,7 @@ class TuneRuns:
         node_id, pid = found
         covered = node_id if node_id == self.driver_node.node_id else None
         location.update(node_id=node_id, pid=pid, covered=covered)
-        self.fleet.set_run_nodes(run_id, {node_id}, covered)
+        self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target)
         if covered is not None:
             settings["x_stats_pid"] = pid
         else:

@@ -1,7 +1,8 @@
 """``WandbNodesCallback``: the Ray Train V2 adapter.
 
-It subclasses Train's internal callback classes (DeveloperAPI in Ray 2.60), because only
-they expose the controller lifecycle and the worker placement; the public
+It subclasses Train's internal callback classes (DeveloperAPI; Ray 2.50 to 2.60, see
+``_ray.py`` for what each release has), because only they expose the controller lifecycle and
+the worker placement; the public
 ``UserCallback`` has neither. It must not also subclass ``UserCallback``: Train routes
 such objects only through its user-callback handler and never calls their other hooks.
 
@@ -19,18 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import _handoff, _ray
 from ._setup import configure
+from ._strategies import Placement
 from ._train_run import TrainRun
 from ._warn import Warner, describe, guarded
 
-SUPPORTED_RAY = ">=2.60,<2.61"
-
-try:
-    ControllerCallback, WorkerGroupCallback, ReportCallback = _ray.train_callback_classes()
-except ImportError as _e:  # pragma: no cover - depends on the installed Ray
-    raise ImportError(
-        f"ray_wandb_nodes.WandbNodesCallback needs Ray Train V2's callback API (ray[train]{SUPPORTED_RAY}); "
-        f"found ray {_ray.ray_version()}. Install a supported Ray: pip install 'ray[train,tune]{SUPPORTED_RAY}'"
-    ) from _e
+# Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
+# callback says which Ray is needed).
+_BASES = _ray.train_callback_bases()
 
 if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
@@ -38,7 +34,7 @@ if TYPE_CHECKING:
     from ray.train.v2.api.result import Result
 
 
-class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc,valid-type]
+class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     """One W&B run that shows every node of a Ray Train run (or the classic strategies).
 
     Add it to ``ray.train.RunConfig(callbacks=[WandbNodesCallback(project="my-proj")])``.
@@ -109,11 +105,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
     ) -> None:
-        if not _ray.train_v2_enabled():
-            raise RuntimeError(
-                "ray_wandb_nodes.WandbNodesCallback needs Ray Train V2, but RAY_TRAIN_V2_ENABLED=0 "
-                "is set; unset it (V2 is the default in Ray 2.60)"
-            )
+        _ray.check_ray(train=True)
         self.options, self._env = configure(
             project=project,
             entity=entity,
@@ -145,6 +137,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
         self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
         self._relay_trial: str | None = None
+        self._placements: dict[int, Placement] = {}  # rank -> where it runs now
 
     def __repr__(self) -> str:
         o = self.options
@@ -152,7 +145,7 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_run=None, _relay_trial=None)  # runtime state never travels
+        state.update(_run=None, _relay_trial=None, _placements={})  # runtime state never travels
         return state
 
     @property
@@ -189,16 +182,37 @@ class WandbNodesCallback(ControllerCallback, WorkerGroupCallback, ReportCallback
 
     @guarded("before_controller_abort")
     def before_controller_abort(self) -> None:
-        # The controller exits right after this hook: finish fast, as failed.
+        self._abort()
+
+    @guarded("after_controller_state_update")
+    def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+        # Up to Ray 2.54 an abort fires no abort hook, only this update to the aborted state;
+        # from 2.55 both fire (the abort hook first), and the run ends once.
+        if _ray.is_aborted(current_state):
+            self._abort()
+
+    def _abort(self) -> None:
+        # The controller exits right after an abort: finish fast, as failed.
         if self._run is not None:
             self._run.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
 
-    # WorkerGroupCallback ---------------------------------------------------------------------
+    # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
-        if self._run is None and not self._relay_trial:
-            return
-        placements = _ray.worker_placements(worker_group)
+        if self._run is not None or self._relay_trial:
+            self._placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
+            self._placed()
+
+    @guarded("after_replica_group_start")
+    def after_replica_group_start(self, replica_group: Any) -> None:
+        # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
+        # are new, maybe on other nodes; Ray calls no worker-group hook for it.
+        if self._run is not None or self._relay_trial:
+            self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
+            self._placed()
+
+    def _placed(self) -> None:
+        placements = [self._placements[rank] for rank in sorted(self._placements)]
         if self._relay_trial:
             trial_id = self._relay_trial
             published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]

@@ -73,6 +73,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         offline_transfer: str = "auto",
         **wandb_init_kwargs: Any,
     ) -> None:
+        _ray.check_ray(train=False)
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
             if owned in wandb_init_kwargs:
                 raise invalid(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
@@ -129,6 +130,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_runs", None)
         if self._env.api_key is None and self.options.mode == "online":
             try:
                 found = capture_env(os.environ, api_key_file=self._api_key_file, default_base_url=default_base_url())

@@ -141,6 +141,7 @@ def alive_logger_pids() -> dict[str, int]:
     }
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("graceful", [True, False], ids=["graceful", "killed"])
 def test_node_dies_and_a_replacement_joins_the_same_run(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any, graceful: bool

@@ -49,6 +49,7 @@ def primary_client(run: Any, label: str) -> str:
     return clients[0]
 
 
+@pytest.mark.smoke
 def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("every-node")
     result = fit(name, make_callback(tags=["e2e"]), str(tmp_path))
@@ -80,6 +81,7 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
     assert_nothing_left()
 
 
+@pytest.mark.smoke
 def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("fails")
     result = None
@@ -119,6 +121,7 @@ def test_restart_by_name_writes_to_the_same_run(cluster: Any, backend: WandbTest
     assert [c.exit_code for c in run.completes] == [0, 0]
 
 
+@pytest.mark.smoke
 def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
     cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -112,6 +112,7 @@ def experiment_runs(backend: WandbTestBackend, name: str) -> dict[str, RunRecord
     return {r.run_id: r for r in backend.runs.values() if r.group == name}
 
 
+@pytest.mark.smoke
 def test_each_trial_gets_a_run_labelled_for_its_own_node(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
@@ -136,6 +137,8 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
         assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, ITERATIONS + 1))
         assert run.config["x"]["value"] == x
         assert run.config["trial_id"]["value"] == trial_id
+        # As Ray's WandbLoggerCallback: the trial's own folder (its driver-side staging copy).
+        assert os.path.basename(run.config["trial_log_path"]["value"]) == os.path.basename(result.path)
         assert "node_id" not in user_rows(run)[0]  # strings are left out, as Ray's callback does
         assert run.exit_codes == [0]
         # upload_checkpoints: every checkpoint's files reached W&B as a model artifact.
@@ -186,6 +189,7 @@ def test_a_failing_trial_fails_its_run_while_the_others_finish(
     assert_nothing_left()
 
 
+@pytest.mark.smoke
 def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:

@@ -54,13 +54,16 @@ class NodeFleet:
     def add_run(self, target: RunTarget) -> None:
         self._commands.put(("add", target))
 
-    def run_ready(self, run_id: str) -> None:
-        """The run exists (its primary created it): its node writers may join."""
-        self._commands.put(("ready", run_id))
+    def run_ready(self, target: RunTarget) -> None:
+        """``target``'s run exists (its primary created it): its node writers may join."""
+        self._commands.put(("ready", target))
 
-    def set_run_nodes(self, run_id: str, nodes: Iterable[str], covered_node: str | None = None) -> None:
-        """The nodes a run uses now (replaces the previous set), and the primary's own node."""
-        self._commands.put(("nodes", (run_id, set(nodes), covered_node)))
+    def set_run_nodes(
+        self, run_id: str, nodes: Iterable[str], covered_node: str | None = None, target: RunTarget | None = None
+    ) -> None:
+        """The nodes a run uses now (replaces the previous set), and the primary's own node;
+        with ``target``, only while that target is the run's (not a later one of the same id)."""
+        self._commands.put(("nodes", (run_id, set(nodes), covered_node, target)))
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
@@ -131,13 +134,13 @@ class NodeFleet:
         if kind == "add":
             self._targets[payload.run_id] = payload
         elif kind == "ready":
-            target = self._targets.get(payload)
-            if target is not None:
-                target.ready = True
+            ready: RunTarget = payload
+            if self._targets.get(ready.run_id) is ready:
+                ready.ready = True
         elif kind == "nodes":
-            run_id, nodes, covered = payload
+            run_id, nodes, covered, only = payload
             target = self._targets.get(run_id)
-            if target is not None:
+            if target is not None and (only is None or only is target):
                 target.nodes, target.covered_node = nodes, covered
         elif kind == "retire":
             self._start_retirement(*payload)

@@ -1,0 +1,76 @@
+"""An aborted Train run (Ctrl-C on the driver) ends its W&B run once, as failed.
+
+Up to Ray 2.54 an abort fires no abort hook, only a controller state update to the aborted
+state; from 2.55 ``before_controller_abort`` fires first and the state update after it. Either
+way the run must end exactly once, node writers first, with a failed exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import node_labels, plugin_leftovers, start_cluster, stop_cluster
+from tests.support.runs import assert_one_writer_per_label, unique, user_rows
+from tests.support.wandb_backend import WandbTestBackend
+
+pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_an_aborted_run_ends_once_as_failed_with_every_node(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("abort")
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.abort_driver", cluster.address, name, str(tmp_path / "storage")],
+            cwd=ROOT,
+            env=dict(os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        labels = set(node_labels().values())
+
+        def running_on_every_node() -> bool:
+            runs = [r for r in backend.runs.values() if r.display_name == name]
+            return bool(runs) and len(user_rows(runs[0])) >= 2 and runs[0].labels == labels
+
+        wait_for(running_on_every_node, 120, f"the run to report from every node ({log.read_text()[-2000:]})")
+        driver.send_signal(signal.SIGINT)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    (run,) = [r for r in backend.runs.values() if r.display_name == name]
+    # One end, from the primary, as failed; no node writer set the run's state.
+    assert len(run.completes) == 1, (run.completes, log.read_text()[-3000:])
+    assert run.completes[0].exit_code not in (0, None)
+    assert run.labels == labels
+    assert_one_writer_per_label(run)
+    wait_for(lambda: plugin_leftovers() == ([], []), 60, f"the plugin's actors and groups to go ({plugin_leftovers()})")

@@ -1,0 +1,143 @@
+"""A replaced replica group (Ray 2.56+) gets node writers where its new workers run.
+
+With a backend that manages replica groups (TorchFT's, in Ray), a failing worker is replaced
+alone: Ray calls ``after_replica_group_start`` for the new worker and no worker-group hook.
+Here the node under rank 1 is removed mid-run; its replacement lands on a spare node, which
+must then appear in the run with its own label. The backend below is a ``TorchConfig`` whose
+backend manages replica groups, as TorchFT's does, without TorchFT itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import node_labels, start_cluster, stop_cluster
+from tests.support.env import FAST
+from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.wandb_backend import WandbTestBackend
+
+try:
+    from ray.train.v2._internal.execution.callback import ReplicaGroupCallback  # noqa: F401
+except ImportError:
+    pytest.skip("replica groups come with Ray 2.56", allow_module_level=True)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, 1, head_cpus=0)  # two nodes for the two workers, one spare
+    yield c
+    stop_cluster(c)
+
+
+def until_stopped(config: dict[str, Any]) -> None:
+    """Reports until rank 0 has reported ``steps`` times. A replacement worker starts this function
+    afresh, so the ranks stop together on a file rather than on a count."""
+    import ray
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    with open(os.path.join(config["dir"], f"rank-{rank}"), "w") as f:
+        f.write(ray.get_runtime_context().get_node_id())
+    stop = os.path.join(config["dir"], "stop")
+    step = 0
+    while True:
+        if rank == 0 and step >= config["steps"]:
+            open(stop, "w").close()  # before the report: every rank sees it after this round
+        ray.train.report({"step": step, "rank": rank})
+        if os.path.exists(stop):
+            return
+        step += 1
+        time.sleep(0.5)
+
+
+def replica_group_torch_config() -> Any:
+    from ray.train.torch.config import TorchConfig, _TorchBackend
+    from ray.train.v2._internal.execution.worker_group import ReplicaGroup
+
+    class PerReplicaTorchBackend(_TorchBackend):  # type: ignore[misc]
+        has_replica_groups = True
+
+        def on_start(self, worker_group: Any, backend_config: Any) -> None:
+            parent = super().on_start
+            if isinstance(worker_group, ReplicaGroup):
+                parent(worker_group, backend_config)
+            else:
+                for group in worker_group.get_replica_groups():
+                    parent(group, backend_config)
+
+    class PerReplicaTorchConfig(TorchConfig):  # type: ignore[misc]
+        @property
+        def backend_cls(self) -> type:
+            return PerReplicaTorchBackend
+
+    return PerReplicaTorchConfig(backend="gloo")
+
+
+def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from ray_wandb_nodes import WandbNodesCallback
+
+    name = unique("replica")
+    labels = node_labels()
+    placement = tmp_path / "placement"
+    placement.mkdir()
+    callback = WandbNodesCallback(
+        project="replicas", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
+    )
+    trainer = TorchTrainer(
+        until_stopped,
+        train_loop_config={"dir": str(placement), "steps": 40},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "storage"),
+            callbacks=[callback],
+            failure_config=FailureConfig(max_failures=3),
+        ),
+        torch_config=replica_group_torch_config(),
+    )
+    first: dict[str, str] = {}
+
+    def remove_rank1_node() -> None:
+        # Once both workers' nodes write to the run, the node under rank 1 goes, without warning.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = [r for r in backend.runs.values() if r.display_name == name]
+            if runs and (placement / "rank-1").exists() and len(runs[0].labels) == 3:
+                first["rank1"] = (placement / "rank-1").read_text()
+                node = next(n for n in cluster.worker_nodes if n.node_id == first["rank1"])
+                cluster.remove_node(node, allow_graceful=False)
+                return
+            time.sleep(0.2)
+
+    remover = threading.Thread(target=remove_rank1_node, daemon=True)
+    remover.start()
+    result = trainer.fit()
+    remover.join(timeout=5)
+    assert result.error is None
+    assert "rank1" in first, "rank 1's node was never removed"
+    spare = (placement / "rank-1").read_text()
+    assert spare != first["rank1"] and spare in labels, "the replacement did not land on the spare node"
+
+    run = run_of(backend, name)
+    # The spare node, where only the replaced replica group ran, has its own series in the run.
+    assert labels[spare] in run.labels, (sorted(run.labels), labels[spare])
+    assert labels[first["rank1"]] in run.labels
+    assert_one_writer_per_label(run)
+    assert [c.exit_code for c in run.completes] == [0]
+    steps = [row["step"] for row in user_rows(run)]
+    assert steps == sorted(set(steps)) and steps[-1] == 40  # rank 0's reports, each once
+    cluster.add_node(num_cpus=1)  # the next test (if any) finds the cluster as it was
+    cluster.wait_for_nodes()
