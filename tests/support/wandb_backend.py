@@ -11,6 +11,9 @@ Shared mode has several writers per run, and each counts its file_stream
 offsets from 0, so lines are stored per ``(client id, offset)``: a request the
 client retries after a failure overwrites the same slots instead of adding rows.
 
+Requests it has no answer for (a GraphQL operation without a handler, a path it
+does not serve) are listed in ``backend.unhandled``.
+
 Faults can be injected (``backend.faults``) to answer with an HTTP status,
 delay, or drop the connection, for tests of outages.
 """
@@ -29,6 +32,10 @@ from typing import Any
 DEFAULT_ENTITY = "test-entity"
 _LABEL_RE = re.compile(r"^system\.(?P<metric>.+)/l:(?P<label>[^/]+)$")
 _OP_RE = re.compile(r"\b(?:query|mutation)\s+(\w+)")
+# An anonymous operation (``query { viewer { id } }``, which wandb <= 0.28 sends to check a key
+# before logging an artifact): named after its first field.
+_ANON_OP_RE = re.compile(r"^\s*(?:query\s*)?\{\s*(\w+)")
+_ANON_OPS = {"viewer": "Viewer"}
 _FILE_STREAM_RE = re.compile(r"^/files/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<run>[^/]+)/file_stream$")
 _UPLOAD_RE = re.compile(r"^/upload/(?P<entity>[^/]+)/(?P<project>[^/]+)/(?P<run>[^/]+)/(?P<name>.+)$")
 
@@ -208,6 +215,8 @@ class WandbTestBackend:
         self.artifacts: dict[str, ArtifactRecord] = {}  # by artifact id
         self._manifests: dict[str, str] = {}  # manifest id -> artifact id
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, graphql operation)
+        # Requests answered without a handler: ("graphql", operation or query) or (method, path).
+        self.unhandled: list[tuple[str, str]] = []
         self.faults = Faults()
         backend = self
 
@@ -294,6 +303,9 @@ class WandbTestBackend:
         if not op:
             m = _OP_RE.search(query)
             op = m.group(1) if m else None
+        if not op:
+            m = _ANON_OP_RE.match(query)
+            op = _ANON_OPS.get(m.group(1)) if m else None
         variables = body.get("variables") or {}
         with self._lock:
             self.requests[-1] = (self.requests[-1][0], self.requests[-1][1], op)
@@ -311,6 +323,7 @@ class WandbTestBackend:
                 "ArtifactType": lambda v, c: {"data": {"project": None}},
             }.get(op or "")
             if handler is None:
+                self.unhandled.append(("graphql", op or query[:200]))
                 return {"data": {}}
             result: dict[str, Any] = handler(variables, client_id)
             return result
@@ -571,6 +584,11 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def _not_found(self, method: str) -> None:
+        with self.owner._lock:
+            self.owner.unhandled.append((method, self.path))
+        self._reply(404, {"error": f"not found: {self.path}"})
+
     def do_POST(self) -> None:
         body = self._read_body()
         with self.owner._lock:
@@ -589,7 +607,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.owner.record_key(m["entity"], m["project"], m["run"], client_id, self._api_key())
             self._reply(200, {"exitcode": None, "limits": {}})
             return
-        self._reply(404, {"error": f"not found: {path}"})
+        self._not_found("POST")
 
     def do_PUT(self) -> None:
         body = self._read_body()
@@ -606,9 +624,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.owner.upload(m["entity"], m["project"], m["run"], m["name"], body)
             self._reply(200)
             return
-        self._reply(404, {"error": f"not found: {self.path}"})
+        self._not_found(self.command)
 
     def do_GET(self) -> None:
         with self.owner._lock:
             self.owner.requests.append(("GET", self.path, None))
-        self._reply(404, {"error": f"not found: {self.path}"})
+        self._not_found(self.command)
