@@ -33,11 +33,11 @@ def cluster() -> Iterator[Any]:
     stop_cluster(c)
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
+def wait_for(predicate: Any, timeout: float, what: Any) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(0.2)
 
 
@@ -55,13 +55,23 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
             stderr=subprocess.STDOUT,
         )
     try:
-        labels = set(node_labels().values())
+        # Train workers take both worker nodes; the controller runs on the driver's node, which
+        # the driver names once connected (on Ray 2.50 it may be any node of this shared IP).
+        driver_node = tmp_path / "storage" / "driver-node"
+        wait_for(driver_node.exists, 60, lambda: f"the driver to connect ({log.read_text()[-2000:]})")
+        by_node = node_labels()
+        labels = {by_node[n.node_id] for n in cluster.worker_nodes} | {by_node[driver_node.read_text()]}
 
         def running_on_every_node() -> bool:
             runs = [r for r in backend.runs.values() if r.display_name == name]
             return bool(runs) and len(user_rows(runs[0])) >= 2 and runs[0].labels == labels
 
-        wait_for(running_on_every_node, 120, f"the run to report from every node ({log.read_text()[-2000:]})")
+        def state() -> str:
+            runs = [r for r in backend.runs.values() if r.display_name == name]
+            seen = (len(user_rows(runs[0])), sorted(runs[0].labels)) if runs else "no run"
+            return f"seen: {seen}; expected labels {sorted(labels)}; driver: {log.read_text()[-2000:]}"
+
+        wait_for(running_on_every_node, 120, lambda: f"the run to report from every node ({state()})")
         driver.send_signal(signal.SIGINT)
         driver.wait(timeout=120)
     finally:

@@ -3,8 +3,9 @@
 Syncing several offline runs of one id with plain ``wandb sync`` does not merge them: each
 starts its files at offset 0 and overwrites the one before (wandb issue #3841). wandb's own
 sync does honour shared mode when it is asked to (``WANDB_MODE=shared``): each file is then a
-writer of its own, the way it was when the run was online. So this runs ``wandb sync --id``
-once per writer, the primary first (``x_primary``, it owns the run's final state), then
+writer of its own, the way it was when the run was online. So this runs ``wandb beta sync --id``
+(what ``wandb sync`` runs from wandb 0.29; on 0.28 ``wandb sync`` is the older uploader, which
+ignores shared mode) once per writer, the primary first (``x_primary``, it owns the run's final state), then
 every node writer as a non-primary writer that never sets the run's state.
 """
 
@@ -47,7 +48,7 @@ class SyncStep:
         return self.role in ("primary", "node")
 
     def command(self, entity: str | None, project: str | None) -> list[str]:
-        cmd = [sys.executable, "-m", "wandb", "sync", "--id", self.run_id]
+        cmd = [sys.executable, "-m", "wandb", "beta", "sync", "--id", self.run_id]
         if project or self.project:
             cmd += ["--project", str(project or self.project)]
         if entity or self.entity:

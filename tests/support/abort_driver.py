@@ -7,6 +7,7 @@ user's would.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -31,6 +32,9 @@ def main(address: str, name: str, storage: str) -> None:
     from tests.support.env import FAST
 
     ray.init(address=address, log_to_driver=False)
+    os.makedirs(storage, exist_ok=True)
+    with open(os.path.join(storage, "driver-node"), "w") as f:  # where the Train controller runs
+        f.write(ray.get_runtime_context().get_node_id())
     callback = WandbNodesCallback(
         project="abort", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
     )

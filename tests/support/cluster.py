@@ -30,12 +30,16 @@ def start_cluster(*node_cpus: int, head_cpus: int = 0) -> Any:
             initialize_head=True,
             head_node_args={"num_cpus": head_cpus, "include_dashboard": False},
         )
+        # The driver joins while the head is the only raylet: every node here shares one IP, and
+        # some Ray releases (2.50) attach a driver to any raylet of its IP. The driver's node is
+        # where the Train controller and the Tune driver run, so the tests need it to be the head.
+        ray.init(address=cluster.address, log_to_driver=False)
         for cpus in node_cpus:
             cluster.add_node(num_cpus=cpus)
         cluster.wait_for_nodes()
     finally:
         os.environ.update(saved)
-    ray.init(address=cluster.address, log_to_driver=False)
+    assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
     return cluster
 
 
