@@ -154,7 +154,7 @@ def main() -> int:
         (node,) = [n for node_id, n in alive_nodes(ray.nodes()).items() if node_id != head]
         actor = ray.remote(NodeLogger).options(num_cpus=0, scheduling_strategy=affinity(node.node_id)).remote()
         ray.get(actor.status.remote())
-        logger = LoggerHandle(node=node, actor=actor, pg_key=0)
+        logger = LoggerHandle(node=node, actor=actor, pg=None)
         collection = OfflineCollection(Warner())
         storage_root = os.path.join(WORK_DIR, "offline_collect_storage")
         for size_mib in args.sizes_mib:

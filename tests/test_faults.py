@@ -127,6 +127,17 @@ def label_clients(run: RunRecord, label: str) -> set[str]:
     return {c for c, labels in run.labels_by_client().items() if label in labels}
 
 
+def plugin_groups(state: str) -> list[str]:
+    """Names of the plugin's placement groups in ``state``."""
+    from ray.util import placement_group_table
+
+    return [
+        g["name"]
+        for g in placement_group_table().values()
+        if g["name"].startswith("ray_wandb_nodes") and g["state"] == state
+    ]
+
+
 def worker_node_of(cluster: Any, node_id: str) -> Any:
     return next(n for n in cluster.worker_nodes if n.node_id == node_id)
 
@@ -149,7 +160,9 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     from ray.train import FailureConfig
 
     name = unique("node-dies")
-    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, failure_config=FailureConfig(max_failures=1))
+    # Two retries: Ray 2.50 at times loses a restarted worker once more on a node just removed.
+    failure = FailureConfig(max_failures=2)
+    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, failure_config=failure)
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 3, 90, "three reports")
     run = run_of(backend, name)
@@ -159,6 +172,9 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     removed_at = time.time()
     new_node = cluster.add_node(num_cpus=1)
     added_at = time.time()
+    # The lost node's placement group goes with it: one left rescheduling holds back every group
+    # created after it on Ray 2.50, the restarted train workers' included.
+    wait_until(lambda: not plugin_groups("RESCHEDULING"), 30, "the lost node's placement group to go")
     fit.join(300)
     assert not fit.is_alive()
     assert fit.training_error() is None

@@ -31,7 +31,7 @@ def test_a_run_whose_end_fails_does_not_hold_the_other_runs_ends(caplog: pytest.
             raise RuntimeError("the index refused")
 
     warner = Warner()
-    handle = LoggerHandle(node=NodeInfo("a" * 56, "host", "10.0.0.1"), actor=None, pg_key=0)
+    handle = LoggerHandle(node=NodeInfo("a" * 56, "host", "10.0.0.1"), actor=None, pg=None)
     ended: list[str] = []
     # Its collection is over; recording what was left fails.
     job = CollectJob(run_id="run-a", index=RefusingIndex(), role="node", sources=[handle])  # type: ignore[arg-type]

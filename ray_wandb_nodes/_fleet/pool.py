@@ -1,9 +1,11 @@
 """The logger pool: one ``NodeLogger`` actor per node, and the driver side's handle of each.
 
-It places the actors (one placement group per batch of new nodes, STRICT_SPREAD, one bundle
-of a little memory per node, pinned by its NodeID label), starts the janitor that removes
-those groups should the owner die, adds and finishes writers, watches their joins, and pings
-each logger so that one whose process restarted gets its writers back. It runs on the fleet's
+It places the actors (a placement group per node: one bundle of a little memory, pinned by the
+node's NodeID label, so that a lost node's group goes with it; on Ray 2.50 a group left
+rescheduling for a dead node holds back every group created after it, the train workers'
+included), starts the janitor that removes those groups should the owner die, adds and finishes
+writers, watches their joins, and pings each logger so that one whose process restarted gets
+its writers back. It runs on the fleet's
 thread only; ``labels()`` and ``kill_all()`` may be called from elsewhere.
 """
 
@@ -34,7 +36,7 @@ class LoggerHandle:
 
     node: NodeInfo
     actor: Any
-    pg_key: int
+    pg: Any  # its placement group (one bundle, on its node)
     runs: set[str] = field(default_factory=set)
     ping: Any = None  # an outstanding status() call
     pinged: float = 0.0
@@ -49,19 +51,12 @@ class _Join:
     started: float
 
 
-@dataclass
-class _Group:
-    pg: Any
-    nodes: set[str] = field(default_factory=set)
-
-
 class LoggerPool:
     def __init__(self, *, init_timeout_s: float, warner: Warner, ping_s: float) -> None:
         self._init_timeout_s = init_timeout_s
         self._warner = warner
         self._ping_s = ping_s
         self._handles: dict[str, LoggerHandle] = {}
-        self._groups: dict[int, _Group] = {}
         self._joins: list[_Join] = []
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
@@ -206,34 +201,32 @@ class LoggerPool:
 
     # actors and placement groups ---------------------------------------------------------------------
     def start(self, nodes: list[NodeInfo]) -> None:
-        """One logger actor on each of ``nodes``, in one new placement group."""
+        """One logger actor on each of ``nodes``, each in a placement group of its own."""
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if self._actor_cls is None:
             self._actor_cls = _logger_actor_class()
-        key = next(self._group_ids)
-        pg = placement_group(
-            [dict(BUNDLE) for _ in nodes],
-            strategy="STRICT_SPREAD",
-            name=f"{self._pg_prefix()}{key}",
-            **_ray.pin_bundles_to_nodes([n.node_id for n in nodes]),
-        )
-        with self._lock:
-            self._groups[key] = _Group(pg=pg, nodes={n.node_id for n in nodes})
+        prefix = self._pg_prefix()
         self._start_janitor()
-        for index, node in enumerate(nodes):
+        for node in nodes:
+            pg = placement_group(
+                [dict(BUNDLE)],
+                strategy="STRICT_SPREAD",
+                name=f"{prefix}{next(self._group_ids)}",
+                **_ray.pin_bundles_to_nodes([node.node_id]),
+            )
             actor = self._actor_cls.options(
                 num_cpus=0,
                 # A killed logger process comes back in its bundle; calls in flight are retried.
                 max_restarts=-1,
                 max_task_retries=-1,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=index
+                    placement_group=pg, placement_group_bundle_index=0
                 ),
             ).remote()
             with self._lock:
-                self._handles[node.node_id] = LoggerHandle(node=node, actor=actor, pg_key=key)
+                self._handles[node.node_id] = LoggerHandle(node=node, actor=actor, pg=pg)
 
     def _pg_prefix(self) -> str:
         from .janitor import group_prefix
@@ -276,17 +269,10 @@ class LoggerPool:
             ray.kill(handle.actor, no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
-        with self._lock:
-            group = self._groups.get(handle.pg_key)
-            if group is None:
-                return
-            group.nodes.discard(handle.node.node_id)
-            if group.nodes:
-                return
-            del self._groups[handle.pg_key]
         try:
-            remove_placement_group(group.pg)
-        except Exception:  # noqa: BLE001
+            if handle.pg is not None:
+                remove_placement_group(handle.pg)
+        except Exception:  # noqa: BLE001 - already removed
             pass
 
     def kill_all(self) -> None:
