@@ -18,6 +18,7 @@ import pytest
 from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count, start_cluster, stop_cluster
 from tests.support.env import FAST
 from tests.support.runs import unique, user_rows
+from tests.support.training import report
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -36,7 +37,6 @@ def cluster() -> Iterator[Any]:
 
 def loop(config: dict[str, Any]) -> None:
     import os
-    import tempfile
     import time
 
     import ray
@@ -50,13 +50,7 @@ def loop(config: dict[str, Any]) -> None:
         metrics: dict[str, Any] = {"step": step, "rank": rank, "score": SCORES[step] + 100 * rank, "phase": "train"}
         if rank == 1:
             metrics["only_rank1"] = step
-        if config.get("checkpoint") and rank == 0:
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "step"), "w") as f:
-                    f.write(str(step))
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
-        else:
-            ray.train.report(metrics)
+        report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
 
 
 def fit(tmp_path: Path, callback: Any, *, checkpoint: bool = False, run_config: dict[str, Any] | None = None) -> str:

@@ -42,16 +42,24 @@ def train_loop(config: dict[str, Any]) -> None:
         time.sleep(config.get("step_sleep_s", 0))
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
-        if config.get("checkpoint") and rank == 0:
-            import os
-            import tempfile
+        report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
 
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "step"), "w") as f:
-                    f.write(str(step))
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
-        else:
-            ray.train.report(metrics)
+
+def report(metrics: dict[str, Any], *, checkpoint_step: int | None = None) -> None:
+    """``ray.train.report`` from a train worker, with a checkpoint whose ``step`` file holds
+    ``checkpoint_step`` when one is given."""
+    import os
+    import tempfile
+
+    import ray.train
+
+    if checkpoint_step is None:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "step"), "w") as f:
+            f.write(str(checkpoint_step))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
 def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:
