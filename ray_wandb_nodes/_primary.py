@@ -81,10 +81,6 @@ class PrimaryWriter:
         return self._ready.is_set() and self.run is None
 
     @property
-    def finish_requested(self) -> bool:
-        return self._finish_requested
-
-    @property
     def done(self) -> bool:
         return self._done.is_set()
 
@@ -106,10 +102,6 @@ class PrimaryWriter:
                 f"({self._queue.qsize()} queued item(s) not written); training results are unaffected",
             )
         return self._done.is_set()
-
-    def finish(self, exit_code: int, timeout: float) -> bool:
-        self.request_finish(exit_code)
-        return self.wait_done(timeout)
 
     # the writer thread -----------------------------------------------------------------------
     def _main(self) -> None:

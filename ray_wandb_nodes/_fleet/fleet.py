@@ -89,10 +89,6 @@ class NodeFleet:
         self._commands.put(("retire", (run_id, timeout, then, exit_code, done)))
         return done
 
-    def labels(self) -> dict[str, str]:
-        """node id -> label of the current loggers (for diagnostics and tests)."""
-        return self._pool.labels()
-
     def shutdown(self, timeout: float) -> None:
         """Retire the node writers of every run still open, then kill every actor and placement
         group (bounded). A primary is its session's to finish, never the fleet's."""

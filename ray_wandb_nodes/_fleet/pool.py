@@ -6,7 +6,7 @@ rescheduling for a dead node holds back every group created after it, the train 
 included), starts the janitor that removes those groups should the owner die, adds and finishes
 writers, watches their joins, and pings each logger so that one whose process restarted gets
 its writers back. It runs on the fleet's
-thread only; ``labels()`` and ``kill_all()`` may be called from elsewhere.
+thread only; ``kill_all()`` may be called from elsewhere.
 """
 
 from __future__ import annotations
@@ -79,11 +79,6 @@ class LoggerPool:
     def host_of(self, run_id: str) -> LoggerHandle | None:
         """The logger hosting ``run_id``'s writer (a standalone run has one)."""
         return next((h for h in self._handles.values() if run_id in h.runs), None)
-
-    def labels(self) -> dict[str, str]:
-        """node id -> label of the current loggers (for diagnostics and tests)."""
-        with self._lock:
-            return {nid: h.node.label for nid, h in self._handles.items()}
 
     # writers --------------------------------------------------------------------------------------
     def add_writer(self, node_id: str, spec: WriterSpec) -> LoggerHandle:
