@@ -16,6 +16,7 @@ RANK_METRICS = ("rank0", "reduce", "all")
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 NODE_SELECTIONS = ("workers", "cluster")
 OFFLINE_TRANSFERS = ("auto", "ray", "storage")
+STRAGGLER_MODES = ("max", "min")
 
 # wandb.init parameters the plugin sets itself; the user sets them through the named options.
 _OWNED_INIT_KWARGS = {
@@ -61,6 +62,12 @@ class Options:
     upload_timeout_s: float = 1800.0
     wandb_init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # live node health (see _health/)
+    straggler_metric: str | None = None
+    straggler_mode: str = "max"
+    straggler_threshold: float = 0.7
+    straggler_window_s: float = 120.0
+    alerts: bool = True
 
 
 def invalid(option: str, value: Any, allowed: str) -> ValueError:
@@ -159,11 +166,12 @@ def build_options(
     upload_timeout: Any = 1800.0,
     wandb_init_kwargs: Mapping[str, Any] | None = None,
     init_params: Sequence[str] | None = None,
+    **health: Any,
 ) -> Options:
     """Validate every option; raise ValueError naming the option, the value and what is allowed.
 
     ``init_params`` are the parameter names of ``wandb.init`` (when wandb is importable), used
-    to reject misspelled ``**wandb_init_kwargs`` early.
+    to reject misspelled ``**wandb_init_kwargs`` early; ``health`` are the node-health options.
     """
     if project is not None:
         _str_or_none("project", project)
@@ -205,7 +213,33 @@ def build_options(
         upload_timeout_s=_positive_seconds("upload_timeout", upload_timeout),
         wandb_init_kwargs=kwargs,
         settings=settings,
+        **health_options(**health),
     )
+
+
+def health_options(
+    *,
+    straggler_metric: Any = None,
+    straggler_mode: Any = "max",
+    straggler_threshold: Any = 0.7,
+    straggler_window_s: Any = 120.0,
+    alerts: Any = True,
+) -> dict[str, Any]:
+    """The node-health options, validated (the straggler rule and W&B alerts)."""
+    if straggler_mode not in STRAGGLER_MODES:
+        raise invalid("straggler_mode", straggler_mode, "expected 'max' (higher is better) or 'min' (lower is better)")
+    t = straggler_threshold
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 < t <= 1:
+        raise invalid("straggler_threshold", t, "expected a number in (0, 1]: the fraction of the other nodes' median")
+    if not isinstance(alerts, bool):
+        raise invalid("alerts", alerts, "expected True or False")
+    return {
+        "straggler_metric": _str_or_none("straggler_metric", straggler_metric),
+        "straggler_mode": straggler_mode,
+        "straggler_threshold": float(t),
+        "straggler_window_s": _positive_seconds("straggler_window_s", straggler_window_s),
+        "alerts": alerts,
+    }
 
 
 def _check_choices(

@@ -12,8 +12,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
+from ._health.monitor import COLUMNS, Alert
+from ._health.reader import SummaryReader
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
 from ._wandb_io import init_writer
@@ -22,6 +25,7 @@ from ._writers import WriterSpec, offline_index
 from .offline.index import OfflineIndex
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
+_ALERT, _HEALTH = "alert", "health"
 
 
 class PrimaryWriter:
@@ -53,6 +57,8 @@ class PrimaryWriter:
         self.exit_code: int | None = None
         self._stepper = Stepper(spec.step_metric)
         self.index: OfflineIndex | None = offline_index(spec)
+        self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
+        self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
 
     # called from hooks: never blocks on W&B --------------------------------------------------
     def start(self, on_ready: Callable[[], None] | None = None) -> None:
@@ -71,6 +77,19 @@ class PrimaryWriter:
     def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = ()) -> None:
         """``make(wandb)`` builds the artifact on the writer thread; it is logged with ``aliases``."""
         self._queue.put((_ARTIFACT, (make, list(aliases))))
+
+    def alert(self, alert: Alert) -> None:
+        """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
+        self._queue.put((_ALERT, alert))
+
+    def log_health(self, stragglers: int | None, table: list[list[Any]] | None) -> None:
+        """Log the straggler count and, when given, the ``nodes`` table, at the current step."""
+        self._queue.put((_HEALTH, (stragglers, table)))
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """The latest summary of this writer's own node's samples (None before the first)."""
+        return self._reader.summary
 
     @property
     def ready(self) -> bool:
@@ -107,12 +126,19 @@ class PrimaryWriter:
     def _main(self) -> None:
         try:
             self._init()
+            read_at = 0.0
             while True:
-                kind, payload = self._queue.get()
+                try:
+                    kind, payload = self._queue.get(timeout=self._sample_s)
+                except queue.Empty:
+                    kind, payload = "", None
+                if self.run is not None and time.monotonic() - read_at >= self._sample_s:
+                    read_at = time.monotonic()
+                    self._reader.read(self.run)
                 if kind == _FINISH:
                     self._finish(payload)
                     return
-                if self.run is None:
+                if self.run is None or not kind:
                     self.dropped += kind == _LOG
                     continue
                 if kind == _LOG:
@@ -121,6 +147,10 @@ class PrimaryWriter:
                     self._config(payload)
                 elif kind == _ARTIFACT:
                     self._artifact(*payload)
+                elif kind == _ALERT:
+                    self._alert(payload)
+                elif kind == _HEALTH:
+                    self._health(*payload)
         finally:
             self._ready.set()
             self._done.set()
@@ -184,6 +214,32 @@ class PrimaryWriter:
             self._warner.warn(
                 f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
             )
+
+    def _alert(self, alert: Alert) -> None:
+        if self.index is not None:  # offline: wandb keeps no alert; the report prints these
+            try:
+                raised = list(self.index.data.get("alerts") or [])
+                self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
+            except OSError as e:
+                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+            return
+        try:
+            self.run.alert(title=alert.title, text=alert.text, level=alert.level)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"alert:{type(e).__name__}", f"a W&B alert could not be raised ({describe(e)})")
+
+    def _health(self, stragglers: int | None, table: list[list[Any]] | None) -> None:
+        row: dict[str, Any] = {self._stepper.key: self._stepper.value}  # at the current step
+        if stragglers is not None:
+            row["nodes/stragglers"] = stragglers
+        try:
+            if table is not None:
+                import wandb
+
+                row["nodes"] = wandb.Table(columns=list(COLUMNS), data=table)
+            self.run.log(row)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
 
     def _finish(self, exit_code: int) -> None:
         self.exit_code = exit_code

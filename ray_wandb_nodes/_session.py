@@ -50,15 +50,21 @@ class RunSession:
     def start(self) -> None:
         raise NotImplementedError
 
-    def set_nodes(self, nodes: Iterable[str], covered_node: str | None = None) -> None:
-        """The nodes the run uses now (replacing the previous set), less ``covered_node``."""
-        self.fleet.set_run_nodes(self.run_id, nodes, covered_node)
+    def set_nodes(
+        self, nodes: Iterable[str], covered_node: str | None = None, ranks: dict[str, tuple[int, ...]] | None = None
+    ) -> None:
+        """The nodes the run uses now (replacing the previous set), less ``covered_node``, and
+        the train ranks on each node (for the node table and the straggler rule)."""
+        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks)
 
     def update_config(self, config: dict[str, Any]) -> None:
         """Run config learnt after the start (a standalone run's is set when its writer starts)."""
 
     def report(self, metrics: Any) -> None:
         raise NotImplementedError
+
+    def report_ranks(self, metrics: list[dict[str, Any]]) -> None:
+        """Every rank's report, for the straggler rule by metric (a run with a node table)."""
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         raise NotImplementedError
@@ -114,6 +120,12 @@ class SharedSession(RunSession):
     def report(self, metrics: Any) -> None:
         if not self._finishing:
             self.primary.log(metrics)
+
+    def report_ranks(self, metrics: list[dict[str, Any]]) -> None:
+        """Every rank's report, for the straggler rule by metric (only when it is on)."""
+        health = self.target.health
+        if not self._finishing and health is not None and health.options.metric is not None:
+            self.fleet.rank_report(self.run_id, metrics)
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ._artifacts import checkpoint_aliases
 from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
+from ._health import HealthMonitor, HealthOptions
 from ._metrics import config_for_wandb, flatten
 from ._naming import node_label, train_run_id
 from ._options import Options
@@ -48,6 +49,17 @@ def placement_config(placements: list[Placement]) -> dict[str, Any]:
     for p in placements:
         by_node.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
     return {"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}}
+
+
+def health_options(options: Options) -> HealthOptions:
+    """The node-health options of a Train run's shared or main run."""
+    return HealthOptions(
+        metric=options.straggler_metric,
+        mode=options.straggler_mode,
+        threshold=options.straggler_threshold,
+        window_s=options.straggler_window_s,
+        alerts=options.alerts,
+    )
 
 
 class TrainRun:
@@ -115,6 +127,7 @@ class TrainRun:
             selection=o.nodes if o.strategy == "shared" else "workers",
             covered_node=self.node_id,  # the primary samples its own node
             storage=self._offline_storage(self.base_id),
+            health=HealthMonitor(health_options(o)),
         )
         self._add(SharedSession(target, self.fleet, o.finish_timeout_s), rank=None)
 
@@ -140,8 +153,15 @@ class TrainRun:
         strategy = self.options.strategy
         if strategy in ("shared", "main"):
             session = self.sessions[self.base_id]
-            # main: no node writer at all (its target never learns a node).
-            session.set_nodes({p.node_id for p in placements} if strategy == "shared" else (), self.node_id)
+            ranks: dict[str, list[int]] = {}
+            for p in placements:
+                ranks.setdefault(p.node_id, []).append(p.rank)
+            # main: no node writer at all (its target never learns a node; its table does).
+            session.set_nodes(
+                set(ranks) if strategy == "shared" else (),
+                self.node_id,
+                ranks={n: tuple(r) for n, r in ranks.items()},
+            )
             session.update_config(placement_config(placements))
             return
         for planned in plan_runs(strategy, placements, self.base_id):
@@ -157,6 +177,7 @@ class TrainRun:
                 # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
                 # callbacks after taking them off its queues, then drops them.
                 session.report(metrics[0] if self.options.rank_metrics == "rank0" else list(metrics))
+                session.report_ranks(metrics)
             elif rank < len(metrics):
                 session.report(metrics[rank])
         if checkpoint is not None and self.options.upload_checkpoints:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import _handoff, _ray
 from ._fleet import NodeFleet, SharedTarget
 from ._fleet.nodes import NodeInfo
+from ._health import HealthMonitor, HealthOptions
 from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
 from ._primary import PrimaryWriter
@@ -100,6 +101,14 @@ class TuneRuns:
             extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
             spec_for=functools.partial(_node_writer_spec, location=location),
             storage=storage,
+            health=HealthMonitor(
+                HealthOptions(
+                    threshold=self.options.straggler_threshold,
+                    window_s=self.options.straggler_window_s,
+                    alerts=self.options.alerts,
+                    compare_all=True,  # a trial's nodes all run the trial
+                )
+            ),
         )
         return SharedSession(target, self.fleet, self.options.finish_timeout_s)
 

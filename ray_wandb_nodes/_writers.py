@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._health.reader import BUFFER_SAMPLES
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
 from .offline.index import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
@@ -52,6 +53,8 @@ def _common_settings(options: Options, env: CapturedEnv) -> dict[str, Any]:
         init_timeout=options.init_timeout_s,
         finish_timeout=finish,
     )
+    # recent samples kept in wandb's service: the node summaries are read from them
+    settings.setdefault("x_stats_buffer_size", BUFFER_SAMPLES)
     if options.gpu_device_ids is not None:
         settings["x_stats_gpu_device_ids"] = list(options.gpu_device_ids)
     if env.base_url:

@@ -71,6 +71,17 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             ``"storage"`` (through the run's ``storage_path``, which every node must reach)
             or ``"auto"`` (default: the storage unless it is this machine's local file
             system, else Ray). A node that cannot use the storage falls back to Ray.
+        straggler_metric, straggler_mode: the reported key (flattened, e.g.
+            ``"samples_per_s"``) by which nodes are compared, and whether higher (``"max"``)
+            or lower (``"min"``) is better; a node's value is the median of its ranks'. None
+            (default): GPU utilisation (low is worse), or CPU on nodes without GPUs (high is
+            worse). The shared and main runs hold a ``nodes`` table (every minute and at the
+            end) with each node's latest samples and state.
+        straggler_threshold: a node is a straggler once its value stays worse than this
+            fraction of the other nodes' median (``"min"``: above the median / threshold).
+        straggler_window_s: for how long (and at least 3 samples) before it counts.
+        alerts: raise a W&B alert when a node becomes a straggler, recovers, or is lost
+            (default True; the table, the warnings and ``nodes/stragglers`` stay without).
         api_key, api_key_file: the W&B key (default ``WANDB_API_KEY``, then the netrc
             entry); it reaches every node inside the callback, never through
             ``runtime_env`` or the run config.
@@ -101,6 +112,11 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
         offline_transfer: str = "auto",
+        straggler_metric: str | None = None,
+        straggler_mode: str = "max",
+        straggler_threshold: float = 0.7,
+        straggler_window_s: float = 120.0,
+        alerts: bool = True,
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
@@ -127,6 +143,11 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             init_timeout_s=init_timeout_s,
             finish_timeout_s=finish_timeout_s,
             offline_transfer=offline_transfer,
+            straggler_metric=straggler_metric,
+            straggler_mode=straggler_mode,
+            straggler_threshold=straggler_threshold,
+            straggler_window_s=straggler_window_s,
+            alerts=alerts,
             api_key=api_key,
             api_key_file=api_key_file,
             wandb_init_kwargs=wandb_init_kwargs,

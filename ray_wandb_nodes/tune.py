@@ -45,7 +45,10 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     ``sampling_interval_s``, ``gpu_device_ids``, ``init_timeout_s``, ``finish_timeout_s`` and
     ``offline_transfer`` (through the experiment's storage) are as in
     :class:`~ray_wandb_nodes.WandbNodesCallback`. ``nodes="workers"`` (default) covers the
-    nodes a trial uses; ``nodes="cluster"`` every alive node.
+    nodes a trial uses; ``nodes="cluster"`` every alive node. Each trial's run holds the
+    ``nodes`` table of its nodes; ``straggler_threshold``, ``straggler_window_s`` and
+    ``alerts`` apply to them by the system-metric rule (a trial reports as one process, so there
+    are no ranks to compare by a metric).
     """
 
     def __init__(
@@ -71,6 +74,9 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
         offline_transfer: str = "auto",
+        straggler_threshold: float = 0.7,
+        straggler_window_s: float = 120.0,
+        alerts: bool = True,
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=False)
@@ -95,6 +101,9 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             init_timeout_s=init_timeout_s,
             finish_timeout_s=finish_timeout_s,
             offline_transfer=offline_transfer,
+            straggler_threshold=straggler_threshold,
+            straggler_window_s=straggler_window_s,
+            alerts=alerts,
             api_key=api_key,
             api_key_file=api_key_file,
             upload_checkpoints=upload_checkpoints,

@@ -190,6 +190,12 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     ]
     assert late == []
     assert run.exit_codes == [0]
+    # One "node lost" alert for the dead node, and no straggler: the node table says so too.
+    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Node lost: {victim_label}", "ERROR")]
+    assert victim_label in run.alerts[0]["text"]
+    table = {row["node"]: row for row in run.tables("nodes")[-1]}
+    assert table[victim_label]["state"] == "lost"
+    assert table[new_label]["state"] == "ok"
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, len(user_rows(run)) + 1))
     assert_one_writer_per_label(run)
     assert_nothing_left()

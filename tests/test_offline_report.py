@@ -60,6 +60,19 @@ def test_only_nodes_with_workers_are_compared_when_the_index_says_which() -> Non
 
 
 # the command line ------------------------------------------------------------------------------
+def test_the_report_prints_the_alerts_the_run_raised() -> None:
+    from ray_wandb_nodes.offline.render import format_text
+    from ray_wandb_nodes.offline.report import summarise
+
+    alert = {"time": 1_800_000_000.0, "level": "WARN", "title": "Straggler: n1", "text": "n1 (rank 1) is a straggler"}
+    report = summarise("r", "/x", [synthetic("n0", 95.0), synthetic("n1", 95.0)], {"run_id": "r", "alerts": [alert]})
+    assert report.alerts == [alert]
+    text = format_text([report])
+    assert "Alerts raised during the run:" in text
+    assert "WARN  Straggler: n1: n1 (rank 1) is a straggler" in text
+    assert "Alerts raised during the run: none" in format_text([report_of(synthetic("n0", 95.0))])
+
+
 def test_cli_errors_name_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
     assert "missing' is not a folder" in capsys.readouterr().err

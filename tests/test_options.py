@@ -38,6 +38,14 @@ from ray_wandb_nodes._options import build_options, resolve_mode
         ({"resum": "allow"}, ["resum", "not a wandb.init parameter"]),
         ({"settings": {"x_primary": True}}, ["settings", "x_primary"]),
         ({"settings": 3}, ["settings", "3", "wandb.Settings"]),
+        ({"straggler_metric": ""}, ["straggler_metric", "''", "non-empty string or None"]),
+        ({"straggler_metric": 3}, ["straggler_metric", "3"]),
+        ({"straggler_mode": "mean"}, ["straggler_mode", "'mean'", "'max'", "'min'"]),
+        ({"straggler_threshold": 0}, ["straggler_threshold", "0", "(0, 1]"]),
+        ({"straggler_threshold": 1.5}, ["straggler_threshold", "1.5", "(0, 1]"]),
+        ({"straggler_threshold": True}, ["straggler_threshold", "True"]),
+        ({"straggler_window_s": 0}, ["straggler_window_s", "0", "greater than 0"]),
+        ({"alerts": "on"}, ["alerts", "'on'", "True or False"]),
     ],
 )
 def test_invalid_option_names_option_value_and_what_is_allowed(kwargs: dict[str, Any], names: list[str]) -> None:

@@ -178,7 +178,7 @@ def test_local_checkpoints_are_uploaded_and_best_points_at_the_best(
         },
     )
     run = next(r for r in backend.runs.values() if r.display_name == name)
-    arts = run.artifacts
+    arts = run.models
     assert [a.files.get("step") for a in arts] == [str(s).encode() for s in range(REPORTS)]
     assert all(a.type == "model" and a.committed and a.name == f"checkpoint-{run.run_id}" for a in arts)
     assert all("latest" in a.aliases for a in arts)
@@ -202,8 +202,8 @@ def test_checkpoints_on_a_non_local_filesystem_become_references(
         run_config={"storage_filesystem": remote, "storage_path": "storage"},
     )
     run = next(r for r in backend.runs.values() if r.display_name == name)
-    assert len(run.artifacts) == REPORTS
-    for a in run.artifacts:
+    assert len(run.models) == REPORTS
+    for a in run.models:
         assert a.files == {}  # nothing uploaded
         (uri,) = a.references.values()
         assert uri.startswith("subtree://") and f"/{name}/checkpoint_" in uri
@@ -211,5 +211,5 @@ def test_checkpoints_on_a_non_local_filesystem_become_references(
     written = sorted(
         p.name for p in (root / "storage" / name).iterdir() if p.is_dir() and p.name.startswith("checkpoint_")
     )
-    assert sorted(next(iter(a.references.values())).rsplit("/", 1)[1] for a in run.artifacts) == written
+    assert sorted(next(iter(a.references.values())).rsplit("/", 1)[1] for a in run.models) == written
     assert json.dumps(run.config)  # the run config stays serialisable

@@ -142,9 +142,9 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
         assert "node_id" not in user_rows(run)[0]  # strings are left out, as Ray's callback does
         assert run.exit_codes == [0]
         # upload_checkpoints: every checkpoint's files reached W&B as a model artifact.
-        assert [a.files.get("step") for a in run.artifacts] == [str(i + 1).encode() for i in range(ITERATIONS)]
-        assert {(a.name, a.type) for a in run.artifacts} == {(f"checkpoint_trainable_{trial_id}", "model")}
-        assert all(a.committed for a in run.artifacts)
+        assert [a.files.get("step") for a in run.models] == [str(i + 1).encode() for i in range(ITERATIONS)]
+        assert {(a.name, a.type) for a in run.models} == {(f"checkpoint_trainable_{trial_id}", "model")}
+        assert all(a.committed for a in run.models)
     # Trials spread over the three worker nodes: one logger per node, never the head's.
     assert {label for run in runs.values() for label in run.labels} == set(labels.values()) - {
         labels[str(cluster.head_node.node_id)]
@@ -208,7 +208,7 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     assert all(row["rank"] == 0 for row in user_rows(run))
     assert run.exit_codes == [0]
     # The Train run's checkpoints reach the trial's run through the results' checkpoint_path.
-    assert [a.files.get("step") for a in run.artifacts] == [str(s).encode() for s in range(6)]
+    assert [a.files.get("step") for a in run.models] == [str(s).encode() for s in range(6)]
     # The Train run inside did not open a W&B run of its own.
     assert not [r for r in backend.runs.values() if r.display_name and r.display_name.startswith(name + "-")]
     assert_nothing_left()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ray_wandb_nodes._health.reader import BUFFER_SAMPLES
 from ray_wandb_nodes._options import build_options
 from ray_wandb_nodes._secrets import CapturedEnv, Secret
 from ray_wandb_nodes._writers import node_dir, node_spec, primary_spec
@@ -83,6 +84,7 @@ def test_node_writer_joins_as_non_primary_without_finishing_the_run() -> None:
     }
     assert spec.settings == {
         "x_stats_sampling_interval": 2.0,
+        "x_stats_buffer_size": BUFFER_SAMPLES,  # the node summaries are read from these
         "init_timeout": 30.0,
         "finish_timeout": 20.0,
         "base_url": "http://127.0.0.1:9",

@@ -20,6 +20,7 @@ from .. import _ray
 from .._metrics import to_row
 from .._warn import Warner, describe, warn_skipped
 from .._writers import WriterSpec
+from . import health as _health
 from .collect import OfflineCollection
 from .nodes import NodeInfo, alive_nodes
 from .plan import plan
@@ -43,6 +44,8 @@ class NodeFleet:
         self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
         self._pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s)
         self._collection = OfflineCollection(warner)
+        self._alive: dict[str, NodeInfo] = {}
+        self._known: dict[str, NodeInfo] = {}  # every node seen alive: lost ones keep their names
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
 
@@ -59,11 +62,21 @@ class NodeFleet:
         self._commands.put(("ready", target))
 
     def set_run_nodes(
-        self, run_id: str, nodes: Iterable[str], covered_node: str | None = None, target: RunTarget | None = None
+        self,
+        run_id: str,
+        nodes: Iterable[str],
+        covered_node: str | None = None,
+        target: RunTarget | None = None,
+        ranks: dict[str, tuple[int, ...]] | None = None,
     ) -> None:
         """The nodes a run uses now (replaces the previous set), and the primary's own node;
-        with ``target``, only while that target is the run's (not a later one of the same id)."""
-        self._commands.put(("nodes", (run_id, set(nodes), covered_node, target)))
+        with ``target``, only while that target is the run's (not a later one of the same id);
+        ``ranks``: the train ranks on each node, when known."""
+        self._commands.put(("nodes", (run_id, set(nodes), covered_node, target, ranks)))
+
+    def rank_report(self, run_id: str, metrics: list[dict[str, Any]]) -> None:
+        """Every rank's report, for the run's straggler rule by metric."""
+        self._commands.put(("ranks", (run_id, metrics, time.time())))
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
@@ -118,6 +131,7 @@ class NodeFleet:
                     self._pool.check_joins()
                     self._pool.check_health(self._spec_for)
                     self._carry_out_plan()
+                    self._check_health()
                     self._check_retirements()
                 except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
                     self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
@@ -134,10 +148,15 @@ class NodeFleet:
             if self._targets.get(ready.run_id) is ready:
                 ready.ready = True
         elif kind == "nodes":
-            run_id, nodes, covered, only = payload
+            run_id, nodes, covered, only, ranks = payload
             target = self._targets.get(run_id)
             if target is not None and (only is None or only is target):
                 target.nodes, target.covered_node = nodes, covered
+                if ranks is not None:
+                    target.ranks = ranks
+        elif kind == "ranks":
+            run_id, metrics, at = payload
+            _health.rank_report(self._targets.get(run_id), metrics, at)
         elif kind == "retire":
             self._start_retirement(*payload)
         elif kind == "log":
@@ -168,7 +187,7 @@ class NodeFleet:
     def _carry_out_plan(self) -> None:
         if not self._targets and not self._pool:
             return
-        alive = alive_nodes(_ray.list_nodes())
+        self._alive = alive = alive_nodes(_ray.list_nodes())
         wants = [t.wants(self._extra_nodes(t)) for t in self._targets.values() if t.ready]
         step = plan(self._pool.runs_by_node(), wants, alive, self._collection.collecting)
         offline = {rid: (t.index, t.role) for rid, t in self._targets.items() if t.index is not None}
@@ -187,6 +206,13 @@ class NodeFleet:
                 self._collection.hosted(node_id, run_id)
             for row in self._pending_rows.pop(run_id, []):
                 host.actor.log.remote(run_id, row)
+
+    def _check_health(self, only: str | None = None, final: bool = False) -> None:
+        """Feed each shared run's node health and publish what it says (``only``: one run)."""
+        for target in list(self._targets.values()):
+            if isinstance(target, SharedTarget) and target.health is not None and only in (None, target.run_id):
+                _health.feed(target, self._pool, self._alive, self._known)
+                _health.publish(target, self._warner, final=final)
 
     def _route(self, run_id: str, metrics: dict[str, Any]) -> None:
         target = self._targets.get(run_id)
@@ -218,6 +244,8 @@ class NodeFleet:
         target = self._targets.get(run_id)
         if target is not None and self._pending_rows.get(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
+        if target is not None:
+            self._check_health(only=run_id, final=True)  # the last node table, before the primary ends
         self._targets.pop(run_id, None)
         self._pending_rows.pop(run_id, None)
         refs = {

@@ -6,16 +6,20 @@ node's label. A writer of the node or all strategy (``role="run"``) is a run of 
 it also logs the history rows the controller routes to it and ends with the training's
 exit code. The actor takes no CPU (``num_cpus=0``) and sits in a placement-group bundle of
 a little memory. It reports failures as data (``status()``) instead of dying, so one bad
-node is one warning on the driver side, never a dead run.
+node is one warning on the driver side, never a dead run. ``status()`` also carries the
+node's latest summary (see ``_health``): a thread of the actor reads it off wandb's kept
+samples every sampling interval, so a ping never waits on wandb.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import Any
 
 from .. import _ray
+from .._health.reader import SummaryReader
 from .._metrics import Stepper
 from .._wandb_io import init_writer
 from .._warn import describe
@@ -37,6 +41,10 @@ class NodeLogger:
         # Rows that arrive before their writer (a restarted actor gets its writers back later).
         self._early: dict[str, list[dict[str, Any]]] = {}
         self._restarted = _ray.was_restarted()
+        # The node's latest samples, read off its writers on a thread of their own (never in a call).
+        self._reader = SummaryReader()
+        self._sample_s = 15.0
+        self._sampler: threading.Thread | None = None
         for spec in specs or []:
             self.add_writer(spec)
 
@@ -55,9 +63,24 @@ class NodeLogger:
             self._errors.pop(spec.run_id, None)
             for row in self._early.pop(spec.run_id, []):
                 self.log(spec.run_id, row)
+            self._start_sampler(float(spec.settings.get("x_stats_sampling_interval") or 15.0))
         except Exception as e:  # noqa: BLE001 - reported through status()
             self._errors[spec.run_id] = describe(e)
         return self.status()
+
+    def _start_sampler(self, interval_s: float) -> None:
+        self._sample_s = min(self._sample_s, max(0.5, interval_s))
+        if self._sampler is None:
+            self._sampler = threading.Thread(target=self._sample, name="ray_wandb_nodes-summary", daemon=True)
+            self._sampler.start()
+
+    def _sample(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(self._sample_s):
+            for run in list(self._runs.values()):
+                before = self._reader.summary
+                if self._reader.read(run) is not before:
+                    break  # one writer's samples are the node's
 
     def log(self, run_id: str, row: dict[str, Any]) -> None:
         """Log one history row to a run this actor hosts (the node and all strategies)."""
@@ -99,6 +122,7 @@ class NodeLogger:
             "labels": dict(self._labels),
             "logged": dict(self._logged),
             "errors": dict(self._errors),
+            "summary": self._reader.summary,
         }
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> dict[str, Any]:

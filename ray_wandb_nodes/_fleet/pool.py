@@ -41,6 +41,7 @@ class LoggerHandle:
     ping: Any = None  # an outstanding status() call
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
+    summary: dict[str, Any] | None = None  # its node's latest samples, as the last ping brought
 
 
 @dataclass
@@ -172,6 +173,7 @@ class LoggerPool:
                 )
                 self.drop(handle.node.node_id)
                 continue
+            handle.summary = status.get("summary") or handle.summary
             self._rejoin(handle, status, spec_for)
 
     def _rejoin(

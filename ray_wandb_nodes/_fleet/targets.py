@@ -19,6 +19,7 @@ from .nodes import NodeInfo
 from .plan import RunWants
 
 if TYPE_CHECKING:
+    from .._health import HealthMonitor
     from .._primary import PrimaryWriter
 
 
@@ -35,6 +36,8 @@ class RunTarget:
     index: OfflineIndex | None = None
     # True once the run exists and writers may join it (the fleet thread sets it).
     ready: bool = False
+    # The train ranks on each node (node id -> ranks), as the run's last placement said.
+    ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     role: ClassVar[str] = "node"  # the role of its writers on the nodes
 
     @property
@@ -58,6 +61,8 @@ class SharedTarget(RunTarget):
     # Read on every plan for more nodes (a Train run inside a Tune trial publishes its own).
     extra_nodes: Callable[[], Iterable[str]] | None = None
     spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
+    # The run's node health (table, straggler and node-lost alerts); None: none kept.
+    health: HealthMonitor | None = None
 
     def __post_init__(self) -> None:
         if self.index is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -69,6 +70,14 @@ def format_text(reports: list[RunReport]) -> str:
             lines.extend(f"    {label}: {f}" for label, f in flagged)
         else:
             lines.append("  Flagged: none")
+        if r.alerts:
+            lines.append("  Alerts raised during the run:")
+            lines.extend(
+                f"    {_clock(a.get('time'))} {a.get('level', '?'):<5} {a.get('title')}: {a.get('text')}"
+                for a in r.alerts
+            )
+        else:
+            lines.append("  Alerts raised during the run: none")
         for note in r.notes:
             lines.append(f"  ({note})")
         errors = [(n.label, e) for n in r.nodes for e in n.errors]
@@ -77,6 +86,12 @@ def format_text(reports: list[RunReport]) -> str:
             lines.extend(f"    {label}: {e}" for label, e in errors)
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _clock(t: Any) -> str:
+    if not isinstance(t, (int, float)):
+        return "--:--:--"
+    return time.strftime("%H:%M:%S", time.gmtime(t))
 
 
 def to_json(reports: list[RunReport]) -> dict[str, Any]:

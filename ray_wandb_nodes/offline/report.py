@@ -78,6 +78,12 @@ class NodeSummary:
         return self.net_sent_bps + self.net_recv_bps
 
 
+def _is_health_row(row: dict[str, Any]) -> bool:
+    """A row of the node table or the straggler count (see _health), not of training; the
+    transaction log flattens the table's reference into ``nodes/path``, ``nodes/_type``, ..."""
+    return any(k == "nodes" or k.startswith("nodes/") for k in row)
+
+
 @dataclass
 class RunReport:
     run_id: str
@@ -90,6 +96,7 @@ class RunReport:
     history_keys: list[str] = field(default_factory=list)
     nodes: list[NodeSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # the node-health alerts raised (index)
     # label -> [(timestamp, values)], for charts (not in the JSON)
     series: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict, repr=False)
 
@@ -120,13 +127,14 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
     idx = index or {}
     report.project, report.entity, report.name = idx.get("project"), idx.get("entity"), idx.get("name")
     report.exit_code = idx.get("exit_code")
+    report.alerts = [a for a in idx.get("alerts") or [] if isinstance(a, dict)]
     nodes: dict[str, NodeSummary] = {}
     worker_nodes = set(idx.get("worker_nodes") or [])
     for log in sorted(logs, key=lambda g: (g.start_time or 0.0, g.path)):
         who = identify(log, folder, index)
         writer, role = who.entry, who.role
         if role == "primary" or (role == "run" and log.history):
-            report.history_rows += len(log.history)
+            report.history_rows += sum(not _is_health_row(row) for row in log.history)
             report.history_keys = sorted({*report.history_keys, *(k for r in log.history for k in r)})
             report.project = report.project or log.project
             report.entity = report.entity or log.entity

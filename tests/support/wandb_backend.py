@@ -89,6 +89,7 @@ class RunRecord:
     upsert_times: list[tuple[float, str | None]] = field(default_factory=list)  # (time.time(), client id)
     api_keys: dict[str, set[str]] = field(default_factory=dict)  # client id -> keys it authenticated with
     artifacts: list[ArtifactRecord] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # {title, text, severity, client}
     # (client id, file name) -> {offset: parsed line}
     _lines: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
@@ -140,6 +141,21 @@ class RunRecord:
                 m = _LABEL_RE.match(key)
                 if m:
                     out.setdefault(client, set()).add(m["label"])
+        return out
+
+    @property
+    def models(self) -> list[ArtifactRecord]:
+        """The ``model`` artifacts (checkpoints), without the ``run_table`` ones W&B makes of tables."""
+        return [a for a in self.artifacts if a.type == "model"]
+
+    def tables(self, key: str) -> list[list[dict[str, Any]]]:
+        """Every ``wandb.Table`` logged under ``key``, in order, each as a list of row dicts."""
+        out = []
+        for row in self.history:
+            ref = row.get(key)
+            if isinstance(ref, dict) and ref.get("_type") == "table-file" and ref.get("path") in self.files:
+                table = json.loads(self.files[ref["path"]])
+                out.append([dict(zip(table["columns"], data, strict=True)) for data in table["data"]])
         return out
 
     @property
@@ -321,6 +337,7 @@ class WandbTestBackend:
                 "CreateArtifactFiles": self._create_artifact_files,
                 "CommitArtifact": self._commit_artifact,
                 "ArtifactType": lambda v, c: {"data": {"project": None}},
+                "NotifyScriptableRunAlert": self._alert,
             }.get(op or "")
             if handler is None:
                 self.unhandled.append(("graphql", op or query[:200]))
@@ -426,6 +443,13 @@ class WandbTestBackend:
             for name in v.get("files") or []
         ]
         return {"data": {"createRunFiles": {"runID": f"bucket-{run_id}", "uploadHeaders": [], "files": files}}}
+
+    def _alert(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        run = self._get_run(v.get("entityName"), v.get("projectName"), str(v.get("runName")))
+        run.alerts.append(
+            {"title": v.get("title"), "text": v.get("text"), "severity": v.get("severity"), "client": client_id}
+        )
+        return {"data": {"notifyScriptableRunAlert": {"success": True}}}
 
     # artifacts -------------------------------------------------------------------------------
     def _create_artifact(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""The straggler rule (pure): which node stays worse than the others, and when it recovers.
+
+Each node's value is compared with the median of the *other* nodes' values (so with two nodes
+each compares to the other). ``mode="max"`` (higher is better, as throughput or GPU
+utilisation): a value is worse when below ``threshold`` x that median; ``mode="min"`` (lower is
+better, as step time): worse when above the median / ``threshold``. A difference under ``floor``
+never counts (idle nodes differ by noise). A node becomes a straggler once its values have been
+worse for ``window_s`` and at least ``min_samples`` samples in a row; it recovers once they have
+been no worse for as long. The rule only sees numbers: which value a node has is the monitor's.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+STRAGGLER, RECOVERED = "straggler", "recovered"
+
+
+@dataclass(frozen=True)
+class StragglerRule:
+    mode: str = "max"
+    threshold: float = 0.7
+    window_s: float = 120.0
+    min_samples: int = 3
+    floor: float = 0.0
+
+    def worse(self, value: float, median: float) -> bool:
+        """Whether ``value`` is worse than the others' ``median`` by the rule."""
+        if abs(value - median) <= self.floor:
+            return False
+        if self.mode == "max":
+            return value < self.threshold * median
+        return value > median / self.threshold
+
+
+@dataclass
+class NodeStreak:
+    """One node's run of worse (or, while flagged, no-worse) samples."""
+
+    flagged: bool = False
+    since: float | None = None  # when the current run began
+    samples: int = 0
+    median: float | None = None  # the others' median at the last sample
+
+    def reset(self) -> None:
+        self.since, self.samples = None, 0
+
+
+def judge(
+    rule: StragglerRule,
+    streaks: dict[str, NodeStreak],
+    values: Mapping[str, float],
+    fresh: Mapping[str, int],
+    now: float,
+) -> list[tuple[str, str]]:
+    """Advance every node with fresh samples; the events: ``(node, "straggler" | "recovered")``.
+
+    ``values`` holds every compared node's current value; ``fresh`` how many new samples each
+    node's value stands for (nodes absent from it are not judged now). ``streaks`` is updated.
+    """
+    events: list[tuple[str, str]] = []
+    ordered = sorted(values.values())  # once: each node's "others" is this less its own value
+    for node, count in sorted(fresh.items()):
+        if node not in values or count <= 0 or len(ordered) < 2:
+            continue
+        median = median_without(ordered, values[node])
+        streak = streaks.setdefault(node, NodeStreak())
+        streak.median = median
+        # A flagged node counts samples that are no longer worse; another, samples that are.
+        counts = rule.worse(values[node], median) != streak.flagged
+        if not counts:
+            streak.reset()
+            continue
+        if streak.since is None:
+            streak.since = now
+        streak.samples += count
+        if streak.samples >= rule.min_samples and now - streak.since >= rule.window_s:
+            streak.flagged = not streak.flagged
+            streak.reset()
+            events.append((node, STRAGGLER if streak.flagged else RECOVERED))
+    return events
+
+
+def median_without(ordered: Sequence[float], value: float) -> float:
+    """The median of sorted ``ordered`` less one occurrence of ``value`` (in it), in O(log n)."""
+    skip = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def other(k: int) -> float:
+        return ordered[k if k < skip else k + 1]
+
+    return other(n // 2) if n % 2 else (other(n // 2 - 1) + other(n // 2)) / 2

@@ -1,0 +1,138 @@
+"""End to end: live node health on a local cluster of three one-CPU worker nodes.
+
+Three train workers, one a node. The straggler rule by metric (one rank reporting a third of
+the others' throughput; a balanced run), by system metrics (one rank burning CPU between its
+reports), the node table, and W&B alerts as the test backend received them. The node-lost
+alert is checked in ``test_faults`` (a node killed mid-run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import node_labels, start_cluster, stop_cluster
+from tests.support.runs import run_of, unique
+from tests.support.training import make_callback
+from tests.support.wandb_backend import WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+def health_loop(config: dict[str, Any]) -> None:
+    """Report ``samples_per_s`` every ``step_s``: rank ``slow_rank`` a third of the others';
+    rank ``burn_rank`` spins the CPU between reports, the others sleep."""
+    import time
+
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    for step in range(config["reports"]):
+        until = time.monotonic() + config["step_s"]
+        if rank == config.get("burn_rank"):
+            while time.monotonic() < until:
+                sum(i * i for i in range(2000))
+        else:
+            time.sleep(config["step_s"])
+        rate = 100.0 + (rank * 7 + step) % 9  # a little noise on every rank
+        if rank == config.get("slow_rank"):
+            rate /= 3
+        ray.train.report({"step": step, "samples_per_s": rate})
+
+
+def fit(name: str, callback: Any, storage: str, **config: Any) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        health_loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=3),
+        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    )
+    result = trainer.fit()
+    assert result.error is None
+    return result
+
+
+def label_of_rank(run: Any, rank: int) -> str:
+    by_node = run.config["ray_train"]["value"]["ranks_by_node"]
+    (label,) = [label for label, ranks in by_node.items() if rank in ranks]
+    return str(label)
+
+
+def final_table(run: Any) -> dict[str, dict[str, Any]]:
+    tables = run.tables("nodes")
+    assert tables, "no node table was logged"
+    return {row["node"]: row for row in tables[-1]}
+
+
+@pytest.mark.smoke
+def test_a_slow_rank_raises_one_alert_naming_its_node(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("slow-rank")
+    callback = make_callback(straggler_metric="samples_per_s", straggler_window_s=1.5)
+    fit(name, callback, str(tmp_path), reports=24, step_s=0.25, slow_rank=1)
+
+    run = run_of(backend, name)
+    slow = label_of_rank(run, 1)
+    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Straggler: {slow}", "WARN")]
+    text = run.alerts[0]["text"]
+    assert slow in text and "rank 1" in text and "samples_per_s" in text and "median" in text
+    assert f"host {node_hostname(slow)}" in text
+
+    table = final_table(run)
+    labels = node_labels()
+    assert set(table) == set(labels.values())  # every node, the controller's head too
+    assert table[slow]["state"] == "straggler"
+    assert table[slow]["ranks"] == "1"
+    assert 30 <= table[slow]["value"] <= 37  # a third of about 104
+    assert 95 <= table[slow]["others_median"] <= 110
+    for label in {label_of_rank(run, 0), label_of_rank(run, 2)}:
+        assert table[label]["state"] == "ok"
+    head = labels[str(cluster.head_node.node_id)]
+    assert table[head]["ranks"] == "" and table[head]["state"] == "ok"
+    for row in table.values():
+        assert row["memory"] is not None and row["last_sample_age_s"] is not None, row
+    stragglers = [row["nodes/stragglers"] for row in run.history if "nodes/stragglers" in row]
+    assert stragglers and stragglers[-1] == 1 and 0 not in stragglers[stragglers.index(1) :]
+
+
+def node_hostname(label: str) -> str:
+    """The hostname a node label starts with (``node-<hostname>-<id>``)."""
+    return label[len("node-") :].rsplit("-", 1)[0]
+
+
+def test_a_balanced_run_raises_no_alert(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name = unique("balanced")
+    callback = make_callback(straggler_metric="samples_per_s", straggler_window_s=1.5)
+    fit(name, callback, str(tmp_path), reports=24, step_s=0.25)
+
+    run = run_of(backend, name)
+    assert run.alerts == []
+    table = final_table(run)
+    assert {row["state"] for row in table.values()} == {"ok"}
+    assert all(row["value"] is not None for row in table.values() if row["ranks"])
+
+
+def test_a_node_burning_cpu_is_flagged_by_the_system_rule(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("cpu-burn")
+    callback = make_callback(straggler_window_s=2.0)  # no metric: GPU utilisation, else CPU
+    fit(name, callback, str(tmp_path), reports=16, step_s=1.0, burn_rank=2)
+
+    run = run_of(backend, name)
+    busy = label_of_rank(run, 2)
+    stragglers = [a for a in run.alerts if a["title"].startswith("Straggler:")]
+    assert [a["title"] for a in stragglers] == [f"Straggler: {busy}"], run.alerts
+    assert "CPU (%)" in stragglers[0]["text"] and "rank 2" in stragglers[0]["text"]
+    assert {row["node"] for row in final_table(run).values()} == set(node_labels().values())
