@@ -1,0 +1,164 @@
+"""What live node health costs the Train controller, per node and minute.
+
+    python -m bench.health_cost [--nodes 8 64 512] [--gpus 8] [--minutes 3] [--json bench/results/health_cost.json]
+
+Everything the controller does for node health in one minute, for ``N`` simulated nodes with
+``--gpus`` GPUs each, in this one process (no Ray: the Ray call is the same ping the fleet
+makes anyway; only its reply grows by the summary):
+
+- 20 pings a node (one per fleet poll of 3 s): unpickling each logger's status *with* its
+  summary, less the same status without one (what the summary adds to the reply);
+- feeding each summary to the run's monitor and judging the straggler rule on every poll
+  (``_fleet.health.feed`` and ``publish``, the code the fleet runs);
+- once a minute the node table: its rows, a ``wandb.Table`` of them and its JSON (what
+  ``run.log`` writes).
+
+Reported: controller CPU (``time.process_time``) per node per minute, for each part. The target
+is under 1 ms per node per minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import random
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from ray_wandb_nodes._fleet import health as fleet_health
+from ray_wandb_nodes._fleet.nodes import NodeInfo
+from ray_wandb_nodes._health import HealthMonitor, HealthOptions
+from ray_wandb_nodes._health.monitor import COLUMNS
+
+POLLS_PER_MINUTE = 20  # the fleet pings each logger every 3 s
+
+
+def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
+    """A logger's status reply as the fleet receives it (the summary as a node's reader makes it)."""
+    s: dict[str, Any] = {
+        "pid": 1000 + node,
+        "restarted": False,
+        "hostname": f"host{node}",
+        "node_id": f"{node:056x}",
+        "runs": ["run-abc"],
+        "labels": {"run-abc": f"node-host{node}-{node:06x}"},
+        "logged": {},
+        "errors": {},
+        "summary": None,
+    }
+    if summary:
+        rnd = random.Random(node * 7919 + poll)
+        s["summary"] = {
+            "t": 1.8e9 + poll * 3.0,
+            "n": 6,
+            "seq": 6 * (poll + 1),
+            "cpu": rnd.uniform(5, 90),
+            "mem": rnd.uniform(20, 60),
+            "rss_mb": rnd.uniform(500, 9000),
+            "net_sent": 1e9 + poll * 1e6,
+            "net_recv": 2e9 + poll * 1e6,
+            "gpu": [rnd.uniform(60, 100) for _ in range(gpus)],
+            "gpu_mem": [rnd.uniform(30, 90) for _ in range(gpus)],
+        }
+    return s
+
+
+def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any]) -> dict[str, float]:
+    """One simulated minute; seconds of CPU for each part."""
+    pool, target = state["pool"], state["target"]
+    replies = [
+        (pickle.dumps(status(i, minute * POLLS_PER_MINUTE + p, gpus, True)), pickle.dumps(status(i, p, gpus, False)))
+        for p in range(POLLS_PER_MINUTE)
+        for i in range(n)
+    ]
+    cpu = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
+    for p in range(POLLS_PER_MINUTE):
+        batch = replies[p * n : (p + 1) * n]
+        t0 = time.process_time()
+        for i, (with_summary, _) in enumerate(batch):
+            pool.handles[state["ids"][i]].summary = pickle.loads(with_summary)["summary"]
+        t1 = time.process_time()
+        for _, without in batch:
+            pickle.loads(without)
+        t2 = time.process_time()
+        cpu["reply"] += (t1 - t0) - (t2 - t1)
+        state["clock"].now += 3.0
+        t3 = time.process_time()
+        fleet_health.feed(target, pool, state["alive"], state["known"])
+        fleet_health.publish(target, state["warner"])
+        cpu["monitor"] += time.process_time() - t3
+    t4 = time.process_time()
+    rows = target.health.table()
+    table_json(rows)
+    cpu["table"] += time.process_time() - t4
+    return cpu
+
+
+def table_json(rows: list[list[Any]]) -> str:
+    try:
+        import wandb
+
+        table = wandb.Table(columns=list(COLUMNS), data=rows)
+        return json.dumps({"columns": table.columns, "data": table.data})
+    except ImportError:
+        return json.dumps({"columns": COLUMNS, "data": rows})
+
+
+def setup(n: int) -> dict[str, Any]:
+    class Clock:
+        now = 1.8e9
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    ids = [f"{i:056x}" for i in range(n)]
+    alive = {nid: NodeInfo(nid, f"host{i}", f"10.0.{i // 250}.{i % 250}") for i, nid in enumerate(ids)}
+    handles = {nid: SimpleNamespace(summary=None) for nid in ids}
+    pool = SimpleNamespace(handles=handles, get=handles.get)
+    primary = SimpleNamespace(summary=None, alert=lambda a: None, log_health=lambda s, t: None)
+    target = SimpleNamespace(
+        run_id="run-abc",
+        health=HealthMonitor(HealthOptions(table_every_s=1e9), clock=clock),  # the bench builds the table itself
+        nodes=set(ids),
+        ranks={nid: (i,) for i, nid in enumerate(ids)},
+        covered_node=None,
+        selection="workers",
+        primary=primary,
+        ready=True,
+    )
+    warner = SimpleNamespace(warn=lambda key, msg: None)
+    return {"pool": pool, "target": target, "alive": alive, "known": {}, "ids": ids, "clock": clock, "warner": warner}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512])
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--minutes", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = []
+    print(f"controller CPU for node health, per node per minute ({args.gpus} GPUs a node, {POLLS_PER_MINUTE} pings)")
+    print(f"{'nodes':>6} {'summary in reply':>17} {'monitor+rule':>13} {'table':>8} {'total':>8}")
+    for n in args.nodes:
+        state = setup(n)
+        one_minute(n, args.gpus, 0, state)  # warm-up
+        parts = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
+        for minute in range(1, args.minutes + 1):
+            for k, v in one_minute(n, args.gpus, minute, state).items():
+                parts[k] += v
+        per = {k: max(0.0, v) / args.minutes / n * 1e3 for k, v in parts.items()}  # ms per node per minute
+        total = sum(per.values())
+        print(f"{n:>6} {per['reply']:>14.3f} ms {per['monitor']:>10.3f} ms {per['table']:>5.3f} ms {total:>5.3f} ms")
+        results.append({"nodes": n, "gpus": args.gpus, "ms_per_node_minute": {**per, "total": total}})
+    if args.json:
+        from bench._harness import write_result
+
+        write_result(args.json, {"bench": "health_cost", "results": results})
+
+
+if __name__ == "__main__":
+    main()
