@@ -68,6 +68,7 @@ class Options:
     straggler_threshold: float = 0.7
     straggler_window_s: float = 120.0
     alerts: bool = True
+    max_node_writers: int = 256  # node writers of one shared run (see _fleet/cap.py)
 
 
 def invalid(option: str, value: Any, allowed: str) -> ValueError:
@@ -213,19 +214,25 @@ def build_options(
         upload_timeout_s=_positive_seconds("upload_timeout", upload_timeout),
         wandb_init_kwargs=kwargs,
         settings=settings,
-        **health_options(**health),
+        **fleet_options(**health),
     )
 
 
-def health_options(
+def fleet_options(
     *,
     straggler_metric: Any = None,
     straggler_mode: Any = "max",
     straggler_threshold: Any = 0.7,
     straggler_window_s: Any = 120.0,
     alerts: Any = True,
+    max_node_writers: Any = 256,
 ) -> dict[str, Any]:
-    """The node-health options, validated (the straggler rule and W&B alerts)."""
+    """The node-health options (the straggler rule and W&B alerts) and the writer cap, validated."""
+    m = max_node_writers
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise invalid(
+            "max_node_writers", m, "expected a whole number of node writers, at least 1 (W&B tests 300 a run)"
+        )
     if straggler_mode not in STRAGGLER_MODES:
         raise invalid("straggler_mode", straggler_mode, "expected 'max' (higher is better) or 'min' (lower is better)")
     t = straggler_threshold
@@ -239,6 +246,7 @@ def health_options(
         "straggler_threshold": float(t),
         "straggler_window_s": _positive_seconds("straggler_window_s", straggler_window_s),
         "alerts": alerts,
+        "max_node_writers": m,
     }
 
 

@@ -174,7 +174,11 @@ class PrimaryWriter:
         self.entity, self.project = self.run.entity, self.run.project
         if self._on_ready is not None:
             self._on_ready()
-        self._index_primary()
+        if self.index is not None:
+            try:
+                index_primary(self.index, self.spec, self.entity, self.project)
+            except OSError as e:
+                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
         # A resumed run (restart, auto-resume by name) continues its step count.
         self._stepper = Stepper.resuming(self.spec.step_metric, self.run)
 
@@ -263,30 +267,27 @@ class PrimaryWriter:
             except OSError as e:
                 self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
 
-    def _index_primary(self) -> None:
-        """Offline: name the run and the primary's own offline run in the run's folder index."""
-        if self.index is None:
-            return
-        import socket
 
-        try:
-            import ray
+def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, project: str | None) -> None:
+    """Offline: name the run and the primary's own offline run in the run's folder index
+    (``OSError`` when it cannot be written)."""
+    import socket
 
-            node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-        except Exception:  # noqa: BLE001
-            node_id = None
-        try:
-            self.index.update(entity=self.entity or None, project=self.project or self.index.data["project"])
-            self.index.set_writer(
-                {
-                    "role": "primary",
-                    "label": self.spec.label,
-                    "node_id": node_id,
-                    "hostname": socket.gethostname(),
-                    "state": "written",
-                    # its folder, as a node's is nodes/<label>: every fit of the run writes there
-                    "path": self.index.relative(self.spec.init_kwargs["dir"]),
-                }
-            )
-        except OSError as e:
-            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+    try:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001
+        node_id = None
+    index.update(entity=entity or None, project=project or index.data["project"])
+    index.set_writer(
+        {
+            "role": "primary",
+            "label": spec.label,
+            "node_id": node_id,
+            "hostname": socket.gethostname(),
+            "state": "written",
+            # its folder, as a node's is nodes/<label>: every fit of the run writes there
+            "path": index.relative(spec.init_kwargs["dir"]),
+        }
+    )

@@ -128,6 +128,7 @@ class TrainRun:
             covered_node=self.node_id,  # the primary samples its own node
             storage=self._offline_storage(self.base_id),
             health=HealthMonitor(health_options(o)),
+            max_writers=o.max_node_writers if o.strategy == "shared" else None,
         )
         self._add(SharedSession(target, self.fleet, o.finish_timeout_s), rank=None)
 

@@ -109,6 +109,7 @@ class TuneRuns:
                     compare_all=True,  # a trial's nodes all run the trial
                 )
             ),
+            max_writers=self.options.max_node_writers,
         )
         return SharedSession(target, self.fleet, self.options.finish_timeout_s)
 

@@ -185,6 +185,27 @@ def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: s
     )
 
 
+def observer_spec(primary: WriterSpec, *, key: str, label: str) -> WriterSpec:
+    """A node's observer past the run's writer cap (see ``_fleet/cap.py``): a writer of its own,
+    offline in the node's temp folder and dropped at its end, whose samples only feed the node
+    table and the straggler rule. It never reaches W&B, so it needs no key."""
+    settings = {
+        k: v for k, v in primary.settings.items() if k.startswith("x_stats") or k in ("init_timeout", "finish_timeout")
+    }
+    settings.update(mode="offline", x_label=label, console="off", x_disable_meta=True, disable_git=True)
+    settings["save_code"] = False
+    init_kwargs = {"id": key, "project": primary.init_kwargs.get("project")}
+    return replace(
+        primary,
+        role="observer",
+        label=label,
+        init_kwargs=_drop_none(init_kwargs),
+        settings=settings,
+        api_key=None,
+        offline_dir=None,
+    )
+
+
 def offline_index(spec: WriterSpec) -> OfflineIndex | None:
     """The index of the run folder an offline writer's spec names (None for an online one)."""
     if not spec.offline_dir:

@@ -82,6 +82,10 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         straggler_window_s: for how long (and at least 3 samples) before it counts.
         alerts: raise a W&B alert when a node becomes a straggler, recovers, or is lost
             (default True; the table, the warnings and ``nodes/stragglers`` stay without).
+        max_node_writers: at most this many node writers join the shared run (default 256;
+            W&B tests about 300 writers a run). Past it, each kind of node, the lowest ranks
+            and any straggler write; the other nodes are observed only (their latest samples in
+            the ``nodes`` table), and one warning says so.
         api_key, api_key_file: the W&B key (default ``WANDB_API_KEY``, then the netrc
             entry); it reaches every node inside the callback, never through
             ``runtime_env`` or the run config.
@@ -117,6 +121,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
+        max_node_writers: int = 256,
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
@@ -148,6 +153,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             straggler_threshold=straggler_threshold,
             straggler_window_s=straggler_window_s,
             alerts=alerts,
+            max_node_writers=max_node_writers,
             api_key=api_key,
             api_key_file=api_key_file,
             wandb_init_kwargs=wandb_init_kwargs,

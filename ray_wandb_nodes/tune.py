@@ -46,9 +46,9 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     ``offline_transfer`` (through the experiment's storage) are as in
     :class:`~ray_wandb_nodes.WandbNodesCallback`. ``nodes="workers"`` (default) covers the
     nodes a trial uses; ``nodes="cluster"`` every alive node. Each trial's run holds the
-    ``nodes`` table of its nodes; ``straggler_threshold``, ``straggler_window_s`` and
-    ``alerts`` apply to them by the system-metric rule (a trial reports as one process, so there
-    are no ranks to compare by a metric).
+    ``nodes`` table of its nodes; ``max_node_writers`` caps its node writers;
+    ``straggler_threshold``, ``straggler_window_s`` and ``alerts`` apply by the system-metric
+    rule (a trial reports as one process, so there are no ranks to compare by a metric).
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
+        max_node_writers: int = 256,
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=False)
@@ -104,6 +105,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             straggler_threshold=straggler_threshold,
             straggler_window_s=straggler_window_s,
             alerts=alerts,
+            max_node_writers=max_node_writers,
             api_key=api_key,
             api_key_file=api_key_file,
             upload_checkpoints=upload_checkpoints,

@@ -53,3 +53,65 @@ def test_a_standalone_run_wants_its_one_node_and_is_ready_at_once() -> None:
     assert target.wants() == RunWants("base-rank-0", "workers", frozenset({"n1"}), None)
     assert target.wants(["n2"]).nodes == frozenset({"n1", "n2"})
     assert target.spec(NodeInfo("n1", "h", "")) is spec
+
+
+# the fleet's cost at scale, with simulated nodes and loggers (bench/fleet_scale.py's) -----------
+def simulated_fleet(n: int, cap: int = 256) -> tuple[Any, Any, Any]:
+    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from ray_wandb_nodes._fleet.fleet import NodeFleet
+
+    clock = Clock()
+    sim = SimCluster(n, clock)
+    fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
+    target = make_target(clock)
+    target.max_writers = cap
+    fleet.step("add", target)
+    return fleet, sim, target
+
+
+def test_the_node_listing_is_read_at_most_once_a_poll_whatever_the_commands() -> None:
+    from ray_wandb_nodes._fleet.fleet import POLL_S
+
+    fleet, sim, target = simulated_fleet(20)
+    for _ in range(200):  # a burst of rank reports: each one a turn of the fleet thread
+        fleet.step("ranks", (target.run_id, [{"x": 1.0}], 0.0))
+    assert sim.listings == 1
+    sim.clock.now += POLL_S
+    fleet.step("poll", None)
+    assert sim.listings == 2
+
+
+def test_pings_go_in_bounded_batches_and_reach_every_logger() -> None:
+    from ray_wandb_nodes._fleet.fleet import POLL_S
+    from ray_wandb_nodes._fleet.pool import PING_BATCH
+
+    n = 3 * PING_BATCH + 10
+    fleet, sim, _ = simulated_fleet(n)
+    pool = fleet._pool
+    calls: list[int] = []
+    for _ in range(6):
+        before = sum(h.pinged > 0 for h in pool.handles())
+        sim.clock.now += POLL_S
+        fleet.step("poll", None)
+        calls.append(sum(h.pinged > 0 for h in pool.handles()) - before)
+    assert max(calls) <= PING_BATCH
+    assert all(h.pinged > 0 for h in pool.handles())  # every logger within ceil(n / batch) ticks
+    assert all(h.summary is not None for h in pool.handles())
+
+
+def test_past_the_cap_members_and_observers_cover_every_node_and_one_warning_says_so() -> None:
+    from bench.fleet_scale import run_minutes
+
+    fleet, sim, target = simulated_fleet(300, cap=40)
+    run_minutes(fleet, sim, 1, 0.0, {})
+    hosted = {h.node.node_id: set(h.runs) for h in fleet._pool.handles()}
+    members = {n for n, runs in hosted.items() if target.run_id in runs}
+    observers = {n for n, runs in hosted.items() if f"{target.run_id}--observer" in runs}
+    assert len(members) == 40 and len(observers) == 260 and not members & observers
+    assert [w for w in fleet._warner.said if "max_node_writers=40" in w] == [
+        f"the W&B run {target.run_id} uses 300 nodes, more than max_node_writers=40: 40 of them write to it "
+        "(each kind of node, the lowest ranks and any straggler first); the other 260 are observed only, "
+        "their latest samples in the run's nodes table every minute"
+    ]
+    table = target.health.table()
+    assert len(table) == 300 and sum(row[4] == "table only" for row in table) == 260

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, start_cluster, stop_cluster
+from tests.support.cluster import node_labels, session_log_text, start_cluster, stop_cluster
 from tests.support.runs import run_of, unique
 from tests.support.training import make_callback
 from tests.support.wandb_backend import WandbTestBackend
@@ -136,3 +136,28 @@ def test_a_node_burning_cpu_is_flagged_by_the_system_rule(
     assert [a["title"] for a in stragglers] == [f"Straggler: {busy}"], run.alerts
     assert "CPU (%)" in stragglers[0]["text"] and "rank 2" in stragglers[0]["text"]
     assert {row["node"] for row in final_table(run).values()} == set(node_labels().values())
+
+
+def test_past_the_writer_cap_the_table_still_lists_and_samples_every_node(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("capped")
+    callback = make_callback(max_node_writers=1)
+    fit(name, callback, str(tmp_path), reports=24, step_s=0.5)
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    head = labels[str(cluster.head_node.node_id)]
+    # The primary and one node writer: the node of the lowest rank (all nodes are one kind).
+    rank0 = label_of_rank(run, 0)
+    assert run.labels == {head, rank0}
+    assert len(run.client_ids) == 2
+    table = final_table(run)
+    assert set(table) == set(labels.values())  # no node is missing
+    assert {label: row["series"] for label, row in table.items()} == {
+        label: "in run" if label in (head, rank0) else "table only" for label in labels.values()
+    }
+    for label in (label_of_rank(run, 1), label_of_rank(run, 2)):  # observed only, yet sampled
+        assert table[label]["cpu"] is not None and table[label]["memory"] is not None, table[label]
+    assert run.exit_codes == [0]
+    assert "max_node_writers=1: 1 of them write to it" in session_log_text(cluster)

@@ -17,35 +17,51 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _ray
-from .._metrics import to_row
-from .._warn import Warner, describe, warn_skipped
+from .._warn import Warner, describe
 from .._writers import WriterSpec
-from . import health as _health
+from .actors import RayActors
 from .collect import OfflineCollection
+from .health import FleetHealth, rank_report, stragglers
 from .nodes import NodeInfo, alive_nodes
-from .plan import plan
+from .plan import plan, run_of
 from .pool import LoggerPool
-from .retire import Retirement, advance_all
-from .targets import RunTarget, SharedTarget, StandaloneTarget
+from .retire import Retirement, advance_all, retire
+from .rows import RowRouter
+from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, writer_spec
 
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired
 _RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run inside a trial)
-_MAX_PENDING_ROWS = 10_000
+LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
 
 
 class NodeFleet:
-    def __init__(self, *, init_timeout_s: float, warner: Warner, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self,
+        *,
+        init_timeout_s: float,
+        warner: Warner,
+        poll_s: float = POLL_S,
+        list_nodes: Callable[[], list[dict[str, Any]]] = _ray.list_nodes,
+        actors: RayActors | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``list_nodes``, ``actors`` and ``clock`` are Ray's and time's; ``bench/fleet_scale.py``
+        passes simulated ones."""
         self._warner = warner
         self._poll_s = poll_s
+        self._list_nodes = list_nodes
+        self._clock = clock
+        self._listed_at: float | None = None
+        self._dirty = True  # something the plan reads changed since it last ran
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._targets: dict[str, RunTarget] = {}
         self._retirements: list[Retirement] = []
-        self._pending_rows: dict[str, list[dict[str, Any]]] = {}  # rows for writers not placed yet
-        self._pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s)
+        self._rows = RowRouter(warner)  # a standalone run's rows
+        self._pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s, actors=actors, clock=clock)
+        self._health = FleetHealth(warner)
         self._collection = OfflineCollection(warner)
         self._alive: dict[str, NodeInfo] = {}
-        self._known: dict[str, NodeInfo] = {}  # every node seen alive: lost ones keep their names
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
 
@@ -126,21 +142,48 @@ class NodeFleet:
                 if kind == "shutdown":
                     self._shutdown(payload)
                     return
-                try:
-                    self._apply(kind, payload)
-                    self._pool.check_joins()
-                    self._pool.check_health(self._spec_for)
-                    self._carry_out_plan()
-                    self._check_health()
-                    self._check_retirements()
-                except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
-                    self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
+                self._dirty |= relay and kind == "poll"  # a relay's nodes are read, not told
+                self.step(kind, payload)
         finally:
             self._stopped.set()
             for r in self._retirements:
                 r.writers_done.set()
 
+    def step(self, kind: str, payload: Any) -> None:
+        """One turn of the fleet thread: a command (or ``"poll"``), then what is due. Work a turn
+        grows with what changed, not with the cluster: the node listing at most every poll, the
+        plan only when something it reads changed, pings and summaries in bounded batches."""
+        try:
+            self._apply(kind, payload)
+            self._refresh_nodes()
+            self._pool.check_joins()
+            self._pool.check_health(self._spec_for)
+            if self._pool.changed:
+                self._pool.changed, self._dirty = False, True
+            if self._dirty:
+                self._dirty = False
+                self._carry_out_plan()
+            self._check_health()
+            self._check_retirements()
+        except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
+            self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
+
+    def _refresh_nodes(self) -> None:
+        """Re-read the alive nodes (one GCS call) once a poll, past 1,000 nodes once per poll and
+        1,000 nodes (5,000: every 15 s); a change re-plans. Between listings a lost node shows as
+        its logger's failed ping, and Train's worker-group hooks tell the nodes a run uses."""
+        now = self._clock()
+        every = self._poll_s * max(1.0, len(self._alive) / LISTING_NODES)
+        if (not self._targets and not self._pool) or (self._listed_at is not None and now - self._listed_at < every):
+            return
+        self._listed_at = now
+        alive = alive_nodes(self._list_nodes(), self._alive)
+        if alive.keys() != self._alive.keys():  # else the same object stays: nothing downstream redoes work
+            self._dirty = True
+            self._alive = alive
+
     def _apply(self, kind: str, payload: Any) -> None:
+        self._dirty |= kind in ("add", "ready", "nodes", "retire")
         if kind == "add":
             self._targets[payload.run_id] = payload
         elif kind == "ready":
@@ -156,11 +199,14 @@ class NodeFleet:
                     target.ranks = ranks
         elif kind == "ranks":
             run_id, metrics, at = payload
-            _health.rank_report(self._targets.get(run_id), metrics, at)
+            rank_report(self._targets.get(run_id), metrics, at)
         elif kind == "retire":
             self._start_retirement(*payload)
         elif kind == "log":
-            self._route(*payload)
+            run_id, metrics = payload
+            target = self._targets.get(run_id)
+            if isinstance(target, StandaloneTarget):
+                self._rows.route(target, metrics, self._pool.host_of(run_id))
         elif kind == "artifact":
             run_id = payload[0]
             host = self._pool.host_of(run_id)
@@ -171,66 +217,39 @@ class NodeFleet:
                     f"artifact:{run_id}", f"a checkpoint of {run_id} was not logged: its writer is not placed"
                 )
 
-    def _spec_for(self, run_id: str, node: NodeInfo) -> WriterSpec | None:
-        target = self._targets.get(run_id)
-        return target.spec(node) if target is not None else None
-
-    def _extra_nodes(self, target: RunTarget) -> Iterable[str]:
-        if not isinstance(target, SharedTarget) or target.extra_nodes is None:
-            return ()
-        try:
-            return set(target.extra_nodes())
-        except Exception as e:  # noqa: BLE001
-            self._warner.warn(f"extra-nodes:{type(e).__name__}", f"could not read more nodes ({describe(e)})")
-            return ()
+    def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:
+        return writer_spec(self._targets, key, node)
 
     def _carry_out_plan(self) -> None:
         if not self._targets and not self._pool:
             return
-        self._alive = alive = alive_nodes(_ray.list_nodes())
-        wants = [t.wants(self._extra_nodes(t)) for t in self._targets.values() if t.ready]
+        alive = self._alive
+        kinds = {n: i.kind for n, i in alive.items()}
+        wants = [t.wants(extra_nodes(t, self._warner), kinds, stragglers(t)) for t in self._targets.values() if t.ready]
         step = plan(self._pool.runs_by_node(), wants, alive, self._collection.collecting)
         offline = {rid: (t.index, t.role) for rid, t in self._targets.items() if t.index is not None}
         for node_id in step.lost:
             handle = self._pool.drop(node_id)
             if handle is not None:
                 self._collection.lost(handle.node, offline)
-        for node_id, run_id in step.finish:
-            self._pool.finish_writer(node_id, run_id)
+        for node_id, key in step.finish:
+            self._pool.finish_writer(node_id, key)
         if step.start:
             self._pool.start([alive[node_id] for node_id in step.start])
-        for node_id, run_id in step.add:
-            target = self._targets[run_id]
-            host = self._pool.add_writer(node_id, target.spec(alive[node_id]))
-            if target.index is not None:  # offline: collected from here at the end
-                self._collection.hosted(node_id, run_id)
-            for row in self._pending_rows.pop(run_id, []):
-                host.actor.log.remote(run_id, row)
+        for node_id, key in step.add:
+            spec = self._spec_for(key, alive[node_id])
+            if spec is None:
+                continue
+            host = self._pool.add_writer(node_id, spec)
+            target = self._targets[run_of(key)[0]]
+            if target.index is not None and spec.role != "observer":  # offline: collected from here at the end
+                self._collection.hosted(node_id, key)
+            self._rows.placed(key, host)
+        self._health.note_caps(step.capped, self._targets)
 
     def _check_health(self, only: str | None = None, final: bool = False) -> None:
-        """Feed each shared run's node health and publish what it says (``only``: one run)."""
-        for target in list(self._targets.values()):
-            if isinstance(target, SharedTarget) and target.health is not None and only in (None, target.run_id):
-                _health.feed(target, self._pool, self._alive, self._known)
-                _health.publish(target, self._warner, final=final)
-
-    def _route(self, run_id: str, metrics: dict[str, Any]) -> None:
-        target = self._targets.get(run_id)
-        if not isinstance(target, StandaloneTarget):
-            return
-        row, skipped = to_row(metrics, target.excludes)
-        warn_skipped(self._warner, skipped)
-        host = self._pool.host_of(run_id)
-        if host is not None:
-            host.actor.log.remote(run_id, row)
-            return
-        pending = self._pending_rows.setdefault(run_id, [])
-        if len(pending) < _MAX_PENDING_ROWS:
-            pending.append(row)
-        else:
-            self._warner.warn(
-                f"pending:{run_id}", f"the W&B run {run_id} has no writer yet; rows beyond {_MAX_PENDING_ROWS} dropped"
-            )
+        """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
+        self._dirty |= self._health.check(self._targets, self._pool, self._alive, only=only, final=final)
 
     # retiring runs ---------------------------------------------------------------------------
     def _start_retirement(
@@ -242,25 +261,16 @@ class NodeFleet:
         writers_done: threading.Event,
     ) -> None:
         target = self._targets.get(run_id)
-        if target is not None and self._pending_rows.get(run_id):
+        if target is not None and self._rows.waiting(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
         if target is not None:
             self._check_health(only=run_id, final=True)  # the last node table, before the primary ends
         self._targets.pop(run_id, None)
-        self._pending_rows.pop(run_id, None)
-        refs = {
-            self._pool.finish_writer(h.node.node_id, run_id, exit_code): h
-            for h in self._pool.handles()
-            if run_id in h.runs
-        }
-        r = Retirement(run_id, refs, time.monotonic() + timeout, timeout, then, writers_done)
-        if target is not None and target.index is not None:
-            r.job = self._collection.job(run_id, target.index, target.role, target.storage, self._pool.handles())
-            try:
-                target.index.update(worker_nodes=sorted(target.nodes))
-            except OSError as e:
-                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
-        self._retirements.append(r)
+        self._rows.drop(run_id)
+        self._health.forget(run_id)
+        self._retirements.append(
+            retire(run_id, target, self._pool, self._collection, self._warner, (timeout, then, exit_code, writers_done))
+        )
 
     def _check_retirements(self, final: bool = False) -> None:
         self._retirements = advance_all(self._retirements, self._pool, self._collection, self._warner, final)

@@ -3,36 +3,54 @@ run's primary. Runs on the fleet thread, after each plan."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from .._warn import Warner
+from .cap import cap_warning
 from .nodes import NodeInfo
 from .pool import LoggerPool
-from .targets import SharedTarget
+from .targets import RunTarget, SharedTarget
 
 
-def feed(target: SharedTarget, pool: LoggerPool, alive: Mapping[str, NodeInfo], known: dict[str, NodeInfo]) -> None:
-    """Tell ``target``'s monitor its nodes, the latest summary of each, and which are alive."""
+def feed(
+    target: SharedTarget,
+    pool: LoggerPool,
+    alive: Mapping[str, NodeInfo],
+    known: Mapping[str, NodeInfo],
+    updated: Collection[str],
+    observed: frozenset[str] = frozenset(),
+) -> None:
+    """Tell ``target``'s monitor what changed: its nodes (when they or the alive nodes changed),
+    the summaries of the ``updated`` nodes, and the alive nodes. Work grows with the changes."""
     health = target.health
     if health is None:
         return
-    known.update(alive)
     wanted = set(target.nodes) | set(target.ranks)
     if target.covered_node:
         wanted.add(target.covered_node)
     if target.selection == "cluster":
         wanted |= set(alive)
-    infos = {n: known[n] for n in wanted if n in known}
-    health.set_nodes({n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks)
-    for node_id in infos:
+    shape = (frozenset(wanted), id(target.ranks), observed, len(known), id(alive))
+    if shape != target.health_fed:
+        target.health_fed = shape
+        infos = {n: known[n] for n in wanted if n in known}
+        new = health.set_nodes({n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks, observed)
+        if alive:  # empty before the first listing
+            health.alive(alive)
+        updated = set(updated) | new  # a node new to the monitor brings its summary
+    for node_id in updated:
         handle = pool.get(node_id)
         if handle is not None:
             health.summary(node_id, handle.summary)
     if target.covered_node:
         health.summary(target.covered_node, target.primary.summary)
-    if alive:  # empty before the first listing
-        health.alive(alive)
+
+
+def stragglers(target: RunTarget) -> frozenset[str]:
+    """The nodes ``target``'s monitor holds for stragglers now (none without a monitor)."""
+    health = getattr(target, "health", None)
+    return health.straggler_nodes() if health is not None else frozenset()
 
 
 def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
@@ -54,3 +72,49 @@ def rank_report(target: Any, metrics: list[dict[str, Any]], now: float) -> None:
     health = getattr(target, "health", None)
     if health is not None:
         health.report(metrics, now)
+
+
+class FleetHealth:
+    """What the fleet keeps for node health across runs: every node seen alive (a lost one keeps
+    its name) and, per run past its writer cap, the nodes observed only."""
+
+    def __init__(self, warner: Warner) -> None:
+        self._warner = warner
+        self._known: dict[str, NodeInfo] = {}
+        self._observed: dict[str, frozenset[str]] = {}
+        self._alive: Mapping[str, NodeInfo] = {}
+
+    def note_caps(self, capped: tuple[tuple[str, int, frozenset[str]], ...], targets: Mapping[str, RunTarget]) -> None:
+        """Say once per run that it went past its writer cap; remember who is observed only."""
+        for run_id, members, observers in capped:
+            if run_id not in self._observed:
+                cap = targets[run_id].max_writers
+                self._warner.warn(f"cap:{run_id}", cap_warning(run_id, members, len(observers), cap))
+        self._observed = {run_id: observers for run_id, _, observers in capped}
+
+    def forget(self, run_id: str) -> None:
+        self._observed.pop(run_id, None)
+
+    def check(
+        self,
+        targets: Mapping[str, RunTarget],
+        pool: LoggerPool,
+        alive: Mapping[str, NodeInfo],
+        *,
+        only: str | None = None,
+        final: bool = False,
+    ) -> bool:
+        """Feed every shared run's monitor (``only``: one run's) and publish what it says; True
+        when a capped run's stragglers changed (its members may change: re-plan)."""
+        if alive is not self._alive:  # the fleet replaces its alive nodes only when they change
+            self._alive = alive
+            self._known.update(alive)
+        updated = pool.take_updated()
+        replan = False
+        for target in list(targets.values()):
+            if isinstance(target, SharedTarget) and target.health is not None and only in (None, target.run_id):
+                before = stragglers(target)
+                feed(target, pool, alive, self._known, updated, self._observed.get(target.run_id, frozenset()))
+                publish(target, self._warner, final=final)
+                replan |= target.max_writers is not None and stragglers(target) != before
+        return replan

@@ -14,6 +14,7 @@ samples every sampling interval, so a ping never waits on wandb.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 from typing import Any
@@ -143,6 +144,8 @@ class NodeLogger:
                     run.finish()
             except Exception as e:  # noqa: BLE001
                 self._errors[rid] = f"finish failed: {describe(e)}"
+            if self._roles.get(rid) == "observer":  # its samples were for the table only
+                shutil.rmtree(_index.node_local_dir(rid, self._labels.get(rid, "")), ignore_errors=True)
         return self.status()
 
     # offline runs: brought to the driver side at the end -----------------------------------

@@ -7,10 +7,11 @@ IP (the local test cluster does), and a replaced node may reuse an address.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .._naming import node_label
+from .cap import node_kind
 
 _T = TypeVar("_T")
 
@@ -20,23 +21,35 @@ class NodeInfo:
     node_id: str
     hostname: str
     ip: str
+    kind: str = ""  # its hardware shape (see cap.node_kind)
+    label: str = field(init=False, compare=False)
 
-    @property
-    def label(self) -> str:
-        return node_label(self.hostname, self.node_id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", node_label(self.hostname, self.node_id))
 
 
-def alive_nodes(records: Iterable[Mapping[str, object]]) -> dict[str, NodeInfo]:
-    """The alive nodes of a ``ray.nodes()`` listing (dead ones stay listed with Alive false)."""
+def alive_nodes(
+    records: Iterable[Mapping[str, object]], known: Mapping[str, NodeInfo] | None = None
+) -> dict[str, NodeInfo]:
+    """The alive nodes of a ``ray.nodes()`` listing (dead ones stay listed with Alive false);
+    a node in ``known`` (the previous answer) keeps its ``NodeInfo``, so a listing costs little
+    past reading it."""
     out: dict[str, NodeInfo] = {}
+    known = known or {}
     for rec in records:
         if not rec.get("Alive"):
             continue
         node_id = str(rec["NodeID"])
+        seen = known.get(node_id)
+        if seen is not None:
+            out[node_id] = seen
+            continue
+        resources = rec.get("Resources")
         out[node_id] = NodeInfo(
             node_id=node_id,
             hostname=str(rec.get("NodeManagerHostname") or ""),
             ip=str(rec.get("NodeManagerAddress") or ""),
+            kind=node_kind(resources) if isinstance(resources, Mapping) else "",
         )
     return out
 

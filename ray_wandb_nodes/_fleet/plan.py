@@ -8,9 +8,24 @@ carries out the plan this returns; it decides nothing itself.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .cap import choose_members, priority
 from .nodes import select_nodes
+
+OBSERVER_SUFFIX = "--observer"
+
+
+def observer_key(run_id: str) -> str:
+    """The key (and offline run id) of a run's observer writers: see ``cap``."""
+    return f"{run_id}{OBSERVER_SUFFIX}"
+
+
+def run_of(key: str) -> tuple[str, bool]:
+    """The run id a writer key belongs to, and whether it is an observer's."""
+    if key.endswith(OBSERVER_SUFFIX):
+        return key[: -len(OBSERVER_SUFFIX)], True
+    return key, False
 
 
 @dataclass(frozen=True)
@@ -21,6 +36,11 @@ class RunWants:
     selection: str  # "workers": the nodes in `nodes`; "cluster": every alive node
     nodes: frozenset[str]
     covered_node: str | None = None  # the primary samples this node itself
+    # At most this many node writers join the run (None: no cap); the others are observers.
+    cap: int | None = None
+    kinds: Mapping[str, str] = field(default_factory=dict)  # node -> hardware shape
+    ranks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    stragglers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -29,18 +49,38 @@ class Plan:
     lost: tuple[str, ...] = ()  # loggers whose node is gone: cleaned up, nothing to finish there
     finish: tuple[tuple[str, str], ...] = ()  # (node, run): writers of runs that no longer use the node
     add: tuple[tuple[str, str], ...] = ()  # (node, run): writers to start, on new loggers too
+    # (run, members, observer nodes) of each run past its cap
+    capped: tuple[tuple[str, int, frozenset[str]], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.start or self.lost or self.finish or self.add)
 
 
-def wanted_writers(wants: Iterable[RunWants], alive: Collection[str]) -> dict[str, set[str]]:
-    """node id -> the run ids that want a writer there."""
+def wanted_writers(
+    wants: Iterable[RunWants],
+    alive: Collection[str],
+    loggers: Mapping[str, Collection[str]] | None = None,
+    capped: list[tuple[str, int, frozenset[str]]] | None = None,
+) -> dict[str, set[str]]:
+    """node id -> the writer keys wanted there: a run's id where its writer joins it, its
+    :func:`observer_key` past its cap (``loggers``: who hosts what now, to keep members put)."""
     wanted: dict[str, set[str]] = {}
     alive_map = dict.fromkeys(alive, True)
     for want in wants:
-        for node_id in select_nodes(want.selection, want.nodes, alive_map, want.covered_node):
+        nodes = select_nodes(want.selection, want.nodes, alive_map, want.covered_node)
+        if want.cap is None or len(nodes) <= want.cap:
+            for node_id in nodes:
+                wanted.setdefault(node_id, set()).add(want.run_id)
+            continue
+        current = {n for n, runs in (loggers or {}).items() if want.run_id in runs}
+        order = priority(nodes, kinds=want.kinds, ranks=want.ranks, stragglers=want.stragglers)
+        chosen = choose_members(nodes, current, want.cap, order, want.stragglers, want.kinds)
+        for node_id in chosen.members:
             wanted.setdefault(node_id, set()).add(want.run_id)
+        for node_id in chosen.observers:
+            wanted.setdefault(node_id, set()).add(observer_key(want.run_id))
+        if capped is not None:
+            capped.append((want.run_id, len(chosen.members), chosen.observers))
     return wanted
 
 
@@ -60,7 +100,8 @@ def plan(
     it has none, and a writer of that run.
     """
     alive_set = set(alive)
-    wanted = wanted_writers(wants, alive_set)
+    capped: list[tuple[str, int, frozenset[str]]] = []
+    wanted = wanted_writers(wants, alive_set, loggers, capped)
     lost = sorted(node_id for node_id in loggers if node_id not in alive_set)
     finish = sorted(
         (node_id, run_id)
@@ -73,6 +114,7 @@ def plan(
         (node_id, run_id)
         for node_id, runs in wanted.items()
         for run_id in runs
-        if (node_id not in loggers or run_id not in loggers[node_id]) and node_id not in collecting.get(run_id, ())
+        if (node_id not in loggers or run_id not in loggers[node_id])
+        and node_id not in collecting.get(run_of(run_id)[0], ())
     )
-    return Plan(start=tuple(start), lost=tuple(lost), finish=tuple(finish), add=tuple(add))
+    return Plan(start=tuple(start), lost=tuple(lost), finish=tuple(finish), add=tuple(add), capped=tuple(capped))

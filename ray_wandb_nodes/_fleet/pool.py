@@ -11,6 +11,7 @@ thread only; ``kill_all()`` may be called from elsewhere.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -18,16 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _ray
 from .._warn import Warner, describe
 from .._writers import WriterSpec
+from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
 
-# A bundle must hold some resource; a little memory never competes with train workers,
-# whereas a CPU fraction can leave whole-CPU workers unschedulable forever.
-BUNDLE = {"memory": float(1 << 20)}
-PG_NAME_PREFIX = "ray_wandb_nodes"
+__all__ = ["BUNDLE", "JOIN_GRACE_S", "PG_NAME_PREFIX", "PING_BATCH", "LoggerHandle", "LoggerPool"]
+
 JOIN_GRACE_S = 60.0  # scheduling and process start, on top of wandb's init timeout
+# At most this many new pings a tick, in turn: a 1,000-node fleet pings each logger every ~47 s
+# at a 3 s tick, never 1,000 calls a tick.
+PING_BATCH = 64
 
 
 @dataclass
@@ -53,16 +55,30 @@ class _Join:
 
 
 class LoggerPool:
-    def __init__(self, *, init_timeout_s: float, warner: Warner, ping_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        init_timeout_s: float,
+        warner: Warner,
+        ping_s: float,
+        actors: RayActors | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._init_timeout_s = init_timeout_s
         self._warner = warner
         self._ping_s = ping_s
+        self._actors = actors or RayActors(warner)
+        self._clock = clock
         self._handles: dict[str, LoggerHandle] = {}
         self._joins: list[_Join] = []
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
-        self._actor_cls: Any = None
-        self._janitor: Any = None
+        self._turn: collections.deque[str] = collections.deque()  # nodes in ping order
+        self._in_turn: set[str] = set()
+        self._pinging: dict[str, LoggerHandle] = {}  # node -> handle with a ping in flight
+        # Nodes whose summary changed since the fleet last took them (see take_updated()).
+        self._updated: set[str] = set()
+        self.changed = False  # a logger was lost or restarted: the fleet re-plans
 
     # what the pool holds ------------------------------------------------------------------------
     def __bool__(self) -> bool:
@@ -97,17 +113,14 @@ class LoggerPool:
 
     def _join(self, handle: LoggerHandle, spec: WriterSpec) -> None:
         ref = handle.actor.add_writer.remote(spec)
-        self._joins.append(_Join(handle=handle, run_id=spec.run_id, ref=ref, started=time.monotonic()))
+        self._joins.append(_Join(handle=handle, run_id=spec.run_id, ref=ref, started=self._clock()))
 
     def check_joins(self) -> None:
         """Turn each writer's join result into one warning when it could not join."""
-        import ray
-
         if not self._joins:
             return
-        ready, _ = ray.wait([j.ref for j in self._joins], num_returns=len(self._joins), timeout=0)
-        ready_set = set(ready)
-        now = time.monotonic()
+        ready_set = self._actors.answered([j.ref for j in self._joins])
+        now = self._clock()
         still: list[_Join] = []
         for join in self._joins:
             if join.ref in ready_set:
@@ -124,10 +137,8 @@ class LoggerPool:
 
     def check_status(self, handle: LoggerHandle, ref: Any, run_id: str | None = None) -> None:
         """Turn a finished status call into one warning per problem it shows."""
-        import ray
-
         try:
-            status = ray.get(ref, timeout=0)
+            status = self._actors.result(ref)
         except Exception as e:  # noqa: BLE001 - the actor died or could not be created
             self._warner.warn(
                 f"node-dead:{handle.node.node_id}",
@@ -137,6 +148,7 @@ class LoggerPool:
             return
         if handle.pid is None:
             handle.pid = status.get("pid")
+        self._took_summary(handle, status)
         for rid, error in status.get("errors", {}).items():
             if run_id is None or rid == run_id:
                 self._warner.warn(
@@ -147,34 +159,59 @@ class LoggerPool:
 
     # health -----------------------------------------------------------------------------------------
     def check_health(self, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
-        """Ping each logger; one that restarted (its process died) gets its writers back.
+        """Ping the loggers in turn (at most ``PING_BATCH`` new pings a tick, each logger at most
+        every ``ping_s``); one that restarted (its process died) gets its writers back.
 
         Logger actors restart where their bundle is (``max_restarts=-1``) with no writers;
         each rejoins its run with the same label (``spec_for(run id, node)``, None for a run
         that ended meanwhile). One that is gone for good is dropped, so the next plan replaces it.
+        The work a tick is bounded by the pings in flight, whatever the number of loggers.
         """
-        import ray
+        if self._pinging:
+            answered = self._actors.answered([h.ping for h in self._pinging.values()])
+            for node_id, handle in list(self._pinging.items()):
+                if handle.ping in answered:
+                    del self._pinging[node_id]
+                    ref, handle.ping = handle.ping, None
+                    self._pinged(handle, ref, spec_for)
+        now = self._clock()
+        for _ in range(min(PING_BATCH, len(self._turn))):
+            node_id = self._turn[0]
+            held = self._handles.get(node_id)
+            if held is None:  # dropped: out of the turn
+                self._in_turn.discard(self._turn.popleft())
+                continue
+            if now - held.pinged < self._ping_s:
+                break  # the turn is in ping order: the rest were pinged later
+            self._turn.rotate(-1)
+            if held.runs and held.ping is None:
+                held.ping, held.pinged = held.actor.status.remote(), now
+                self._pinging[node_id] = held
 
-        now = time.monotonic()
-        for handle in list(self._handles.values()):
-            if handle.ping is None:
-                if handle.runs and now - handle.pinged >= self._ping_s:
-                    handle.ping, handle.pinged = handle.actor.status.remote(), now
-                continue
-            if not ray.wait([handle.ping], timeout=0)[0]:
-                continue
-            ref, handle.ping = handle.ping, None
-            try:
-                status = ray.get(ref, timeout=0)
-            except Exception as e:  # noqa: BLE001 - the actor is gone and will not restart
-                self._warner.warn(
-                    f"node-lost:{handle.node.node_id}",
-                    f"the node logger on {handle.node.label} stopped ({describe(e)}); starting another",
-                )
-                self.drop(handle.node.node_id)
-                continue
-            handle.summary = status.get("summary") or handle.summary
-            self._rejoin(handle, status, spec_for)
+    def _pinged(self, handle: LoggerHandle, ref: Any, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
+        try:
+            status = self._actors.result(ref)
+        except Exception as e:  # noqa: BLE001 - the actor is gone and will not restart
+            self._warner.warn(
+                f"node-lost:{handle.node.node_id}",
+                f"the node logger on {handle.node.label} stopped ({describe(e)}); starting another",
+            )
+            self.drop(handle.node.node_id)
+            self.changed = True
+            return
+        self._took_summary(handle, status)
+        self._rejoin(handle, status, spec_for)
+
+    def _took_summary(self, handle: LoggerHandle, status: dict[str, Any]) -> None:
+        summary = status.get("summary")
+        if summary and summary is not handle.summary:
+            handle.summary = summary
+            self._updated.add(handle.node.node_id)
+
+    def take_updated(self) -> set[str]:
+        """The nodes whose summary changed since the last call."""
+        updated, self._updated = self._updated, set()
+        return updated
 
     def _rejoin(
         self, handle: LoggerHandle, status: dict[str, Any], spec_for: Callable[[str, NodeInfo], WriterSpec | None]
@@ -199,56 +236,14 @@ class LoggerPool:
     # actors and placement groups ---------------------------------------------------------------------
     def start(self, nodes: list[NodeInfo]) -> None:
         """One logger actor on each of ``nodes``, each in a placement group of its own."""
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        if self._actor_cls is None:
-            self._actor_cls = _logger_actor_class()
-        prefix = self._pg_prefix()
-        self._start_janitor()
+        prefix = self._actors.group_prefix()
         for node in nodes:
-            pg = placement_group(
-                [dict(BUNDLE)],
-                strategy="STRICT_SPREAD",
-                name=f"{prefix}{next(self._group_ids)}",
-                **_ray.pin_bundles_to_nodes([node.node_id]),
-            )
-            actor = self._actor_cls.options(
-                num_cpus=0,
-                # A killed logger process comes back in its bundle; calls in flight are retried.
-                max_restarts=-1,
-                max_task_retries=-1,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=0
-                ),
-            ).remote()
+            actor, pg = self._actors.create(node.node_id, f"{prefix}{next(self._group_ids)}")
             with self._lock:
                 self._handles[node.node_id] = LoggerHandle(node=node, actor=actor, pg=pg)
-
-    def _pg_prefix(self) -> str:
-        from .janitor import group_prefix
-
-        owner = _ray.current_actor_id()
-        return group_prefix(owner) if owner else f"{PG_NAME_PREFIX}:driver:"
-
-    def _start_janitor(self) -> None:
-        """Inside an actor (the Train controller), start the detached janitor that removes the
-        pool's placement groups should the actor die; a driver's groups end with its job."""
-        import ray
-
-        owner = _ray.current_actor_id()
-        if owner is None or self._janitor is not None:
-            return
-        try:
-            from .janitor import LoggerJanitor
-
-            self._janitor = (
-                ray.remote(LoggerJanitor)
-                .options(num_cpus=0, lifetime="detached", max_concurrency=2, namespace=PG_NAME_PREFIX)
-                .remote(owner)
-            )
-        except Exception as e:  # noqa: BLE001
-            self._warner.warn("janitor", f"placement groups may outlive a crashed controller ({describe(e)})")
+            if node.node_id not in self._in_turn:
+                self._in_turn.add(node.node_id)
+                self._turn.append(node.node_id)
 
     def drop(self, node_id: str) -> LoggerHandle | None:
         """Kill the logger of ``node_id`` and forget it; its handle, if there was one."""
@@ -259,18 +254,8 @@ class LoggerPool:
         return handle
 
     def _kill(self, handle: LoggerHandle) -> None:
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
-        try:
-            ray.kill(handle.actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        try:
-            if handle.pg is not None:
-                remove_placement_group(handle.pg)
-        except Exception:  # noqa: BLE001 - already removed
-            pass
+        self._pinging.pop(handle.node.node_id, None)
+        self._actors.kill(handle.actor, handle.pg)
 
     def kill_all(self) -> None:
         with self._lock:
@@ -278,17 +263,4 @@ class LoggerPool:
             self._handles.clear()
         for handle in handles:
             self._kill(handle)
-        if self._janitor is not None:
-            try:
-                self._janitor.stop.remote()
-            except Exception:  # noqa: BLE001
-                pass
-            self._janitor = None
-
-
-def _logger_actor_class() -> Any:
-    import ray
-
-    from .node_logger import NodeLogger
-
-    return ray.remote(NodeLogger)
+        self._actors.close()

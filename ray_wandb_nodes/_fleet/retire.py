@@ -11,7 +11,9 @@ from typing import Any
 
 from .._warn import Warner, describe
 from .collect import CollectJob, OfflineCollection
+from .plan import run_of
 from .pool import LoggerHandle, LoggerPool
+from .targets import RunTarget
 
 
 @dataclass
@@ -81,3 +83,31 @@ def advance_all(
         else:
             r.writers_done.set()
     return still
+
+
+def retire(
+    run_id: str,
+    target: RunTarget | None,
+    pool: LoggerPool,
+    collection: OfflineCollection,
+    warner: Warner,
+    how: tuple[float, Callable[[], None] | None, int | None, threading.Event],
+) -> Retirement:
+    """Start retiring ``run_id``: finish its writers (its observers too) with ``exit_code``, and
+    for an offline run, start collecting what its nodes wrote. ``how``: (timeout, then, exit
+    code, the event set once the writers are done)."""
+    timeout, then, exit_code, writers_done = how
+    refs = {
+        pool.finish_writer(h.node.node_id, key, exit_code): h
+        for h in pool.handles()
+        for key in list(h.runs)
+        if run_of(key)[0] == run_id
+    }
+    r = Retirement(run_id, refs, time.monotonic() + timeout, timeout, then, writers_done)
+    if target is not None and target.index is not None:
+        r.job = collection.job(run_id, target.index, target.role, target.storage, pool.handles())
+        try:
+            target.index.update(worker_nodes=sorted(target.nodes))
+        except OSError as e:
+            warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+    return r

@@ -8,15 +8,16 @@ history rows there. The fleet thread alone changes a target once it has it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .._writers import WriterSpec, node_spec, offline_index
+from .._warn import Warner, describe
+from .._writers import WriterSpec, node_spec, observer_spec, offline_index
 from ..offline.index import OfflineIndex
 from ..offline.storage import StorageSpot
 from .nodes import NodeInfo
-from .plan import RunWants
+from .plan import RunWants, run_of
 
 if TYPE_CHECKING:
     from .._health import HealthMonitor
@@ -48,9 +49,26 @@ class RunTarget:
         """The spec of this run's writer on ``node``."""
         raise NotImplementedError
 
-    def wants(self, extra_nodes: Iterable[str] = ()) -> RunWants:
+    # At most this many node writers join the run; None: no cap (see cap.py).
+    max_writers: int | None = None
+
+    def wants(
+        self,
+        extra_nodes: Iterable[str] = (),
+        kinds: dict[str, str] | None = None,
+        stragglers: frozenset[str] = frozenset(),
+    ) -> RunWants:
         nodes = frozenset(self.nodes) | frozenset(extra_nodes)
-        return RunWants(self.run_id, self.selection, nodes, self.covered_node)
+        return RunWants(
+            self.run_id,
+            self.selection,
+            nodes,
+            self.covered_node,
+            cap=self.max_writers,
+            kinds=kinds or {},
+            ranks=self.ranks,
+            stragglers=stragglers,
+        )
 
 
 @dataclass(kw_only=True)
@@ -63,6 +81,7 @@ class SharedTarget(RunTarget):
     spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
     # The run's node health (table, straggler and node-lost alerts); None: none kept.
     health: HealthMonitor | None = None
+    health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)
 
     def __post_init__(self) -> None:
         if self.index is None:
@@ -77,6 +96,10 @@ class SharedTarget(RunTarget):
         if self.spec_for is not None:
             return self.spec_for(p, node)
         return node_spec(p.spec, label=node.label, entity=p.entity, project=p.project)
+
+    def observer(self, node: NodeInfo, key: str) -> WriterSpec:
+        """The spec of an observer of this run on ``node`` (past the writer cap)."""
+        return observer_spec(self.primary.spec, key=key, label=node.label)
 
 
 @dataclass(kw_only=True)
@@ -98,3 +121,27 @@ class StandaloneTarget(RunTarget):
 
     def spec(self, node: NodeInfo) -> WriterSpec:
         return self.writer
+
+
+def extra_nodes(target: RunTarget, warner: Warner) -> Iterable[str]:
+    """More nodes a shared run learns from elsewhere (a Train run inside a Tune trial publishes
+    its own), read on every plan; none when they cannot be read (one warning)."""
+    if not isinstance(target, SharedTarget) or target.extra_nodes is None:
+        return ()
+    try:
+        return set(target.extra_nodes())
+    except Exception as e:  # noqa: BLE001
+        warner.warn(f"extra-nodes:{type(e).__name__}", f"could not read more nodes ({describe(e)})")
+        return ()
+
+
+def writer_spec(targets: Mapping[str, RunTarget], key: str, node: NodeInfo) -> WriterSpec | None:
+    """The spec of writer ``key`` (a run id, or a run's observer key) on ``node``; None for a run
+    that is gone."""
+    run_id, observer = run_of(key)
+    target = targets.get(run_id)
+    if target is None:
+        return None
+    if observer:
+        return target.observer(node, key) if isinstance(target, SharedTarget) else None
+    return target.spec(node)

@@ -39,6 +39,7 @@ COLUMNS = [
     "hostname",
     "ranks",
     "state",
+    "series",
     "gpu_util_mean",
     "gpu_util_min",
     "gpu_mem",
@@ -106,17 +107,27 @@ class HealthMonitor:
         self._gpu_rule = StragglerRule("max", o.threshold, o.window_s, floor=SYSTEM_FLOOR)
         self._cpu_rule = StragglerRule("min", o.threshold, o.window_s, floor=SYSTEM_FLOOR)
         self._stragglers = 0
+        self._observed: set[str] = set()
         self._table_at: float | None = None
         self.raised: list[Alert] = []
 
     # what the fleet feeds it ----------------------------------------------------------------------
-    def set_nodes(self, nodes: Mapping[str, tuple[str, str]], ranks: Mapping[str, Iterable[int]]) -> None:
-        """The run's nodes now (node id -> (label, hostname)) and the ranks on each; nodes that
-        left stay in the table."""
+    def set_nodes(
+        self,
+        nodes: Mapping[str, tuple[str, str]],
+        ranks: Mapping[str, Iterable[int]],
+        observed: Iterable[str] = (),
+    ) -> set[str]:
+        """The run's nodes now (node id -> (label, hostname)), the ranks on each, and those only
+        observed (past the run's writer cap: their series are not in the run); nodes that left
+        stay in the table. Returns the nodes new to it."""
+        self._observed = set(observed)
+        new = set()
         for node_id, (label, hostname) in nodes.items():
             node = self._nodes.get(node_id)
             if node is None:
                 node = self._nodes[node_id] = _Node(node_id, label, hostname)
+                new.add(node_id)
             node.ranks = tuple(sorted(ranks.get(node_id, ())))
             node.in_run, node.left_at = True, None
             if node.state == LEFT:
@@ -127,6 +138,7 @@ class HealthMonitor:
                 node.in_run, node.ranks, node.left_at = False, (), self._clock()
                 if node.state != LOST:
                     self._clear(node, LEFT)
+        return new
 
     def summary(self, node_id: str, summary: Mapping[str, Any] | None) -> None:
         """A node's latest summary (the same one again is ignored)."""
@@ -210,6 +222,7 @@ class HealthMonitor:
                     node.hostname,
                     ",".join(map(str, node.ranks)),
                     node.state,
+                    "table only" if node.node_id in self._observed else "in run",
                     _round(mean),
                     _round(low),
                     _round(gpu_mem(s)),
@@ -228,6 +241,9 @@ class HealthMonitor:
     @property
     def stragglers(self) -> int:
         return self._stragglers
+
+    def straggler_nodes(self) -> frozenset[str]:
+        return frozenset(n.node_id for n in self._nodes.values() if n.state == STRAGGLING)
 
     # inside ------------------------------------------------------------------------------------------
     def _compared(self) -> list[_Node]:

@@ -1,0 +1,117 @@
+"""How the logger pool reaches Ray: creating a logger actor in its node's placement group,
+killing it, and asking which calls have answered. One seam, so that ``bench/fleet_scale.py`` can
+drive the real fleet with thousands of simulated nodes and no actor at all."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _ray
+from .._warn import describe
+
+# A bundle must hold some resource; a little memory never competes with train workers,
+# whereas a CPU fraction can leave whole-CPU workers unschedulable forever.
+BUNDLE = {"memory": float(1 << 20)}
+
+
+PG_NAME_PREFIX = "ray_wandb_nodes"
+
+
+class RayActors:
+    def __init__(self, warner: Any = None) -> None:
+        self._actor_cls: Any = None
+        self._warner = warner
+        self._prefix: str | None = None
+        self._janitor: Any = None
+
+    def group_prefix(self) -> str:
+        """The name prefix of this pool's placement groups. Inside an actor (the Train
+        controller) it names that actor, and a detached janitor removes the groups should the
+        actor die; a driver's groups end with its job."""
+        if self._prefix is None:
+            from .janitor import group_prefix
+
+            owner = _ray.current_actor_id()
+            self._prefix = group_prefix(owner) if owner else f"{PG_NAME_PREFIX}:driver:"
+            if owner:
+                self._start_janitor(owner)
+        return self._prefix
+
+    def _start_janitor(self, owner: str) -> None:
+        import ray
+
+        try:
+            from .janitor import LoggerJanitor
+
+            self._janitor = (
+                ray.remote(LoggerJanitor)
+                .options(num_cpus=0, lifetime="detached", max_concurrency=2, namespace=PG_NAME_PREFIX)
+                .remote(owner)
+            )
+        except Exception as e:  # noqa: BLE001
+            if self._warner is not None:
+                self._warner.warn("janitor", f"placement groups may outlive a crashed controller ({describe(e)})")
+
+    def close(self) -> None:
+        """Stop the janitor (the pool's groups are gone)."""
+        if self._janitor is not None:
+            try:
+                self._janitor.stop.remote()
+            except Exception:  # noqa: BLE001
+                pass
+            self._janitor = None
+        self._prefix = None
+
+    def create(self, node_id: str, group_name: str) -> tuple[Any, Any]:
+        """A ``NodeLogger`` on ``node_id``, in a placement group of its own (one bundle, pinned
+        by the node's NodeID label, so that a lost node's group goes with it)."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if self._actor_cls is None:
+            import ray
+
+            from .node_logger import NodeLogger
+
+            self._actor_cls = ray.remote(NodeLogger)
+        pg = placement_group(
+            [dict(BUNDLE)], strategy="STRICT_SPREAD", name=group_name, **_ray.pin_bundles_to_nodes([node_id])
+        )
+        actor = self._actor_cls.options(
+            num_cpus=0,
+            # A killed logger process comes back in its bundle; calls in flight are retried.
+            max_restarts=-1,
+            max_task_retries=-1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0),
+        ).remote()
+        return actor, pg
+
+    def kill(self, actor: Any, pg: Any) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        try:
+            if pg is not None:
+                remove_placement_group(pg)
+        except Exception:  # noqa: BLE001 - already removed
+            pass
+
+    def answered(self, refs: Sequence[Any]) -> set[Any]:
+        """Those of ``refs`` whose call has answered (or failed), without waiting."""
+        import ray
+
+        if not refs:
+            return set()
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        return set(ready)
+
+    def result(self, ref: Any) -> Any:
+        """The answer of a call that has answered; raises when the call or its actor failed."""
+        import ray
+
+        return ray.get(ref, timeout=0)
