@@ -112,12 +112,17 @@ class PrimaryWriter:
         if not self._thread.ident:
             self._done.set()  # never started: nothing to finish
 
-    def wait_done(self, timeout: float) -> bool:
+    @property
+    def creating(self) -> bool:
+        """Whether the writer thread is still inside ``wandb.init``."""
+        return bool(self._thread.ident) and not self._ready.is_set()
+
+    def wait_done(self, timeout: float, why: str = "") -> bool:
         """Wait for the finish; False (and one warning) when not done within ``timeout``."""
         if not self._done.wait(timeout):
             self._warner.warn(
                 f"primary:finish-timeout:{self.spec.run_id}",
-                f"the W&B run {self.spec.run_id} did not finish within {timeout:.0f}s "
+                f"the W&B run {self.spec.run_id} did not finish within {timeout:.0f}s{': ' + why if why else ''} "
                 f"({self._queue.qsize()} queued item(s) not written); training results are unaffected",
             )
         return self._done.is_set()

@@ -159,6 +159,12 @@ def train_start(ctx: Any) -> TrainStart:
 
 def worker_placements(worker_group: Any) -> list[Placement]:
     """Where each train worker of a started worker group runs."""
+    return placements_of(worker_group.get_workers())
+
+
+def placements_of(workers: Any) -> list[Placement]:
+    """Where each of a list of Train ``Worker`` objects runs (``metadata``, ``distributed_context``:
+    Ray 2.50 to 2.60; the list ``before_init_train_context`` gets, before the train context)."""
     return [
         Placement(
             rank=w.distributed_context.world_rank if w.distributed_context else i,
@@ -166,7 +172,7 @@ def worker_placements(worker_group: Any) -> list[Placement]:
             hostname=w.metadata.hostname,
             gpu_ids=_gpu_ids(w.metadata.accelerator_ids),
         )
-        for i, w in enumerate(worker_group.get_workers())
+        for i, w in enumerate(workers)
     ]
 
 

@@ -25,6 +25,8 @@ from ._primary import PrimaryWriter
 
 # Past the bounds the fleet keeps itself: how much longer a waiting finish waits for it.
 FLEET_SLACK_S = 5.0
+# How long the end waits for a primary still creating its run (W&B unreachable): about none.
+UNCREATED_WAIT_S = 1.0
 
 
 class RunSession:
@@ -138,6 +140,11 @@ class SharedSession(RunSession):
 
     def _after_writers(self) -> None:
         self.primary.request_finish(self._exit_code)  # idempotent; covers a fleet that could not hand over
+        if self.primary.creating:
+            # The run was never created (W&B unreachable, or slower than the whole training): there
+            # is nothing to finish, and training must not wait for wandb.init to give up.
+            self.primary.wait_done(UNCREATED_WAIT_S, why="its run is still being created (is W&B reachable?)")
+            return
         self.primary.wait_done(self._timeout)
 
 

@@ -26,6 +26,9 @@ from ._warn import Warner
 from ._writers import primary_spec, run_spec
 from .offline.storage import StorageSpot, storage_spot
 
+# The longest a worker-group start waits for its node writers (see TrainRun.await_writers).
+STARTUP_WAIT_S = 30.0
+
 
 def train_config(options: Options, start: TrainStart) -> dict[str, Any]:
     """The run config: the train loop config (with ``log_config``), the user's ``config`` over it,
@@ -99,6 +102,8 @@ class TrainRun:
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         if o.strategy in ("shared", "main"):
             self._open_primary(hostname)
+        if o.strategy == "shared":  # loggers ready before the workers are placed (see await_writers)
+            self.fleet.prestart(use_gpu=bool(start.use_gpu), exclude=node_id)
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None
@@ -169,6 +174,20 @@ class TrainRun:
             session = self.sessions.get(planned.run_id) or self._open_standalone(planned)
             self._ranks[planned.run_id] = planned.rank  # a restart may place other ranks there
             session.set_nodes({planned.node_id})
+
+    def await_writers(self) -> None:
+        """Wait (at most ``STARTUP_WAIT_S``, or ``init_timeout_s`` when shorter) until the node
+        writers of the shared run have joined and sampled; at once for a run not created yet."""
+        shared = [rid for rid, session in self.sessions.items() if isinstance(session, SharedSession)]
+        bound = min(STARTUP_WAIT_S, self.options.init_timeout_s)
+        # (a standalone run's writer creates its run: no join to wait for; and an unreachable
+        # W&B must not hold training)
+        if shared and not self.fleet.await_writers(shared, bound):
+            self._warner.warn(
+                f"startup-wait:{self.base_id}",
+                f"node writers of {self.base_id} were not all ready {bound:.0f}s after the workers started; "
+                "training starts now and their first samples come later",
+            )
 
     def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         for run_id, session in self.sessions.items():

@@ -23,7 +23,7 @@ from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
 from ._primary import PrimaryWriter
 from ._secrets import CapturedEnv
-from ._session import SharedSession
+from ._session import UNCREATED_WAIT_S, SharedSession
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec, primary_spec
 from .offline.storage import StorageSpot, storage_spot
@@ -156,7 +156,10 @@ class TuneRuns:
         """Wait for every run's end (uploads bounded by ``upload_timeout``), then stop the fleet."""
         deadline = time.monotonic() + upload_timeout
         for session in list(self.sessions.values()):
-            session.primary.wait_done(max(0.1, deadline - time.monotonic()))
+            if session.primary.creating:  # never created (W&B unreachable): nothing to wait for
+                session.primary.wait_done(UNCREATED_WAIT_S, why="its run is still being created (is W&B reachable?)")
+            else:
+                session.primary.wait_done(max(0.1, deadline - time.monotonic()))
         self.fleet.shutdown(self.options.finish_timeout_s)
         self.sessions.clear()
 

@@ -20,6 +20,8 @@ from ._secrets import CapturedEnv, Secret
 from .offline.index import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
 
 STEP_METRIC = "training_iteration"
+# What a writer that is there for system metrics only leaves out.
+_SAMPLER_ONLY = {"console": "off", "x_disable_meta": True, "disable_git": True, "save_code": False}
 
 
 @dataclass(frozen=True)
@@ -167,15 +169,7 @@ def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: s
         "dir": pk.get("dir"),  # a base folder; see node_dir()
     }
     settings = {k: v for k, v in primary.settings.items() if k != "console"}
-    settings.update(
-        x_primary=False,
-        x_update_finish_state=False,
-        x_label=label,
-        console="off",
-        x_disable_meta=True,
-        disable_git=True,
-        save_code=False,
-    )
+    settings.update(x_primary=False, x_update_finish_state=False, x_label=label, **_SAMPLER_ONLY)
     return replace(
         primary,
         role="node",
@@ -192,8 +186,7 @@ def observer_spec(primary: WriterSpec, *, key: str, label: str) -> WriterSpec:
     settings = {
         k: v for k, v in primary.settings.items() if k.startswith("x_stats") or k in ("init_timeout", "finish_timeout")
     }
-    settings.update(mode="offline", x_label=label, console="off", x_disable_meta=True, disable_git=True)
-    settings["save_code"] = False
+    settings.update(mode="offline", x_label=label, **_SAMPLER_ONLY)
     init_kwargs = {"id": key, "project": primary.init_kwargs.get("project")}
     return replace(
         primary,

@@ -224,11 +224,28 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._run.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
 
     # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
+    def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
+        """The earliest moment the workers' nodes are known (their actors exist; the train
+        function has not started): the node writers start joining now."""
+        try:
+            if self._run is not None or self._relay_trial:
+                # every rank of a worker group, or (2.56+) the ranks of a replaced replica group
+                self._placements.update((p.rank, p) for p in _ray.placements_of(workers))
+                self._placed()
+        except Exception as e:  # noqa: BLE001 - a raise here fails the run
+            self._warner.warn(f"hook:before_init_train_context:{type(e).__name__}", describe(e))
+        return {}  # no train-context arguments of ours
+
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
         if self._run is not None or self._relay_trial:
             self._placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
             self._placed()
+        if self._run is not None:
+            # Right before Ray launches the train function: hold it (bounded) until every node
+            # writer has joined and taken its first sample, so the set-up inside the function
+            # (imports, process group, data, model to device) is seen on every node.
+            self._run.await_writers()
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.cluster import (
     assert_nothing_left,
+    free_port,
     node_labels,
     plugin_leftovers,
     session_log_text,
@@ -47,6 +48,9 @@ def slow_loop(config: dict[str, Any]) -> None:
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
+    if config.get("entries"):  # when this worker entered the train function, and where
+        entered = f"{ray.get_runtime_context().get_node_id()}-{rank}-{time.time()!r}"
+        open(os.path.join(config["entries"], entered), "w").close()
     start = 0
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -62,6 +66,8 @@ def slow_loop(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
+    if config.get("entries") and rank == 0:  # when training ended
+        open(os.path.join(config["entries"], f"done-{time.time()!r}"), "w").close()
 
 
 def make_callback(**kwargs: Any) -> Any:
@@ -74,10 +80,12 @@ def make_callback(**kwargs: Any) -> Any:
 class Fit(threading.Thread):
     """``trainer.fit()`` in a thread: ``Cluster.add_node`` must run on the main thread."""
 
-    def __init__(self, name: str, callback: Any, storage: str, *, steps: int, sleep: float, **run_config: Any) -> None:
+    def __init__(
+        self, name: str, callback: Any, storage: str, *, steps: int, sleep: float, entries: str = "", **run_config: Any
+    ) -> None:
         super().__init__(daemon=True)
         self.name, self.callback, self.storage = name, callback, storage
-        self.loop_config = {"steps": steps, "sleep": sleep}
+        self.loop_config = {"steps": steps, "sleep": sleep, "entries": entries}
         self.run_config = run_config
         self.result: Any = None
         self.error: BaseException | None = None
@@ -94,7 +102,10 @@ class Fit(threading.Thread):
                 train_loop_config=self.loop_config,
                 scaling_config=ScalingConfig(num_workers=2),
                 run_config=RunConfig(
-                    name=self.name, storage_path=self.storage, callbacks=[self.callback], **self.run_config
+                    name=self.name,
+                    storage_path=self.storage,
+                    callbacks=[self.callback] if self.callback is not None else [],
+                    **self.run_config,
                 ),
             ).fit()
         except BaseException as e:  # noqa: BLE001 - the test inspects it
@@ -162,7 +173,9 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     name = unique("node-dies")
     # Two retries: Ray 2.50 at times loses a restarted worker once more on a node just removed.
     failure = FailureConfig(max_failures=2)
-    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, failure_config=failure)
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, entries=str(entries), failure_config=failure)
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 3, 90, "three reports")
     run = run_of(backend, name)
@@ -183,6 +196,10 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     assert new_label in run.labels
     joined = first_event_time(run, new_label)
     assert joined is not None and joined - added_at < 30
+    # The workers the restart placed on the new node entered the train function after its
+    # writer's first sample: the restart's set-up there is seen.
+    entered = [float(p.name.split("-", 2)[2]) for p in entries.iterdir() if p.name.startswith(new_node.node_id)]
+    assert entered and joined <= min(entered), (joined, entered)
     print(f"replacement node's first sample {joined - added_at:.1f}s after it was added; fit {fit.seconds:.1f}s")
     # The dead node's writer is retired: nothing carries its label after the node went.
     late = [
@@ -308,6 +325,31 @@ def test_backend_errors_then_recovers_and_every_row_arrives_once(
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, 17))
     assert [row["step"] for row in user_rows(run)] == list(range(16))
     assert run.exit_codes == [0]
+
+
+def test_an_unreachable_wandb_leaves_the_end_as_fast_as_without_the_callback(
+    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens there: wandb.init retries until init_timeout_s (30 s here), longer than the
+    # training. The end must not wait for it (bound: UNCREATED_WAIT_S, 1 s, plus Ray's own noise).
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
+
+    def end_of(callback: Any) -> float:
+        entries = tmp_path / unique("entries")
+        entries.mkdir()
+        fit = Fit(unique("unreachable"), callback, str(tmp_path), steps=6, sleep=0.3, entries=str(entries))
+        fit.start()
+        fit.join(120)
+        returned = time.time()
+        assert not fit.is_alive() and fit.training_error() is None
+        (done,) = [float(p.name.split("-", 1)[1]) for p in entries.iterdir() if p.name.startswith("done-")]
+        return returned - done
+
+    without = end_of(None)
+    with_callback = end_of(make_callback())
+    print(f"end: {without:.2f}s without the callback, {with_callback:.2f}s with it (W&B unreachable)")
+    assert with_callback <= without + 5.0
+    assert "is W&B reachable?" in session_log_text(cluster)
 
 
 def test_a_backend_that_stalls_at_the_end_does_not_hold_fit(

@@ -82,6 +82,35 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
 
 
 @pytest.mark.smoke
+def test_every_node_is_sampled_before_its_workers_enter_the_train_function(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    from ray_wandb_nodes import WandbNodesCallback
+
+    name = unique("first-sample")
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    # The default sampling interval (15 s): a writer samples as it joins, and the start waits for it.
+    callback = WandbNodesCallback(project="e2e", init_timeout_s=30, finish_timeout_s=30, settings=FAST)
+    result = fit(name, callback, str(tmp_path), entries=str(entries))
+    assert result.error is None
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    entered: dict[str, list[float]] = {}
+    for p in entries.iterdir():
+        node_id, _, at = p.name.split("-", 2)
+        entered.setdefault(node_id, []).append(float(at))
+    assert len(entered) == 2 and head_node_id(cluster) not in entered  # two worker nodes
+    firsts = {
+        label: min(row["_timestamp"] for row in run.events if any(k.endswith(f"/l:{label}") for k in row))
+        for label in run.labels
+    }
+    for node_id, times in entered.items():
+        assert firsts[labels[node_id]] <= min(times), (labels[node_id], firsts[labels[node_id]], min(times))
+
+
+@pytest.mark.smoke
 def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("fails")
     result = None

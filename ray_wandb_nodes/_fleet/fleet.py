@@ -22,9 +22,10 @@ from .._writers import WriterSpec
 from .actors import RayActors
 from .collect import OfflineCollection
 from .health import FleetHealth, rank_report, stragglers
-from .nodes import NodeInfo, alive_nodes
+from .nodes import NodeInfo, alive_nodes, candidate_nodes
 from .plan import plan, run_of
 from .pool import LoggerPool
+from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
 from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, writer_spec
@@ -32,7 +33,17 @@ from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, wri
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired
 _RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run inside a trial)
+_AWAIT_POLL_S = 0.05  # while a worker group's start waits for its node writers
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
+
+
+def _wait_s(poll_s: float, *, awaiting: bool, retiring: bool, relay: bool) -> float:
+    """How long the fleet thread waits for a command before a poll."""
+    if awaiting:
+        return _AWAIT_POLL_S
+    if retiring:
+        return _BUSY_POLL_S
+    return min(poll_s, _RELAY_POLL_S) if relay else poll_s
 
 
 class NodeFleet:
@@ -46,8 +57,7 @@ class NodeFleet:
         actors: RayActors | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``list_nodes``, ``actors`` and ``clock`` are Ray's and time's; ``bench/fleet_scale.py``
-        passes simulated ones."""
+        """``list_nodes``, ``actors``, ``clock``: Ray's and time's; ``bench/fleet_scale.py`` simulates them."""
         self._warner = warner
         self._poll_s = poll_s
         self._list_nodes = list_nodes
@@ -58,6 +68,7 @@ class NodeFleet:
         self._targets: dict[str, RunTarget] = {}
         self._retirements: list[Retirement] = []
         self._rows = RowRouter(warner)  # a standalone run's rows
+        self._awaits = Awaits()  # worker-group starts waiting for their node writers
         self._pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s, actors=actors, clock=clock)
         self._health = FleetHealth(warner)
         self._collection = OfflineCollection(warner)
@@ -90,9 +101,22 @@ class NodeFleet:
         ``ranks``: the train ranks on each node, when known."""
         self._commands.put(("nodes", (run_id, set(nodes), covered_node, target, ranks)))
 
+    def prestart(self, *, use_gpu: bool, exclude: str | None) -> None:
+        """Start loggers now on every node that could host a train worker (see pool.prestart)."""
+        self._commands.put(("prestart", (use_gpu, exclude)))
+
     def rank_report(self, run_id: str, metrics: list[dict[str, Any]]) -> None:
         """Every rank's report, for the run's straggler rule by metric."""
         self._commands.put(("ranks", (run_id, metrics, time.time())))
+
+    def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
+        """Wait (at most ``timeout``) until every node writer the runs want has joined and taken
+        its first sample; at once for a run not created yet. False when the time ran out."""
+        if self._stopped.is_set() or not self._thread.ident:  # no fleet thread: nothing will join
+            return True
+        done = threading.Event()
+        self._commands.put(("await", (list(run_ids), done)))
+        return done.wait(timeout)
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
@@ -132,9 +156,7 @@ class NodeFleet:
         try:
             while True:
                 relay = any(isinstance(t, SharedTarget) and t.extra_nodes for t in self._targets.values())
-                wait = (
-                    _BUSY_POLL_S if self._retirements else min(self._poll_s, _RELAY_POLL_S) if relay else self._poll_s
-                )
+                wait = _wait_s(self._poll_s, awaiting=bool(self._awaits), retiring=bool(self._retirements), relay=relay)
                 try:
                     kind, payload = self._commands.get(timeout=wait)
                 except queue.Empty:
@@ -146,13 +168,13 @@ class NodeFleet:
                 self.step(kind, payload)
         finally:
             self._stopped.set()
+            self._awaits.release_all()
             for r in self._retirements:
                 r.writers_done.set()
 
     def step(self, kind: str, payload: Any) -> None:
-        """One turn of the fleet thread: a command (or ``"poll"``), then what is due. Work a turn
-        grows with what changed, not with the cluster: the node listing at most every poll, the
-        plan only when something it reads changed, pings and summaries in bounded batches."""
+        """One turn of the fleet thread: a command (or ``"poll"``), then what is due; its work grows
+        with what changed (listing once a poll, plan on change, pings and summaries batched)."""
         try:
             self._apply(kind, payload)
             self._refresh_nodes()
@@ -164,6 +186,7 @@ class NodeFleet:
                 self._dirty = False
                 self._carry_out_plan()
             self._check_health()
+            self._awaits.check(self._targets, self._pool, self._alive)
             self._check_retirements()
         except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
             self._warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
@@ -197,27 +220,21 @@ class NodeFleet:
                 target.nodes, target.covered_node = nodes, covered
                 if ranks is not None:
                     target.ranks = ranks
-        elif kind == "ranks":
-            run_id, metrics, at = payload
-            rank_report(self._targets.get(run_id), metrics, at)
+        elif kind == "ranks":  # (run id, every rank's report, when)
+            rank_report(self._targets.get(payload[0]), *payload[1:])
         elif kind == "retire":
             self._start_retirement(*payload)
-        elif kind == "log":
-            run_id, metrics = payload
-            target = self._targets.get(run_id)
+        elif kind == "await":
+            self._awaits.add(*payload)
+        elif kind == "prestart":
+            self._refresh_nodes()
+            self._pool.prestart(candidate_nodes(self._alive, use_gpu=payload[0], exclude=payload[1]))
+        elif kind in ("log", "artifact"):  # a standalone run's row or checkpoint, to its writer's logger
+            target = self._targets.get(payload[0])
             if isinstance(target, StandaloneTarget):
-                self._rows.route(target, metrics, self._pool.host_of(run_id))
-        elif kind == "artifact":
-            run_id = payload[0]
-            host = self._pool.host_of(run_id)
-            if host is not None:
-                host.actor.log_artifact.remote(*payload)
-            else:
-                self._warner.warn(
-                    f"artifact:{run_id}", f"a checkpoint of {run_id} was not logged: its writer is not placed"
-                )
+                self._rows.deliver(kind, target, payload, self._pool.host_of(target.run_id))
 
-    def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:
+    def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:  # of writer `key` on `node`
         return writer_spec(self._targets, key, node)
 
     def _carry_out_plan(self) -> None:
@@ -246,20 +263,16 @@ class NodeFleet:
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self._targets)
+        if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
+            self._pool.drop_unused_warm(set().union(*(w.nodes for w in wants)))
 
     def _check_health(self, only: str | None = None, final: bool = False) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
         self._dirty |= self._health.check(self._targets, self._pool, self._alive, only=only, final=final)
 
     # retiring runs ---------------------------------------------------------------------------
-    def _start_retirement(
-        self,
-        run_id: str,
-        timeout: float,
-        then: Callable[[], None] | None,
-        exit_code: int | None,
-        writers_done: threading.Event,
-    ) -> None:
+    def _start_retirement(self, run_id: str, *how: Any) -> None:
+        """``how``: (timeout, then, exit code, the event to set once the writers are done)."""
         target = self._targets.get(run_id)
         if target is not None and self._rows.waiting(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
@@ -268,11 +281,9 @@ class NodeFleet:
         self._targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
-        self._retirements.append(
-            retire(run_id, target, self._pool, self._collection, self._warner, (timeout, then, exit_code, writers_done))
-        )
+        self._retirements.append(retire(run_id, target, self._pool, self._collection, self._warner, how))
 
-    def _check_retirements(self, final: bool = False) -> None:
+    def _check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self._retirements = advance_all(self._retirements, self._pool, self._collection, self._warner, final)
 
     def _shutdown(self, timeout: float) -> None:

@@ -83,6 +83,16 @@ class NodeLogger:
                 if self._reader.read(run) is not before:
                     break  # one writer's samples are the node's
 
+    def warm(self) -> None:
+        """Start wandb's service in this process ahead of any writer (a logger started before the
+        train workers are placed): a join is then only the run handshake."""
+        try:
+            import wandb
+
+            wandb.setup()
+        except Exception as e:  # noqa: BLE001 - the join will start it, or say why not
+            self._errors["warm"] = describe(e)
+
     def log(self, run_id: str, row: dict[str, Any]) -> None:
         """Log one history row to a run this actor hosts (the node and all strategies)."""
         run = self._runs.get(run_id)

@@ -22,6 +22,8 @@ class NodeInfo:
     hostname: str
     ip: str
     kind: str = ""  # its hardware shape (see cap.node_kind)
+    cpus: float = 0.0
+    gpus: float = 0.0
     label: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -50,6 +52,8 @@ def alive_nodes(
             hostname=str(rec.get("NodeManagerHostname") or ""),
             ip=str(rec.get("NodeManagerAddress") or ""),
             kind=node_kind(resources) if isinstance(resources, Mapping) else "",
+            cpus=_amount(resources, "CPU"),
+            gpus=_amount(resources, "GPU"),
         )
     return out
 
@@ -73,3 +77,14 @@ def select_nodes(
         raise ValueError(f"unknown node selection {selection!r}; expected 'workers' or 'cluster'")
     wanted.discard(primary_node_id or "")
     return {nid: alive[nid] for nid in sorted(wanted)}
+
+
+def _amount(resources: object, name: str) -> float:
+    value = resources.get(name) if isinstance(resources, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def candidate_nodes(alive: Mapping[str, NodeInfo], *, use_gpu: bool, exclude: str | None) -> list[NodeInfo]:
+    """The alive nodes that could host a train worker (GPUs when it uses them, else CPUs),
+    less ``exclude`` (the controller's node, which its primary covers)."""
+    return [n for n in alive.values() if n.node_id != exclude and (n.gpus > 0 if use_gpu else n.cpus > 0)]

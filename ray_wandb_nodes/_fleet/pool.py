@@ -44,6 +44,8 @@ class LoggerHandle:
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
     summary: dict[str, Any] | None = None  # its node's latest samples, as the last ping brought
+    warm: bool = False  # started ahead of the train workers' placement, with no writer yet
+    ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
 
 
 @dataclass
@@ -79,6 +81,8 @@ class LoggerPool:
         # Nodes whose summary changed since the fleet last took them (see take_updated()).
         self._updated: set[str] = set()
         self.changed = False  # a logger was lost or restarted: the fleet re-plans
+        # (node, writer key) of every join that has answered (joined, failed or timed out)
+        self.joined: set[tuple[str, str]] = set()
 
     # what the pool holds ------------------------------------------------------------------------
     def __bool__(self) -> bool:
@@ -98,9 +102,26 @@ class LoggerPool:
         return next((h for h in self._handles.values() if run_id in h.runs), None)
 
     # writers --------------------------------------------------------------------------------------
+    def prestart(self, nodes: list[NodeInfo]) -> None:
+        """Loggers ahead of the train workers' placement, wandb's service started in each, on
+        those of ``nodes`` without one: a join is then only the run handshake."""
+        new = [n for n in nodes if n.node_id not in self._handles]
+        self.start(new)
+        for node in new:
+            handle = self._handles[node.node_id]
+            handle.warm = True
+            handle.actor.warm.remote()
+
+    def drop_unused_warm(self, wanted: set[str]) -> None:
+        """Drop the loggers started ahead that got no writer and no run wants."""
+        for node_id, handle in list(self._handles.items()):
+            if handle.warm and not handle.runs and node_id not in wanted:
+                self.drop(node_id)
+
     def add_writer(self, node_id: str, spec: WriterSpec) -> LoggerHandle:
         """Start ``spec``'s writer in the logger of ``node_id``; that logger's handle."""
         handle = self._handles[node_id]
+        handle.warm = False
         handle.runs.add(spec.run_id)
         self._join(handle, spec)
         return handle
@@ -124,6 +145,7 @@ class LoggerPool:
         still: list[_Join] = []
         for join in self._joins:
             if join.ref in ready_set:
+                self.joined.add((join.handle.node.node_id, join.run_id))
                 self.check_status(join.handle, join.ref, join.run_id)
             elif now - join.started > self._init_timeout_s + JOIN_GRACE_S:
                 self._warner.warn(
@@ -131,6 +153,7 @@ class LoggerPool:
                     f"the node writer on {join.handle.node.label} has not joined the W&B run {join.run_id} after "
                     f"{now - join.started:.0f}s; that node's system metrics may be missing",
                 )
+                self.joined.add((join.handle.node.node_id, join.run_id))
             else:
                 still.append(join)
         self._joins = still
@@ -185,7 +208,7 @@ class LoggerPool:
                 break  # the turn is in ping order: the rest were pinged later
             self._turn.rotate(-1)
             if held.runs and held.ping is None:
-                held.ping, held.pinged = held.actor.status.remote(), now
+                held.ping, held.pinged, held.ping_runs = held.actor.status.remote(), now, frozenset(held.runs)
                 self._pinging[node_id] = held
 
     def _pinged(self, handle: LoggerHandle, ref: Any, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
@@ -220,7 +243,8 @@ class LoggerPool:
         # on the new one, so the first status seen may already come from it.
         restarted = (handle.pid is not None and status.get("pid") != handle.pid) or bool(status.get("restarted"))
         handle.pid = status.get("pid")
-        missing = handle.runs - set(status.get("runs", ())) - set(status.get("errors", {}))
+        # Only writers added before the ping can be missing from its answer (calls are ordered).
+        missing = (handle.runs & handle.ping_runs) - set(status.get("runs", ())) - set(status.get("errors", {}))
         if restarted or missing:
             self._warner.warn(
                 f"node-restart:{handle.node.node_id}:{handle.pid}",

@@ -91,7 +91,7 @@ def retire(
     pool: LoggerPool,
     collection: OfflineCollection,
     warner: Warner,
-    how: tuple[float, Callable[[], None] | None, int | None, threading.Event],
+    how: tuple[Any, ...],
 ) -> Retirement:
     """Start retiring ``run_id``: finish its writers (its observers too) with ``exit_code``, and
     for an offline run, start collecting what its nodes wrote. ``how``: (timeout, then, exit

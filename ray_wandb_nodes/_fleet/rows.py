@@ -18,6 +18,18 @@ class RowRouter:
         self._warner = warner
         self._pending: dict[str, list[dict[str, Any]]] = {}
 
+    def deliver(self, kind: str, target: StandaloneTarget, payload: Any, host: LoggerHandle | None) -> None:
+        """A ``"log"`` (run id, metrics) or ``"artifact"`` (run id, checkpoint, name, aliases) of
+        ``target``'s run, for ``host`` (None: its writer is not placed yet)."""
+        if kind == "log":
+            self.route(target, payload[1], host)
+        elif host is not None:
+            host.actor.log_artifact.remote(*payload)
+        else:
+            self._warner.warn(
+                f"artifact:{target.run_id}", f"a checkpoint of {target.run_id} was not logged: its writer is not placed"
+            )
+
     def route(self, target: StandaloneTarget, metrics: dict[str, Any], host: LoggerHandle | None) -> None:
         """One report of ``target``'s run, as a row, to ``host`` (None: not placed yet)."""
         run_id = target.run_id

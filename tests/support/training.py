@@ -22,6 +22,11 @@ def train_loop(config: dict[str, Any]) -> None:
     import torch
 
     rank = ray.train.get_context().get_world_rank()
+    if config.get("entries"):  # when this worker entered the train function, and where
+        import os
+
+        entered = f"{ray.get_runtime_context().get_node_id()}-{rank}-{time.time()!r}"
+        open(os.path.join(config["entries"], entered), "w").close()
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
     x, y = torch.randn(32, 4), torch.randn(32, 1)
