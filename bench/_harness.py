@@ -35,7 +35,7 @@ def test_backend(wandb_dir: str = WORK_DIR) -> Iterator[WandbTestBackend]:
 
 
 @contextmanager
-def simulated_cluster(worker_nodes: int) -> Iterator[tuple[Any, WandbTestBackend]]:
+def simulated_cluster(worker_nodes: int, cpus_per_node: int = 1) -> Iterator[tuple[Any, WandbTestBackend]]:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -43,7 +43,7 @@ def simulated_cluster(worker_nodes: int) -> Iterator[tuple[Any, WandbTestBackend
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
         try:
             for _ in range(worker_nodes):
-                cluster.add_node(num_cpus=1)
+                cluster.add_node(num_cpus=cpus_per_node)
             cluster.wait_for_nodes()
             ray.init(address=cluster.address, log_to_driver=False)
             yield cluster, backend
