@@ -210,6 +210,14 @@ class TrainRun:
         if owner is not None:
             self.sessions[owner].log_checkpoint(checkpoint, f"checkpoint-{self.base_id}", aliases)
 
+    def abort(self) -> None:
+        """The controller exits right after an abort: end fast, as failed, without the last node
+        table (wandb uploads a table as an artifact, which an exiting controller cuts short)."""
+        for session in self.sessions.values():
+            if isinstance(session, SharedSession):
+                session.target.health = None
+        self.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
+
     def finish(self, exit_code: int, timeout: float) -> None:
         """Every run (node writers first, then the primary, or each run of its own), then every actor."""
         if self._finished:  # an abort is seen by two hooks on some Ray releases

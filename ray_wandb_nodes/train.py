@@ -221,7 +221,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def _abort(self) -> None:
         # The controller exits right after an abort: finish fast, as failed.
         if self._run is not None:
-            self._run.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
+            self._run.abort()
 
     # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
     def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:

@@ -25,7 +25,7 @@ from tests.support.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tests.support.env import FAST
+from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
@@ -199,7 +199,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     # The workers the restart placed on the new node entered the train function after its
     # writer's first sample: the restart's set-up there is seen.
     entered = [float(p.name.split("-", 2)[2]) for p in entries.iterdir() if p.name.startswith(new_node.node_id)]
-    assert entered and joined <= min(entered), (joined, entered)
+    assert entered and (joined <= min(entered) or not WANDB_SAMPLES_AT_JOIN), (joined, entered)
     print(f"replacement node's first sample {joined - added_at:.1f}s after it was added; fit {fit.seconds:.1f}s")
     # The dead node's writer is retired: nothing carries its label after the node went.
     late = [
@@ -210,9 +210,10 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     # One "node lost" alert for the dead node, and no straggler: the node table says so too.
     assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Node lost: {victim_label}", "ERROR")]
     assert victim_label in run.alerts[0]["text"]
-    table = {row["node"]: row for row in run.tables("nodes")[-1]}
-    assert table[victim_label]["state"] == "lost"
-    assert table[new_label]["state"] == "ok"
+    if WANDB_TABLES:
+        table = {row["node"]: row for row in run.tables("nodes")[-1]}
+        assert table[victim_label]["state"] == "lost"
+        assert table[new_label]["state"] == "ok"
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, len(user_rows(run)) + 1))
     assert_one_writer_per_label(run)
     assert_nothing_left()

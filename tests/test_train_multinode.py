@@ -24,7 +24,7 @@ from tests.support.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tests.support.env import DUMMY_KEY, FAST, offline_backend
+from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_backend
 from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import REPORTS, fit, make_callback
 from tests.support.wandb_backend import WandbTestBackend
@@ -82,6 +82,7 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
 
 
 @pytest.mark.smoke
+@pytest.mark.skipif(not WANDB_SAMPLES_AT_JOIN, reason="wandb < 0.31 samples first one sampling interval after joining")
 def test_every_node_is_sampled_before_its_workers_enter_the_train_function(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:

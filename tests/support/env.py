@@ -25,3 +25,18 @@ def offline_backend(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     with WandbTestBackend() as own_backend:
         monkeypatch.setenv("WANDB_BASE_URL", own_backend.base_url)
         yield wandb_dir, own_backend
+
+
+def _wandb_at_least(major: int, minor: int) -> bool:
+    try:
+        import wandb
+    except ImportError:
+        return False
+    parts = wandb.__version__.split(".")
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
+# wandb 0.31 samples as a writer joins (0.28 and 0.29 first after one sampling interval), and its
+# Table logging is what the test backend answers (0.28/0.29 also ask ArtifactByID, which it does not).
+WANDB_SAMPLES_AT_JOIN = _wandb_at_least(0, 31)
+WANDB_TABLES = _wandb_at_least(0, 31)
