@@ -77,7 +77,6 @@ def final_table(run: Any) -> dict[str, dict[str, Any]]:
     return {row["node"]: row for row in tables[-1]}
 
 
-@pytest.mark.smoke
 def test_a_slow_rank_raises_one_alert_naming_its_node(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("slow-rank")
     callback = make_callback(straggler_metric="samples_per_s", straggler_window_s=1.5)
