@@ -239,8 +239,10 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
         if self._run is not None or self._relay_trial:
-            self._placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
-            self._placed()
+            placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
+            if placements != self._placements:  # before_init_train_context told the fleet already
+                self._placements = placements
+                self._placed()
         if self._run is not None:
             # Right before Ray launches the train function: hold it (bounded) until every node
             # writer has joined and taken its first sample, so the set-up inside the function
