@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ._health.monitor import COLUMNS, Alert
-from ._health.reader import SummaryReader
+from ._health.reader import SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
 from ._wandb_io import init_writer
@@ -88,8 +88,9 @@ class PrimaryWriter:
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """The latest summary of this writer's own node's samples (None before the first)."""
-        return self._reader.summary
+        """The latest summary of this writer's own node's samples (None before the first), with
+        its age (``age_s``) on this node's clock."""
+        return aged(self._reader.summary)
 
     @property
     def ready(self) -> bool:

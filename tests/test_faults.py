@@ -255,11 +255,18 @@ def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTes
     joined = first_event_time(run, new_label)
     assert joined is not None and joined - added_at < 30
     print(f"joining node's first sample {joined - added_at:.1f}s after it was added")
+    # The autoscaler removes it again, idle (it never hosted a rank): it left, it was not lost.
+    groups = len(plugin_leftovers()[1])
+    cluster.remove_node(new_node)
+    wait_until(lambda: len(plugin_leftovers()[1]) < groups, 15, "the fleet to retire the removed node's logger")
+    assert fit.is_alive()  # seen gone while the run goes on
     fit.join(300)
     assert fit.training_error() is None
     assert run.exit_codes == [0]
+    assert [a["title"] for a in run.alerts if a["title"].startswith("Node lost")] == []
+    if WANDB_TABLES:
+        assert {row["node"]: row for row in run.tables("nodes")[-1]}[new_label]["state"] == "left"
     assert_one_writer_per_label(run)
-    cluster.remove_node(new_node)
     assert_nothing_left()
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions, StragglerRule, summarize
+from ray_wandb_nodes._health.monitor import COLUMNS
 from ray_wandb_nodes._health.rule import NodeStreak, judge
 
 # Each case: rule, and a series of ticks {node: value} one second apart (every node fresh each
@@ -267,3 +268,43 @@ def test_the_median_of_the_others_matches_the_plain_one(seed: int) -> None:
     ordered = sorted(values)
     for i, v in enumerate(values):
         assert median_without(ordered, v) == statistics.median(values[:i] + values[i + 1 :])
+
+
+def test_an_idle_node_that_leaves_without_ever_hosting_a_rank_is_left_not_lost() -> None:
+    # nodes="cluster": every alive node is the run's; the autoscaler removes an idle one.
+    m, clock = monitor()
+    idle = {"idle": ("node-idle-eeeeee", "idle")}
+    m.set_nodes({**NODES, **idle}, RANKS)
+    clock.now += 5
+    m.set_nodes(NODES, RANKS)  # gone from the alive nodes, so from the run's
+    m.alive(["n0", "n1", "n2"])
+    result = m.tick(final=True)
+    assert result.alerts == []
+    assert {row[0]: row[3] for row in result.table or []}["node-idle-eeeeee"] == "left"
+    # A node that hosted ranks before a restart moved them off it is still lost when it dies.
+    m.set_nodes(NODES, {"n0": (0,), "n2": (1, 2, 3)})
+    m.set_nodes({k: v for k, v in NODES.items() if k != "n1"}, {"n0": (0,), "n2": (1, 2, 3)})
+    m.alive(["n0", "n2"])
+    assert [(a.title, a.level) for a in m.tick().alerts] == [("Node lost: node-h1-bbbbbb", "ERROR")]
+
+
+def test_ages_never_set_a_nodes_clock_against_the_monitors() -> None:
+    m, clock = monitor()
+    # n0's clock runs an hour ahead of the monitor's: its sample was 2 s old when it was sent.
+    m.summary("n0", {"t": clock.now + 3600, "n": 1, "seq": 1, "cpu": 10.0, "age_s": 2.0})
+    # n1's runs an hour behind, and says no age: its age counts from its arrival.
+    m.summary("n1", {"t": clock.now - 3600, "n": 1, "seq": 1, "cpu": 10.0})
+    clock.now += 5
+    ages = {row[0]: row[COLUMNS.index("last_sample_age_s")] for row in m.table()}
+    assert (ages["node-h0-aaaaaa"], ages["node-h1-bbbbbb"], ages["node-h2-cccccc"]) == (7.0, 5.0, None)
+    m.alive(["n1", "n2", "head"])
+    alert = m.tick().alerts[0]
+    assert alert.title == "Node lost: node-h0-aaaaaa" and "its last sample is 7s old" in alert.text
+
+
+def test_a_summary_says_its_age_on_the_clock_that_took_it() -> None:
+    from ray_wandb_nodes._health.reader import aged
+
+    assert aged({"t": 100.0, "cpu": 1.0}, now=103.5) == {"t": 100.0, "cpu": 1.0, "age_s": 3.5}
+    assert aged({"t": 100.0}, now=99.0) == {"t": 100.0, "age_s": 0.0}  # never negative
+    assert aged(None) is None and aged({"cpu": 1.0}) == {"cpu": 1.0}

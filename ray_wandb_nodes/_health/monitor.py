@@ -93,7 +93,11 @@ class _Node:
     state: str = OK
     in_run: bool = True
     left_at: float | None = None
-    had_ranks: tuple[int, ...] = ()  # its ranks before it left the run (for a lost node's alert)
+    had_ranks: tuple[int, ...] = ()  # its last ranks (a lost node's alert); empty: it never hosted one
+    # Ages on the monitor's clock alone (a node's clock may differ): when its summary arrived,
+    # and how old the sample was then, as the node measured it (``age_s``; 0 when not said).
+    got: float | None = None
+    age_at_got: float = 0.0
 
 
 class HealthMonitor:
@@ -129,6 +133,7 @@ class HealthMonitor:
                 node = self._nodes[node_id] = _Node(node_id, label, hostname)
                 new.add(node_id)
             node.ranks = tuple(sorted(ranks.get(node_id, ())))
+            node.had_ranks = node.ranks or node.had_ranks
             node.in_run, node.left_at = True, None
             if node.state == LEFT:
                 node.state = OK
@@ -153,6 +158,8 @@ class HealthMonitor:
         new = seq - before if isinstance(seq, int) and isinstance(before, int) and seq > before else None
         node.summary = dict(summary)
         node.fresh += new or int(summary.get("n") or 1)
+        age = summary.get("age_s")
+        node.got, node.age_at_got = self._clock(), max(0.0, float(age)) if isinstance(age, (int, float)) else 0.0
 
     def report(self, metrics: list[Mapping[str, Any]], now: float | None = None) -> None:
         """One report of every rank (index = rank): judge the metric rule on it."""
@@ -169,13 +176,16 @@ class HealthMonitor:
         self._said(judge(self._metric_rule, self._streaks, values, dict.fromkeys(values, 1), now))
 
     def alive(self, alive: Iterable[str], now: float | None = None) -> None:
-        """The cluster's alive nodes: a node of the run (or just off it) not among them is lost (once)."""
+        """The cluster's alive nodes: a node of the run (or just off it, having hosted ranks) not among
+        them is lost (once). A node that never hosted a rank and left (an idle node of
+        ``nodes="cluster"`` that the autoscaler removed) stays ``left``."""
         up = set(alive)
         now = self._clock() if now is None else now
         for node in self._nodes.values():
             if node.state == LOST or node.node_id in up:
                 continue
-            if node.in_run or (node.left_at is not None and now - node.left_at < LOST_GRACE_S):
+            just_left = node.left_at is not None and now - node.left_at < LOST_GRACE_S and bool(node.had_ranks)
+            if node.in_run or just_left:
                 self._events.append((node.node_id, self._alert(node, LOST)))
                 self._clear(node, LOST)
 
@@ -215,7 +225,6 @@ class HealthMonitor:
             s = node.summary or {}
             mean, low = gpu_util(s)
             streak = self._streaks.get(node.node_id)
-            t = s.get("t")
             rows.append(
                 [
                     node.label,
@@ -231,7 +240,7 @@ class HealthMonitor:
                     _round(s.get("rss_mb")),
                     _round(_mb(s.get("net_sent"))),
                     _round(_mb(s.get("net_recv"))),
-                    _round(now - t) if isinstance(t, (int, float)) else None,
+                    _round(self._age(node, now)),
                     _round(self._value(node)[1]),
                     _round(streak.median if streak else None),
                 ]
@@ -274,6 +283,11 @@ class HealthMonitor:
         for node in self._nodes.values():
             node.fresh = 0
 
+    def _age(self, node: _Node, now: float) -> float | None:
+        """How old ``node``'s latest sample is, on the monitor's clock: its age when it arrived
+        (measured on the node) plus the time since; never the node's clock against this one."""
+        return None if node.got is None else node.age_at_got + max(0.0, now - node.got)
+
     def _said(self, events: list[tuple[str, str]]) -> None:
         self._events += [(node_id, self._alert(self._nodes[node_id], kind)) for node_id, kind in events]
 
@@ -285,8 +299,8 @@ class HealthMonitor:
         o = self.options
         who = f"{node.label} (host {node.hostname or '?'}, {_ranks(node.ranks or node.had_ranks)})"
         if kind == LOST:
-            s = node.summary or {}
-            age = f"; its last sample is {self._clock() - s['t']:.0f}s old" if isinstance(s.get("t"), float) else ""
+            last = self._age(node, self._clock())
+            age = f"; its last sample is {last:.0f}s old" if last is not None else ""
             return Alert(f"Node lost: {node.label}", f"{who} left the cluster{age}.", "ERROR", node.label, kind)
         what, value = self._value(node)
         name = {"gpu": "GPU utilisation (%)", "cpu": "CPU (%)"}.get(what, what)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .summary import summarize
@@ -31,3 +32,12 @@ class SummaryReader:
             fresh["seq"] = self._seen
             self.summary, self._since = fresh, fresh["t"]
         return self.summary
+
+
+def aged(summary: dict[str, Any] | None, now: float | None = None) -> dict[str, Any] | None:
+    """``summary`` with ``age_s``: how old its newest sample is, on the clock that took it (the
+    node's), so that the driver side never sets a node's sample time against its own clock."""
+    if not summary or not isinstance(summary.get("t"), (int, float)):
+        return summary
+    now = time.time() if now is None else now
+    return {**summary, "age_s": max(0.0, now - summary["t"])}
