@@ -115,3 +115,55 @@ def test_past_the_cap_members_and_observers_cover_every_node_and_one_warning_say
     ]
     table = target.health.table()
     assert len(table) == 300 and sum(row[4] == "table only" for row in table) == 260
+
+
+def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() -> None:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._fleet.health import feed
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.targets import SharedTarget
+    from ray_wandb_nodes._health import HealthMonitor, HealthOptions
+    from ray_wandb_nodes._health.monitor import COLUMNS
+
+    now = dt.datetime.now(tz=dt.timezone.utc)
+
+    class Writer:  # what the reader reads off a wandb run: its kept samples
+        def __init__(self, cpu: float) -> None:
+            self._system_metrics = {"cpu": [(now, cpu)], "proc.memory.rssMB": [(now, cpu * 10)]}
+
+    class Actors:  # the pool's Ray calls, answered at once
+        def group_prefix(self) -> str:
+            return "g-"
+
+        def create(self, node_id: str, name: str) -> tuple[None, None]:
+            return None, None
+
+        def result(self, ref: Any) -> Any:
+            return ref
+
+    # Two trials' writers on one node's logger: trial A busy, trial B idle.
+    logger = NodeLogger()
+    logger._runs = {"trial-a": Writer(90.0), "trial-b": Writer(5.0)}
+    logger.read_samples()
+    summaries = logger.summaries()
+    status = {"pid": 1, "runs": ["trial-a", "trial-b"], "errors": {}, "summaries": summaries}
+    status["summary"] = next(iter(summaries.values()))
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
+    pool.start([node])
+    handle = pool.get("n1")
+    assert handle is not None
+    handle.runs = {"trial-a", "trial-b"}
+    pool.check_status(handle, status)
+    updated = pool.take_updated()
+    cpu: dict[str, Any] = {}
+    for run_id in ("trial-a", "trial-b"):
+        primary = SimpleNamespace(spec=SimpleNamespace(run_id=run_id), index=None, summary=None)
+        target = SharedTarget(primary=primary, nodes={"n1"}, health=HealthMonitor(HealthOptions(compare_all=True)))  # type: ignore[arg-type]
+        feed(target, pool, {"n1": node}, {"n1": node}, updated)
+        assert target.health is not None
+        row = target.health.table()[0]
+        cpu[run_id] = (row[COLUMNS.index("cpu")], row[COLUMNS.index("rss_mb")])
+    assert cpu == {"trial-a": (90.0, 900.0), "trial-b": (5.0, 50.0)}

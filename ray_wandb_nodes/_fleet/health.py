@@ -41,8 +41,8 @@ def feed(
         updated = set(updated) | new  # a node new to the monitor brings its summary
     for node_id in updated:
         handle = pool.get(node_id)
-        if handle is not None:
-            health.summary(node_id, handle.summary)
+        if handle is not None:  # this run's writer's samples there, never another run's
+            health.summary(node_id, handle.summaries.get(target.run_id))
     if target.covered_node:
         health.summary(target.covered_node, target.primary.summary)
 

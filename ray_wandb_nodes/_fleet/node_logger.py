@@ -7,8 +7,10 @@ it also logs the history rows the controller routes to it and ends with the trai
 exit code. The actor takes no CPU (``num_cpus=0``) and sits in a placement-group bundle of
 a little memory. It reports failures as data (``status()``) instead of dying, so one bad
 node is one warning on the driver side, never a dead run. ``status()`` also carries the
-node's latest summary (see ``_health``): a thread of the actor reads it off wandb's kept
-samples every sampling interval, so a ping never waits on wandb.
+node's latest summary of each writer (see ``_health``): a thread of the actor reads them off
+wandb's kept samples every sampling interval, so a ping never waits on wandb. Each writer has
+its own (a Tune trial's writer samples its own trial's processes), and each says its age on
+this node's clock.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 from typing import Any
 
 from .. import _ray
-from .._health.reader import SummaryReader
+from .._health.reader import SummaryReader, aged
 from .._metrics import Stepper
 from .._wandb_io import init_writer
 from .._warn import describe
@@ -42,8 +44,8 @@ class NodeLogger:
         # Rows that arrive before their writer (a restarted actor gets its writers back later).
         self._early: dict[str, list[dict[str, Any]]] = {}
         self._restarted = _ray.was_restarted()
-        # The node's latest samples, read off its writers on a thread of their own (never in a call).
-        self._reader = SummaryReader()
+        # Each writer's latest samples, read off it on a thread of their own (never in a call).
+        self._readers: dict[str, SummaryReader] = {}
         self._sample_s = 15.0
         self._sampler: threading.Thread | None = None
         for spec in specs or []:
@@ -78,10 +80,21 @@ class NodeLogger:
     def _sample(self) -> None:
         stop = threading.Event()
         while not stop.wait(self._sample_s):
-            for run in list(self._runs.values()):
-                before = self._reader.summary
-                if self._reader.read(run) is not before:
-                    break  # one writer's samples are the node's
+            self.read_samples()
+
+    def read_samples(self) -> None:
+        """Read every writer's kept samples into its own summary."""
+        for run_id, run in list(self._runs.items()):
+            self._readers.setdefault(run_id, SummaryReader()).read(run)
+
+    def summaries(self, now: float | None = None) -> dict[str, dict[str, Any]]:
+        """Each writer's latest summary (by writer key), with its age on this node's clock."""
+        out = {}
+        for run_id, reader in list(self._readers.items()):
+            summary = aged(reader.summary, now)
+            if summary:
+                out[run_id] = summary
+        return out
 
     def warm(self) -> None:
         """Start wandb's service in this process ahead of any writer (a logger started before the
@@ -124,6 +137,7 @@ class NodeLogger:
     def status(self) -> dict[str, Any]:
         import ray
 
+        summaries = self.summaries()
         return {
             "pid": os.getpid(),
             "restarted": self._restarted,
@@ -133,7 +147,8 @@ class NodeLogger:
             "labels": dict(self._labels),
             "logged": dict(self._logged),
             "errors": dict(self._errors),
-            "summary": self._reader.summary,
+            "summary": next(iter(summaries.values()), None),  # the node's, from any writer
+            "summaries": summaries,
         }
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
@@ -145,6 +160,7 @@ class NodeLogger:
         ids = [run_id] if run_id is not None else list(self._runs)
         for rid in ids:
             run = self._runs.pop(rid, None)
+            self._readers.pop(rid, None)
             if run is None:
                 continue
             try:

@@ -23,6 +23,7 @@ from .._warn import Warner, describe
 from .._writers import WriterSpec
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
+from .plan import run_of
 
 __all__ = ["BUNDLE", "JOIN_GRACE_S", "PG_NAME_PREFIX", "PING_BATCH", "LoggerHandle", "LoggerPool"]
 
@@ -44,6 +45,8 @@ class LoggerHandle:
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
     summary: dict[str, Any] | None = None  # its node's latest samples, as the last ping brought
+    # Each writer's latest samples by run id (a Tune trial's writer samples its own processes).
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
 
@@ -230,6 +233,10 @@ class LoggerPool:
         if summary and summary is not handle.summary:
             handle.summary = summary
             self._updated.add(handle.node.node_id)
+            by_writer = status.get("summaries")
+            if by_writer is None:  # a logger that keeps one summary for its node
+                by_writer = dict.fromkeys(status.get("runs", ()), summary)
+            handle.summaries = {run_of(key)[0]: s for key, s in by_writer.items()}
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""
