@@ -105,9 +105,7 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
     spot = experiment.for_run("run-1")
     src = _node_folder(tmp_path)
     archive, size = pack(str(src))
-    assert (
-        NodeLogger().put_offline(archive, spot, "node-a", time.time() + 30) == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
-    )
+    assert NodeLogger().put_offline(archive, spot, "node-a", 30.0) == "exp/ray_wandb_nodes/run-1/node-a.tar.gz"
     assert (bucket / "exp" / "ray_wandb_nodes" / "run-1" / "node-a.tar.gz").stat().st_size == size
     dest = tmp_path / "collected" / "nodes" / "node-a"
     fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
@@ -133,7 +131,7 @@ def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_un
     with pytest.raises(FileNotFoundError, match=r"node-a\.tar\.gz"):
         fetch(spot, "node-a", size, str(dest), time.monotonic() + 30)
     # Another node's or an old copy of another size: both sizes are named.
-    stored = put(archive, spot, "node-a", time.time() + 30)
+    stored = put(archive, spot, "node-a", 30.0)
     with open(stored, "r+b") as f:
         f.truncate(size - 10)
     with pytest.raises(OSError, match=f"holds {size - 10} bytes, the node packed {size}"):
@@ -151,5 +149,28 @@ def test_a_copy_that_would_come_too_late_is_not_made(tmp_path: Path) -> None:
     assert experiment is not None
     archive, _ = pack(str(_node_folder(tmp_path)))
     with pytest.raises(TimeoutError, match="no time left to copy to local://"):
-        put(archive, experiment.for_run("run-1"), "node-a", time.time() - 1)
+        put(archive, experiment.for_run("run-1"), "node-a", 0.0)
     assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize("skew_s", [-3600.0, 3600.0], ids=["node-clock-behind", "node-clock-ahead"])
+def test_a_node_copies_within_the_duration_it_is_handed_whatever_its_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skew_s: float
+) -> None:
+    from ray_wandb_nodes.offline import storage
+    from ray_wandb_nodes.offline.transfer import pack
+
+    experiment, _ = storage.storage_spot("storage", str(tmp_path / "exp"), None)
+    assert experiment is not None
+    spot = experiment.for_run("run-1")
+    archive, size = pack(str(_node_folder(tmp_path)))
+    real = time.time
+    monkeypatch.setattr(storage.time, "time", lambda: real() + skew_s)  # the node's clock is off by an hour
+    assert os.path.getsize(storage.put(archive, spot, "node-a", 30.0)) == size
+    # A copy whose time runs out mid-way stops there, and leaves nothing in the storage.
+    clock = iter([0.0, 0.0, 31.0])  # the start, the first chunk, then past the 30 s handed over
+    monkeypatch.setattr(storage.time, "monotonic", lambda: next(clock, 31.0))
+    monkeypatch.setattr(storage, "CHUNK_BYTES", max(1, size // 3))
+    with pytest.raises(TimeoutError, match="before the deadline"):
+        storage.put(archive, spot, "node-b", 30.0)
+    assert not os.path.exists(spot.file("node-b"))

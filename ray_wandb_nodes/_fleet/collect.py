@@ -185,13 +185,13 @@ class OfflineCollection:
 
         node, storage, deadline = handle.node, job.storage, job.deadline
         assert storage is not None
-        written = False
+        written = False  # True once the node may have written: it removes what it wrote on failure
         try:
-            until = time.time() + _left(deadline)  # wall clock: the node checks it on its own machine
-            ray.get(
-                handle.actor.put_offline.remote(info["archive"], storage, node.label, until), timeout=_left(deadline)
-            )
+            # A duration, timed on the node: never a driver-side timestamp set against its clock.
+            seconds = max(0.0, deadline - time.monotonic())
+            ref = handle.actor.put_offline.remote(info["archive"], storage, node.label, seconds)
             written = True
+            ray.get(ref, timeout=_left(deadline))
             fetch(storage, node.label, info["bytes"], dest, deadline)
             return True
         except Exception as e:

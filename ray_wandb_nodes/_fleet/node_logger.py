@@ -193,9 +193,9 @@ class NodeLogger:
             return {"archive": None, "bytes": size}
         return {"archive": archive, "bytes": size}
 
-    def put_offline(self, archive: str, storage: _storage.StorageSpot, label: str, until: float) -> str:
-        """Copy a packed offline run into the run's storage before ``until`` (wall clock)."""
-        return _storage.put(archive, storage, label, until)
+    def put_offline(self, archive: str, storage: _storage.StorageSpot, label: str, seconds: float) -> str:
+        """Copy a packed offline run into the run's storage within ``seconds`` (a duration, timed here)."""
+        return _storage.put(archive, storage, label, seconds)
 
     def remove_stored(self, storage: _storage.StorageSpot, label: str) -> None:
         """Delete a copy :meth:`put_offline` made (the driver side could not read it)."""

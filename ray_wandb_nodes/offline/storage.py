@@ -72,14 +72,16 @@ def storage_spot(transfer: str, experiment_path: Any, storage_filesystem: Any) -
     return StorageSpot(fs, f"{base}/ray_wandb_nodes" if base or path.startswith("/") else "ray_wandb_nodes"), None
 
 
-def put(archive: str, spot: StorageSpot, label: str, until: float) -> str:
-    """On the node: copy ``archive`` into ``spot`` before ``until`` (wall-clock seconds, so that
-    it holds on another machine); returns the file's path there.
+def put(archive: str, spot: StorageSpot, label: str, seconds: float) -> str:
+    """On the node: copy ``archive`` into ``spot`` within ``seconds`` from now, timed on this
+    machine's monotonic clock (a duration, never another machine's timestamp: the node's wall
+    clock may differ from the driver side's by seconds); returns the file's path there.
 
-    ``TimeoutError`` when ``until`` passes first; a partial copy is deleted, so a copy that
+    ``TimeoutError`` when the time runs out first; a partial copy is deleted, so a copy that
     would come too late to be fetched never stays in the storage.
     """
-    if time.time() >= until:
+    until = time.monotonic() + seconds
+    if seconds <= 0:
         raise TimeoutError(f"no time left to copy to {spot.uri}")
     fs = spot.filesystem
     dest = spot.file(label)
@@ -91,7 +93,7 @@ def put(archive: str, spot: StorageSpot, label: str, until: float) -> str:
             fs.open_output_stream(dest, compression=None) as out,
         ):  # not gzipped again for its name
             while chunk := src.read(CHUNK_BYTES):
-                if time.time() >= until:
+                if time.monotonic() >= until:
                     raise TimeoutError(f"{copied} bytes copied to {spot.uri} before the deadline")
                 out.write(chunk)
                 copied += len(chunk)
