@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._metrics import RowBuilder, flatten, number, to_row
-from ._naming import node_label
+from ._naming import LABELS
 from ._options import RANK_METRICS
 
 _ID_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -67,8 +67,9 @@ def plan_runs(strategy: str, placements: Sequence[Placement], base_id: str) -> l
         for p in sorted(placements, key=lambda p: p.rank):
             lowest.setdefault(p.node_id, p)
         runs = []
+        labels = LABELS.assign((p.hostname, p.node_id) for p in placements)
         for p in sorted(lowest.values(), key=lambda p: p.rank):
-            label = node_label(p.hostname, p.node_id)
+            label = labels[p.node_id]
             runs.append(
                 PlannedRun(run_id=child_run_id(base_id, label), name=label, node_id=p.node_id, label=label, rank=p.rank)
             )

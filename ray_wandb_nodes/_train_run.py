@@ -14,7 +14,7 @@ from ._artifacts import checkpoint_aliases
 from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
 from ._health import HealthMonitor, HealthOptions
 from ._metrics import config_for_wandb, flatten
-from ._naming import node_label, train_run_id
+from ._naming import LABELS, train_run_id
 from ._options import Options
 from ._primary import PrimaryWriter
 from ._ray import TrainStart
@@ -49,8 +49,9 @@ def train_config(options: Options, start: TrainStart) -> dict[str, Any]:
 def placement_config(placements: list[Placement]) -> dict[str, Any]:
     """What a worker group's placement adds to the run config: world size, ranks by node label."""
     by_node: dict[str, list[int]] = {}
+    labels = LABELS.assign((p.hostname, p.node_id) for p in placements)
     for p in placements:
-        by_node.setdefault(node_label(p.hostname, p.node_id), []).append(p.rank)
+        by_node.setdefault(labels[p.node_id], []).append(p.rank)
     return {"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}}
 
 
@@ -120,7 +121,7 @@ class TrainRun:
             self._env,
             mode=self.mode,
             run_id=self.base_id,
-            label=node_label(hostname, self.node_id),
+            label=LABELS.label(hostname, self.node_id),
             display_name=self.run_name,
             group=None,
             config=self.config,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .._naming import node_label
+from .._naming import LABELS
 from .cap import node_kind
 
 _T = TypeVar("_T")
@@ -27,7 +27,7 @@ class NodeInfo:
     label: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "label", node_label(self.hostname, self.node_id))
+        object.__setattr__(self, "label", LABELS.label(self.hostname, self.node_id))
 
 
 def alive_nodes(
@@ -38,6 +38,13 @@ def alive_nodes(
     past reading it."""
     out: dict[str, NodeInfo] = {}
     known = known or {}
+    records = list(records)
+    # The whole listing labelled at once: no two alive nodes get one label.
+    LABELS.assign(
+        (str(rec.get("NodeManagerHostname") or ""), str(rec["NodeID"]))
+        for rec in records
+        if rec.get("Alive") and str(rec["NodeID"]) not in known
+    )
     for rec in records:
         if not rec.get("Alive"):
             continue
