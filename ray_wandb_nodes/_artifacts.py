@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+IMMUTABLE = "immutable"  # wandb's add_dir policy that uploads files in place (no staging copy)
 
 
 def artifact_name(name: str) -> str:
@@ -62,12 +63,18 @@ class CheckpointAt:
 
 
 def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
-    """A ``model`` artifact of a Ray checkpoint: its files, or a reference to its URI."""
+    """A ``model`` artifact of a Ray checkpoint: its files, or a reference to its URI.
+
+    The files are uploaded from where they are, never copied on this node: Ray has persisted
+    the checkpoint and no longer changes it, so wandb's ``immutable`` policy (no staging copy)
+    and ``skip_cache`` (no copy into wandb's artifact cache after the upload) hold; both are
+    in every wandb from 0.28. Building it still reads every file once, for its digest.
+    """
     path = str(checkpoint.path)
     uri = checkpoint_uri(getattr(checkpoint, "filesystem", None), path)
     artifact = wandb.Artifact(name=artifact_name(name), type="model", metadata={"ray_checkpoint_path": uri or path})
     if uri is None:
-        artifact.add_dir(path)
+        artifact.add_dir(path, skip_cache=True, policy=IMMUTABLE)
     else:
         add_reference(artifact, uri)
     return artifact

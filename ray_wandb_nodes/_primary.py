@@ -58,6 +58,15 @@ class PrimaryWriter:
         self._stepper = Stepper(spec.step_metric)
         self.index: OfflineIndex | None = offline_index(spec)
         self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
+        # Checkpoint artifacts are built (every file read for its digest) on a thread of their
+        # own, so rows, tables and alerts never wait behind a multi-GB checkpoint; the writer
+        # thread logs each once built. Names of those not handed to wandb yet, and the last one that was.
+        self._builds: queue.SimpleQueue[tuple[Callable[[Any], Any], list[str], str]] = queue.SimpleQueue()
+        self._builder: threading.Thread | None = None
+        self._unlogged: list[str] = []
+        self._last_logged: str | None = None
+        self._abandoned = threading.Event()  # an abort: build and log no more, finish at once
+        self._lock = threading.Lock()
         self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
 
     # called from hooks: never blocks on W&B --------------------------------------------------
@@ -74,9 +83,23 @@ class PrimaryWriter:
     def update_config(self, config: Mapping[str, Any]) -> None:
         self._queue.put((_CONFIG, dict(config)))
 
-    def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = ()) -> None:
-        """``make(wandb)`` builds the artifact on the writer thread; it is logged with ``aliases``."""
-        self._queue.put((_ARTIFACT, (make, list(aliases))))
+    def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint") -> None:
+        """``make(wandb)`` builds the artifact on the artifact thread (never the writer thread);
+        the writer thread then logs it with ``aliases``. ``name`` names it in warnings."""
+        with self._lock:
+            self._unlogged.append(name)
+            if self._builder is None:
+                self._builder = threading.Thread(target=self._build, name="ray_wandb_nodes-artifacts", daemon=True)
+                self._builder.start()
+        self._builds.put((make, list(aliases), name))
+
+    def abandon_uploads(self) -> tuple[list[str], str | None]:
+        """An abort: build and log no more artifacts, and finish without them. Returns the
+        checkpoints not handed to wandb (dropped) and the last one that was (wandb may still be
+        uploading it)."""
+        self._abandoned.set()
+        with self._lock:
+            return list(self._unlogged), self._last_logged
 
     def alert(self, alert: Alert) -> None:
         """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
@@ -142,24 +165,30 @@ class PrimaryWriter:
                     read_at = time.monotonic()
                     self._reader.read(self.run)
                 if kind == _FINISH:
+                    self._log_built()
                     self._finish(payload)
                     return
-                if self.run is None or not kind:
-                    self.dropped += kind == _LOG
-                    continue
-                if kind == _LOG:
-                    self._log(payload)
-                elif kind == _CONFIG:
-                    self._config(payload)
-                elif kind == _ARTIFACT:
-                    self._artifact(*payload)
-                elif kind == _ALERT:
-                    self._alert(payload)
-                elif kind == _HEALTH:
-                    self._health(*payload)
+                self._handle(kind, payload)
         finally:
             self._ready.set()
             self._done.set()
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        if self.run is None or not kind:
+            self.dropped += kind == _LOG
+            if kind == _ARTIFACT:
+                self._settled(payload[2])
+            return
+        if kind == _LOG:
+            self._log(payload)
+        elif kind == _CONFIG:
+            self._config(payload)
+        elif kind == _ARTIFACT:
+            self._log_artifact(*payload)
+        elif kind == _ALERT:
+            self._alert(payload)
+        elif kind == _HEALTH:
+            self._health(*payload)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -214,16 +243,60 @@ class PrimaryWriter:
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"config:{type(e).__name__}", f"run config could not be updated ({describe(e)})")
 
-    def _artifact(self, make: Callable[[Any], Any], aliases: list[str]) -> None:
+    def _build(self) -> None:
+        """The artifact thread: build each artifact in turn, hand it to the writer thread."""
         import wandb
 
+        while True:
+            try:
+                make, aliases, name = self._builds.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if self._done.is_set() and self._builds.empty():  # the run has ended
+                        self._builder = None
+                        return
+                continue
+            artifact = None
+            if not self._abandoned.is_set():
+                try:
+                    artifact = make(wandb)
+                except Exception as e:  # noqa: BLE001
+                    self._artifact_failed(e)
+            if artifact is None:
+                self._settled(name)
+            else:
+                self._queue.put((_ARTIFACT, (artifact, aliases, name)))
+
+    def _log_artifact(self, artifact: Any, aliases: list[str], name: str) -> None:
         try:
-            artifact = make(wandb)
-            self.run.log_artifact(artifact, aliases=aliases or None)
+            if not self._abandoned.is_set():
+                self.run.log_artifact(artifact, aliases=aliases or None)
+                self._last_logged = name
         except Exception as e:  # noqa: BLE001
-            self._warner.warn(
-                f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
-            )
+            self._artifact_failed(e)
+        self._settled(name)
+
+    def _log_built(self) -> None:
+        """Before the finish: log the artifacts still being built (not after an abort)."""
+        while not self._abandoned.is_set() and self.run is not None:
+            with self._lock:
+                if not self._unlogged:
+                    return
+            try:
+                kind, payload = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._handle(kind, payload)
+
+    def _settled(self, name: str) -> None:
+        with self._lock:
+            if name in self._unlogged:
+                self._unlogged.remove(name)
+
+    def _artifact_failed(self, e: BaseException) -> None:
+        self._warner.warn(
+            f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
+        )
 
     def _alert(self, alert: Alert) -> None:
         if self.index is not None:  # offline: wandb keeps no alert; the report prints these

@@ -81,19 +81,25 @@ class RunSession:
         self._timeout = self.finish_timeout_s if timeout is None else timeout
         self._writers_done = self._retire(exit_code, self._timeout)
 
-    def wait_finished(self, deadline: float | None = None) -> None:
+    def wait_finished(self, deadline: float | None = None, end: float | None = None) -> None:
         """Return once the run is finished, or its bounds have passed (after :meth:`finish`; only
-        the first call waits). ``deadline`` (monotonic) bounds the wait for the node writers, so
-        that several sessions can share one bound."""
+        the first call waits). ``deadline`` (monotonic) bounds the wait for the node writers and
+        ``end`` the whole wait, the primary's included, so that several sessions can share one bound."""
         if self._writers_done is None or self._waited:
             return
         self._waited = True
         if deadline is None:
             deadline = time.monotonic() + self._timeout + FLEET_SLACK_S
+        if end is not None:
+            deadline = min(deadline, end)
         self._writers_done.wait(max(0.0, deadline - time.monotonic()))
-        self._after_writers()
+        self._after_writers(end)
 
-    def _after_writers(self) -> None:
+    def abandon_uploads(self) -> tuple[list[str], str | None]:
+        """An abort: upload no more checkpoints (see :meth:`PrimaryWriter.abandon_uploads`)."""
+        return [], None
+
+    def _after_writers(self, end: float | None = None) -> None:
         """What a waiting finish does once the node writers are done (or their bound passed)."""
 
     def _retire(self, exit_code: int, timeout: float) -> threading.Event:
@@ -131,21 +137,26 @@ class SharedSession(RunSession):
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
-        self.primary.log_artifact(make, aliases=aliases)
+        self.primary.log_artifact(make, aliases=aliases, name=name)
+
+    def abandon_uploads(self) -> tuple[list[str], str | None]:
+        return self.primary.abandon_uploads()
 
     def _retire(self, exit_code: int, timeout: float) -> threading.Event:
         return self.fleet.retire_run(
             self.run_id, timeout, then=functools.partial(self.primary.request_finish, exit_code)
         )
 
-    def _after_writers(self) -> None:
+    def _after_writers(self, end: float | None = None) -> None:
         self.primary.request_finish(self._exit_code)  # idempotent; covers a fleet that could not hand over
+        left = self._timeout if end is None else max(0.0, min(self._timeout, end - time.monotonic()))
         if self.primary.creating:
             # The run was never created (W&B unreachable, or slower than the whole training): there
             # is nothing to finish, and training must not wait for wandb.init to give up.
-            self.primary.wait_done(UNCREATED_WAIT_S, why="its run is still being created (is W&B reachable?)")
+            why = "its run is still being created (is W&B reachable?)"
+            self.primary.wait_done(min(UNCREATED_WAIT_S, left), why=why)
             return
-        self.primary.wait_done(self._timeout)
+        self.primary.wait_done(left)
 
 
 class StandaloneSession(RunSession):

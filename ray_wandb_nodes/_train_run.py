@@ -28,6 +28,7 @@ from .offline.storage import StorageSpot, storage_spot
 
 # The longest a worker-group start waits for its node writers (see TrainRun.await_writers).
 STARTUP_WAIT_S = 30.0
+ABORT_S = 10.0  # an abort's bound on the controller's event loop (finish_timeout_s when shorter)
 
 
 def train_config(options: Options, start: TrainStart) -> dict[str, Any]:
@@ -53,6 +54,19 @@ def placement_config(placements: list[Placement]) -> dict[str, Any]:
     for p in placements:
         by_node.setdefault(labels[p.node_id], []).append(p.rank)
     return {"ray_train": {"world_size": len(placements), "ranks_by_node": by_node}}
+
+
+def abort_uploads_warning(bound: float, dropped: list[str], last: str | None) -> str:
+    """The one warning of an abort with checkpoint uploads pending (pure)."""
+    parts = []
+    if dropped:
+        parts.append(f"{len(dropped)} checkpoint(s) not yet handed to W&B are dropped ({', '.join(dropped)})")
+    if last:
+        parts.append(f"the upload of {last}, the last one logged, is cut short if W&B has not finished it")
+    return (
+        f"the run was aborted: it ends within {bound:.0f}s without waiting for checkpoint uploads "
+        f"(upload_timeout_s bounds a run's end, not an abort): {'; '.join(parts)}"
+    )
 
 
 def health_options(options: Options) -> HealthOptions:
@@ -212,23 +226,38 @@ class TrainRun:
             self.sessions[owner].log_checkpoint(checkpoint, f"checkpoint-{self.base_id}", aliases)
 
     def abort(self) -> None:
-        """The controller exits right after an abort: end fast, as failed, without the last node
-        table (wandb uploads a table as an artifact, which an exiting controller cuts short)."""
+        """The controller exits right after an abort: end fast (within ``ABORT_S``, or
+        ``finish_timeout_s`` when shorter, whatever uploads are pending), as failed, without the
+        last node table (wandb uploads a table as an artifact, which an exiting controller cuts short)."""
+        if self._finished:  # an abort is seen by two hooks on some Ray releases
+            return
+        bound = min(ABORT_S, self.options.finish_timeout_s)
+        dropped: list[str] = []
+        last: str | None = None
         for session in self.sessions.values():
             if isinstance(session, SharedSession):
                 session.target.health = None
-        self.finish(exit_code=1, timeout=min(10.0, self.options.finish_timeout_s))
+            names, logged = session.abandon_uploads()
+            dropped += names
+            last = logged or last
+        if dropped or last:
+            self._warner.warn(f"abort-uploads:{self.base_id}", abort_uploads_warning(bound, dropped, last))
+        self.finish(exit_code=1, timeout=bound, abort=True)
 
-    def finish(self, exit_code: int, timeout: float) -> None:
-        """Every run (node writers first, then the primary, or each run of its own), then every actor."""
+    def finish(self, exit_code: int, timeout: float, *, abort: bool = False) -> None:
+        """Every run (node writers first, then the primary, or each run of its own), then every
+        actor, all within one bound on the controller's event loop: ``timeout``, raised to
+        ``upload_timeout_s`` for checkpoint uploads unless it is an ``abort``."""
         if self._finished:  # an abort is seen by two hooks on some Ray releases
             return
         self._finished = True
         o = self.options
-        wait = max(timeout, o.upload_timeout_s) if o.upload_checkpoints else timeout
+        wait = max(timeout, o.upload_timeout_s) if o.upload_checkpoints and not abort else timeout
+        stop = time.monotonic() + wait  # every wait below ends by then
+        end = stop - min(1.0, wait / 10)  # the runs' end; the rest stops the fleet
+        writers = wait - min(wait / 4, _FLEET_SLACK_S)  # node writers first; the primary has the rest
         for session in self.sessions.values():
-            session.finish(exit_code, timeout=wait)
-        deadline = time.monotonic() + wait + _FLEET_SLACK_S  # one bound for every session's writers
+            session.finish(exit_code, timeout=writers)
         for session in self.sessions.values():
-            session.wait_finished(deadline)
-        self.fleet.shutdown(wait)
+            session.wait_finished(end, end=end)
+        self.fleet.shutdown(max(0.0, stop - time.monotonic()), slack_s=0.0)

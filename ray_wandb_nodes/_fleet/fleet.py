@@ -142,12 +142,13 @@ class NodeFleet:
         self._commands.put(("retire", (run_id, timeout, then, exit_code, done)))
         return done
 
-    def shutdown(self, timeout: float) -> None:
+    def shutdown(self, timeout: float, slack_s: float = 10.0) -> None:
         """Retire the node writers of every run still open, then kill every actor and placement
-        group (bounded). A primary is its session's to finish, never the fleet's."""
+        group (bounded: ``timeout``, and ``slack_s`` more for a fleet thread inside a Ray call).
+        A primary is its session's to finish, never the fleet's."""
         if self._thread.ident:
             self._commands.put(("shutdown", timeout))
-            if not self._stopped.wait(timeout + 10.0):
+            if not self._stopped.wait(timeout + slack_s):
                 self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
         self._pool.kill_all()
 
