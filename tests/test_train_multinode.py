@@ -1,8 +1,10 @@
 """End to end: a TorchTrainer on a local three-node cluster with WandbNodesCallback.
 
-The cluster is a head with no CPU (the driver and the Train controller live there) and
-two one-CPU worker nodes, so two train workers take every CPU of every node. The real
-wandb client in the controller and in the node loggers talks to the test backend.
+The cluster is a head with no CPU and no GPU (the driver and the Train controller live there)
+and two one-CPU worker nodes with 2 and 1 scripted GPUs (``tests/support/nvml.py``), so two
+train workers take every CPU of every node, and wandb's own monitor on each worker node reports
+that node's GPUs. The real wandb client in the controller and in the node loggers talks to the
+test backend.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.support.cluster import (
     stop_cluster,
 )
 from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_backend
+from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import REPORTS, fit, make_callback
 from tests.support.wandb_backend import WandbTestBackend
@@ -33,8 +36,17 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, head_cpus=0)
+def gpu_nodes(tmp_path_factory: pytest.TempPathFactory) -> list[ScriptedGpus]:
+    folder = tmp_path_factory.mktemp("gpus")
+    return [
+        ScriptedGpus(folder / "a.txt", [Gpu(util=91, temp=64), Gpu(util=87, temp=66)], node="a"),
+        ScriptedGpus(folder / "b.txt", [Gpu(util=78, power_w=420.0)], node="b"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(gpu_nodes: list[ScriptedGpus]) -> Iterator[Any]:
+    c = start_cluster(head_cpus=0, gpu_nodes=[(1, gpus) for gpus in gpu_nodes])
     yield c
     stop_cluster(c)
 
@@ -50,7 +62,9 @@ def primary_client(run: Any, label: str) -> str:
 
 
 @pytest.mark.smoke
-def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+def test_one_run_shows_every_node_and_rank0_metrics(
+    cluster: Any, gpu_nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Any
+) -> None:
     name = unique("every-node")
     result = fit(name, make_callback(tags=["e2e"]), str(tmp_path))
     assert result.error is None
@@ -61,6 +75,16 @@ def test_one_run_shows_every_node_and_rank0_metrics(cluster: Any, backend: Wandb
     assert_one_writer_per_label(run)
     for label in labels.values():
         assert "memory_percent" in run.system_metrics()[label], label
+    # Each worker node's GPUs under its own label, with its own values; none from the head.
+    for node in gpu_nodes:
+        series = run.system_metrics()[labels[node.node_id]]
+        assert {k.split(".")[1] for k in series if k.startswith("gpu.")} == {str(i) for i in range(len(node.gpus))}
+        for i, gpu in enumerate(node.gpus):
+            assert set(series[f"gpu.{i}.gpu"]) == {float(gpu.util)}
+            assert set(series[f"gpu.{i}.temp"]) == {float(gpu.temp)}
+            assert set(series[f"gpu.{i}.powerWatts"]) == {gpu.power_w}
+            assert set(series[f"gpu.{i}.memoryAllocated"]) == {gpu.memory_allocated}
+    assert not [k for k in run.system_metrics()[labels[head_node_id(cluster)]] if k.startswith("gpu.")]
 
     expected = [
         {"step": s, "rank": 0, "score": s, "nested/depth": s, "training_iteration": s + 1} for s in range(REPORTS)
@@ -153,7 +177,11 @@ def test_restart_by_name_writes_to_the_same_run(cluster: Any, backend: WandbTest
 
 @pytest.mark.smoke
 def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
-    cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cluster: Any,
+    gpu_nodes: list[ScriptedGpus],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from ray_wandb_nodes import cli
     from ray_wandb_nodes.offline.index import node_local_dir
@@ -208,6 +236,23 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         assert report["run_id"] == run_id and report["history_rows"] == REPORTS
         assert {n["label"]: n["role"] for n in report["nodes"]} == {label: w["role"] for label, w in writers.items()}
         assert all(n["samples"] >= 2 and n["mem_mean"] > 0 for n in report["nodes"])
+        # The report's GPU columns: each worker node's scripted GPUs, none on the head.
+        by_label = {n["label"]: n for n in report["nodes"]}
+        assert by_label[head_label]["gpus"] == [] and by_label[head_label]["gpu_util_mean"] is None
+        for node in gpu_nodes:
+            gpus = by_label[labels[node.node_id]]["gpus"]
+            assert [g["index"] for g in gpus] == list(range(len(node.gpus)))
+            for g, scripted in zip(gpus, node.gpus, strict=True):
+                assert (g["util_mean"], g["util_max"]) == (scripted.util, scripted.util)
+                assert g["mem_mean"] == pytest.approx(scripted.memory_allocated)
+        assert cli.main(["report", str(folder), "--png", str(tmp_path / "nodes.png")]) == 0
+        text = capsys.readouterr().out
+        assert "gpu0    util% 91/91" in text and "gpu1    util% 87/87" in text and "gpu0    util% 78/78" in text
+        assert "no GPU metrics" not in text
+        from PIL import Image
+
+        # CPU, memory, GPU utilisation, GPU memory and network: five panels of 2.6 in at 90 dpi.
+        assert Image.open(tmp_path / "nodes.png").size[1] == round(5 * 2.6 * 90)
 
         # sync: one online run with every node's label and the primary's history, completed once.
         assert cli.main(["sync", str(folder)]) == 0

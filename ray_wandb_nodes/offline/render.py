@@ -1,5 +1,5 @@
 """The per-node reports of :mod:`.report` as text (at most ``WIDTH`` columns), JSON and PNG
-charts (one line per node for CPU, memory, GPU utilisation and network; needs matplotlib)."""
+charts (one line per node for CPU, memory, GPU utilisation, GPU memory and network; needs matplotlib)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from .report import _GPU_UTIL, RunReport, _mean
+from .report import _GPU_MEM, _GPU_UTIL, RunReport, _mean
 
 WIDTH = 100  # of the text report
 
@@ -119,6 +119,7 @@ PANELS: list[tuple[str, Points]] = [
     ("CPU %", _points(lambda v: v.get("cpu"))),
     ("memory %", _points(lambda v: v.get("memory_percent"))),
     ("GPU utilisation % (mean of the node's GPUs)", _points(lambda v: _mean_of(v, _GPU_UTIL))),
+    ("GPU memory allocated % (mean of the node's GPUs)", _points(lambda v: _mean_of(v, _GPU_MEM))),
     ("network MB/s (sent + received)", lambda samples: _net_rate_series(samples)),
 ]
 

@@ -7,7 +7,11 @@ import glob
 import os
 import socket
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from tests.support.nvml import Gpu, ScriptedGpus
 
 
 def free_port() -> int:
@@ -17,8 +21,10 @@ def free_port() -> int:
         return port
 
 
-def start_cluster(*node_cpus: int, head_cpus: int = 0) -> Any:
-    """A local cluster: a head (``head_cpus``) plus one node per entry of ``node_cpus``."""
+def start_cluster(*node_cpus: int, head_cpus: int = 0, gpu_nodes: Sequence[tuple[int, ScriptedGpus]] = ()) -> Any:
+    """A local cluster: a head (``head_cpus``, no GPU) plus one node per entry of ``node_cpus``,
+    then one per entry of ``gpu_nodes`` (CPUs, scripted GPUs): Ray's ``num_gpus`` is the GPU
+    count, and the node's raylet, so every process there, loads the scripted NVML."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -36,11 +42,27 @@ def start_cluster(*node_cpus: int, head_cpus: int = 0) -> Any:
         ray.init(address=cluster.address, log_to_driver=False)
         for cpus in node_cpus:
             cluster.add_node(num_cpus=cpus)
+        for cpus, gpus in gpu_nodes:
+            node = cluster.add_node(num_cpus=cpus, num_gpus=len(gpus.gpus), env_vars=gpus.env())
+            gpus.node_id = str(node.node_id)
         cluster.wait_for_nodes()
     finally:
         os.environ.update(saved)
     assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
     return cluster
+
+
+def start_gpu_cluster(
+    folder: str | os.PathLike[str], *gpu_counts: int, cpus: int = 1
+) -> tuple[Any, list[ScriptedGpus]]:
+    """A GPU-less head and one node of ``cpus`` CPUs per entry of ``gpu_counts``, each with that
+    many scripted GPUs (busy H100s until a test changes them); the scripted GPUs of each node,
+    in that order, their ``node_id`` set."""
+    nodes = [
+        ScriptedGpus(Path(folder) / f"gpus-{i}.txt", [Gpu() for _ in range(count)], node=f"node{i}")
+        for i, count in enumerate(gpu_counts)
+    ]
+    return start_cluster(head_cpus=0, gpu_nodes=[(cpus, gpus) for gpus in nodes]), nodes
 
 
 def stop_cluster(cluster: Any) -> None:

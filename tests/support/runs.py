@@ -33,3 +33,26 @@ def assert_one_writer_per_label(run: Any) -> None:
     """Every label comes from exactly one writer: no node is sampled twice."""
     seen = [label for labels in run.labels_by_client().values() for label in labels]
     assert sorted(seen) == sorted(set(seen)), run.labels_by_client()
+
+
+def gpu_checks(run: Any, label: str, *, table: bool = True) -> dict[str, bool]:
+    """What a GPU node's writer must have sent, as named checks: the same on a real GPU
+    (``bench/gpu_check.py``) and on the scripted NVML (``tests/test_gpu.py``). ``table``: the
+    run's last ``nodes`` table must have the node's GPU columns (wandb 0.31, see ``env``)."""
+    series = run.system_metrics().get(label, {})
+    tables = run.tables("nodes")
+    row = next((r for r in tables[-1] if r["node"] == label), None) if tables else None
+    util = series.get("gpu.0.gpu", [])
+    checks = {
+        "the node's writer joined": label in run.labels,
+        "gpu.0.gpu, memoryAllocated, temp and powerWatts from the GPU node": {
+            f"gpu.0.{k}" for k in ("gpu", "memoryAllocated", "temp", "powerWatts")
+        }
+        <= set(series),
+        "GPU utilisation above 0 at least once": any(v > 0 for v in util),
+    }
+    if table:
+        checks["the node table has the node's GPU columns"] = (
+            bool(row) and row.get("gpu_util_mean") is not None and row.get("gpu_mem") is not None
+        )
+    return checks
