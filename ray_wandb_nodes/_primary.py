@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ._health.monitor import COLUMNS, Alert
+from ._health.monitor import COLUMNS, GPU_COLUMNS, Alert
 from ._health.reader import SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
@@ -105,9 +105,11 @@ class PrimaryWriter:
         """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
         self._queue.put((_ALERT, alert))
 
-    def log_health(self, stragglers: int | None, table: list[list[Any]] | None) -> None:
-        """Log the straggler count and, when given, the ``nodes`` table, at the current step."""
-        self._queue.put((_HEALTH, (stragglers, table)))
+    def log_health(
+        self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
+    ) -> None:
+        """Log the straggler count and, when given, the ``nodes`` and ``gpus`` tables, at the current step."""
+        self._queue.put((_HEALTH, (stragglers, table, gpu_table)))
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -311,7 +313,9 @@ class PrimaryWriter:
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"alert:{type(e).__name__}", f"a W&B alert could not be raised ({describe(e)})")
 
-    def _health(self, stragglers: int | None, table: list[list[Any]] | None) -> None:
+    def _health(
+        self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
+    ) -> None:
         row: dict[str, Any] = {self._stepper.key: self._stepper.value}  # at the current step
         if stragglers is not None:
             row["nodes/stragglers"] = stragglers
@@ -320,6 +324,8 @@ class PrimaryWriter:
                 import wandb
 
                 row["nodes"] = wandb.Table(columns=list(COLUMNS), data=table)
+                if gpu_table:
+                    row["gpus"] = wandb.Table(columns=list(GPU_COLUMNS), data=gpu_table)
             self.run.log(row)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")

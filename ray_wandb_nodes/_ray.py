@@ -42,6 +42,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from ._gpu_ids import ray_gpu_ids
 from ._strategies import Placement
 
 NODE_ID_LABEL = "ray.io/node-id"
@@ -170,17 +171,10 @@ def placements_of(workers: Any) -> list[Placement]:
             rank=w.distributed_context.world_rank if w.distributed_context else i,
             node_id=w.metadata.node_id,
             hostname=w.metadata.hostname,
-            gpu_ids=_gpu_ids(w.metadata.accelerator_ids),
+            gpu_ids=ray_gpu_ids(w.metadata.accelerator_ids),
         )
         for i, w in enumerate(workers)
     ]
-
-
-def _gpu_ids(accelerator_ids: Any) -> tuple[int, ...]:
-    try:
-        return tuple(int(i) for i in (accelerator_ids or {}).get("GPU", []))
-    except (TypeError, ValueError):
-        return ()
 
 
 def is_aborted(state: Any) -> bool:

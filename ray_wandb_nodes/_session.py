@@ -53,11 +53,15 @@ class RunSession:
         raise NotImplementedError
 
     def set_nodes(
-        self, nodes: Iterable[str], covered_node: str | None = None, ranks: dict[str, tuple[int, ...]] | None = None
+        self,
+        nodes: Iterable[str],
+        covered_node: str | None = None,
+        ranks: dict[str, tuple[int, ...]] | None = None,
+        rank_gpus: dict[int, tuple[str, ...]] | None = None,
     ) -> None:
-        """The nodes the run uses now (replacing the previous set), less ``covered_node``, and
-        the train ranks on each node (for the node table and the straggler rule)."""
-        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks)
+        """The nodes the run uses now (replacing the previous set), less ``covered_node``, the
+        train ranks on each node and each rank's GPU ids (for the tables and the health rules)."""
+        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus)
 
     def update_config(self, config: dict[str, Any]) -> None:
         """Run config learnt after the start (a standalone run's is set when its writer starts)."""

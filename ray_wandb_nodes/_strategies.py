@@ -31,7 +31,7 @@ class Placement:
     rank: int
     node_id: str
     hostname: str
-    gpu_ids: tuple[int, ...] = ()
+    gpu_ids: tuple[str, ...] = ()  # as Ray names them: "0", "GPU-<uuid>", "MIG-<uuid>"
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class PlannedRun:
     node_id: str
     label: str  # the x_label of its system metrics
     rank: int  # whose metrics it logs
-    gpu_ids: tuple[int, ...] = ()
+    gpu_ids: tuple[str, ...] = ()  # the rank's GPUs as Ray names them (mapped on its node)
 
 
 def child_run_id(base_id: str, suffix: str) -> str:

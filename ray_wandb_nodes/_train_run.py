@@ -182,6 +182,7 @@ class TrainRun:
                 set(ranks) if strategy == "shared" else (),
                 self.node_id,
                 ranks={n: tuple(r) for n, r in ranks.items()},
+                rank_gpus={p.rank: p.gpu_ids for p in placements},
             )
             session.update_config(placement_config(placements))
             return

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
+from ._gpu_ids import lookup_on_node
 from ._writers import WriterSpec
 
 
@@ -22,6 +24,16 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
     settings = dict(spec.settings)
     if "x_stats_pid" not in settings:  # a writer that samples a chosen process (Tune) keeps it
         settings.update(raylet_tree_settings(wandb.Settings))
+    if spec.gpu_ids:  # one rank's GPUs, as NVML indices on this node (UUIDs looked up here)
+        indices = lookup_on_node(spec.gpu_ids)
+        if indices is not None:
+            settings["x_stats_gpu_device_ids"] = list(indices)
+        else:
+            warnings.warn(
+                f"ray_wandb_nodes: the GPUs {', '.join(spec.gpu_ids)} of the writer {spec.label} have no NVML index "
+                "on this node (a MIG device, or NVML not found): it samples every GPU of the node",
+                stacklevel=2,
+            )
     if spec.api_key is not None:
         settings["api_key"] = spec.api_key.reveal()
     kwargs = {**spec.init_kwargs, **overrides}

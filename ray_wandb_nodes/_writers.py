@@ -36,6 +36,9 @@ class WriterSpec:
     step_metric: str = STEP_METRIC
     # Offline mode: the run's folder on the driver side (see offline/index.py); None otherwise.
     offline_dir: str | None = None
+    # The GPUs to sample, as Ray names them (the all strategy's rank); mapped to NVML indices
+    # where the writer starts, on the rank's node (see _gpu_ids). Empty: every GPU.
+    gpu_ids: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -128,7 +131,7 @@ def run_spec(
     group: str | None,
     label: str,
     config: dict[str, Any],
-    gpu_ids: tuple[int, ...] = (),
+    gpu_ids: tuple[str, ...] = (),
     default_dir: str | None = None,
 ) -> WriterSpec:
     """A run of its own, written from a node's logger actor (the node and all strategies).
@@ -149,10 +152,7 @@ def run_spec(
         shared=False,
     )
     init_kwargs = {**primary.init_kwargs, "id": run_id, "name": name}
-    settings = dict(primary.settings)
-    if gpu_ids:
-        settings["x_stats_gpu_device_ids"] = list(gpu_ids)
-    return replace(primary, role="run", init_kwargs=_drop_none(init_kwargs), settings=settings)
+    return replace(primary, role="run", init_kwargs=_drop_none(init_kwargs), gpu_ids=tuple(gpu_ids))
 
 
 def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: str | None) -> WriterSpec:

@@ -11,6 +11,7 @@ import pytest
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions, StragglerRule, summarize
 from ray_wandb_nodes._health.monitor import COLUMNS
 from ray_wandb_nodes._health.rule import NodeStreak, judge
+from ray_wandb_nodes._health.summary import gpu_ints
 
 # Each case: rule, and a series of ticks {node: value} one second apart (every node fresh each
 # tick, one sample each); the events expected as (tick index, node, event).
@@ -118,26 +119,58 @@ def test_a_summary_of_kept_samples_is_small_and_only_new() -> None:
         "gpu.0.gpu": [(at(0), 80.0), (at(1), 100.0)],
         "gpu.0.memoryAllocated": [(at(1), 25.0)],
         "gpu.1.memoryAllocated": [(at(1), 75.0)],
-        "gpu.0.temp": [(at(1), 60.0)],  # not summarised
+        "gpu.0.temp": [(at(1), 60.0)],
+        "gpu.0.powerWatts": [(at(0), 400.0), (at(1), 500.0)],
+        "gpu.0.enforcedPowerLimitWatts": [(at(0), 700.0), (at(1), 650.0)],  # the newest limit
+        "gpu.0.powerPercent": [(at(1), 71.0)],  # not summarised
         "disk./.usagePercent": [(at(1), float("nan"))],
     }
     s = summarize(series)
     assert s == {
+        "t0": at(0).timestamp(),
         "t": at(1).timestamp(),
-        "n": 2,
+        "n": 2,  # sampling intervals: the most points of one series
         "cpu": 20.0,
         "mem": 50.0,
         "rss_mb": 700.0,
         "net_sent": 3000.0,  # a counter: the newest
-        "gpu": [90.0, 40.0],  # by GPU index
-        "gpu_mem": [25.0, 75.0],
+        "gpus": {  # by NVML index
+            0: {"util": 90.0, "mem": 25.0, "temp": 60.0, "power": 450.0, "limit": 650.0},
+            1: {"util": 40.0, "mem": 75.0},
+        },
     }
+    assert list(s["gpus"]) == [0, 1]
     assert summarize(series, since=at(1).timestamp()) is None
     assert summarize({"cpu": [(at(2), 5.0), ("bad",), (at(3), True)]}, since=at(1).timestamp()) == {
+        "t0": at(2).timestamp(),
         "t": at(2).timestamp(),
         "n": 1,
         "cpu": 5.0,
     }
+
+
+def test_gpu_records_sent_apart_from_the_system_ones_count_one_interval_each() -> None:
+    # wandb sends a GPU record and a system record each interval, at their own times.
+    series = {
+        "cpu": [(at(0), 10.0), (at(1), 10.0), (at(2), 10.0)],
+        "gpu.0.gpu": [(at(0.01), 90.0), (at(1.01), 90.0), (at(2.01), 90.0)],
+    }
+    assert summarize(series)["n"] == 3
+
+
+def test_the_integer_gpu_series_come_from_stats_records() -> None:
+    stats = [
+        (10.0, {"gpu.0.smClock": 1980, "gpu.0.uncorrectedMemoryErrors": 0, "gpu.0.correctedMemoryErrors": 2}),
+        (11.0, {"gpu.0.smClock": 1000, "gpu.0.uncorrectedMemoryErrors": 3, "gpu.1.smClock": 1900, "cpu": 5.0}),
+        (12.0, {"gpu.99.smClock": "n/a", "gpu.1.memoryClock": 2619}),
+    ]
+    assert gpu_ints(stats) == {
+        "t0": 10.0,
+        "t": 11.0,
+        "n": 2,
+        "by": {0: {"sm": 1490.0, "ecc_u": 3.0, "ecc_c": 2.0}, 1: {"sm": 1900.0}},
+    }
+    assert gpu_ints([(1.0, {"cpu": 3.0})]) is None
 
 
 class Clock:
@@ -181,10 +214,10 @@ def test_the_system_rule_compares_gpus_with_gpus_and_cpus_with_cpus() -> None:
     for i in range(5):
         clock.now += 1
         t = clock.now
-        m.summary("n0", {"t": t, "n": 1, "seq": i + 1, "gpu": [95.0, 97.0]})
-        m.summary("n1", {"t": t, "n": 1, "seq": i + 1, "gpu": [20.0, 30.0]})
+        m.summary("n0", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 95.0}, 1: {"util": 97.0}}})
+        m.summary("n1", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 20.0}, 1: {"util": 30.0}}})
         m.summary("n2", {"t": t, "n": 1, "seq": i + 1, "cpu": 400.0})  # no GPU: not compared with GPUs
-        m.summary("head", {"t": t, "n": 1, "seq": i + 1, "gpu": [0.0]})  # no ranks: left out
+        m.summary("head", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 0.0}}})  # no ranks: left out
         result = m.tick()
         if i < 2:
             assert result.alerts == []

@@ -13,10 +13,10 @@ from ray_wandb_nodes import WandbNodesCallback
 from ray_wandb_nodes._strategies import Placement, child_run_id, combine_ranks, plan_runs
 
 PLACEMENTS = [
-    Placement(rank=0, node_id="aaaaaa01", hostname="gpu-a", gpu_ids=(0,)),
-    Placement(rank=1, node_id="aaaaaa01", hostname="gpu-a", gpu_ids=(1,)),
-    Placement(rank=2, node_id="bbbbbb02", hostname="gpu-b", gpu_ids=(0,)),
-    Placement(rank=3, node_id="bbbbbb02", hostname="gpu-b", gpu_ids=(1,)),
+    Placement(rank=0, node_id="aaaaaa01", hostname="gpu-a", gpu_ids=("0",)),
+    Placement(rank=1, node_id="aaaaaa01", hostname="gpu-a", gpu_ids=("1",)),
+    Placement(rank=2, node_id="bbbbbb02", hostname="gpu-b", gpu_ids=("0",)),
+    Placement(rank=3, node_id="bbbbbb02", hostname="gpu-b", gpu_ids=("1",)),
 ]
 
 
@@ -32,10 +32,10 @@ def test_node_strategy_plans_one_run_per_node_for_its_lowest_rank() -> None:
 def test_all_strategy_plans_one_run_per_rank_on_its_node_with_its_gpus() -> None:
     runs = plan_runs("all", PLACEMENTS, "exp-123")
     assert [(r.run_id, r.name, r.node_id, r.gpu_ids) for r in runs] == [
-        ("exp-123-rank-0", "rank-0", "aaaaaa01", (0,)),
-        ("exp-123-rank-1", "rank-1", "aaaaaa01", (1,)),
-        ("exp-123-rank-2", "rank-2", "bbbbbb02", (0,)),
-        ("exp-123-rank-3", "rank-3", "bbbbbb02", (1,)),
+        ("exp-123-rank-0", "rank-0", "aaaaaa01", ("0",)),
+        ("exp-123-rank-1", "rank-1", "aaaaaa01", ("1",)),
+        ("exp-123-rank-2", "rank-2", "bbbbbb02", ("0",)),
+        ("exp-123-rank-3", "rank-3", "bbbbbb02", ("1",)),
     ]
 
 

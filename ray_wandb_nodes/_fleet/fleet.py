@@ -95,11 +95,12 @@ class NodeFleet:
         covered_node: str | None = None,
         target: RunTarget | None = None,
         ranks: dict[str, tuple[int, ...]] | None = None,
+        rank_gpus: dict[int, tuple[str, ...]] | None = None,
     ) -> None:
         """The nodes a run uses now (replaces the previous set), and the primary's own node;
         with ``target``, only while that target is the run's (not a later one of the same id);
-        ``ranks``: the train ranks on each node, when known."""
-        self._commands.put(("nodes", (run_id, set(nodes), covered_node, target, ranks)))
+        ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids."""
+        self._commands.put(("nodes", (run_id, set(nodes), covered_node, target, ranks, rank_gpus)))
 
     def prestart(self, *, use_gpu: bool, exclude: str | None) -> None:
         """Start loggers now on every node that could host a train worker (see pool.prestart)."""
@@ -215,12 +216,14 @@ class NodeFleet:
             if self._targets.get(ready.run_id) is ready:
                 ready.ready = True
         elif kind == "nodes":
-            run_id, nodes, covered, only, ranks = payload
+            run_id, nodes, covered, only, ranks, rank_gpus = payload
             target = self._targets.get(run_id)
             if target is not None and (only is None or only is target):
                 target.nodes, target.covered_node = nodes, covered
                 if ranks is not None:
                     target.ranks = ranks
+                if rank_gpus is not None:
+                    target.rank_gpus = rank_gpus
         elif kind == "ranks":  # (run id, every rank's report, when)
             rank_report(self._targets.get(payload[0]), *payload[1:])
         elif kind == "retire":

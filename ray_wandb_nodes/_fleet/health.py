@@ -35,7 +35,9 @@ def feed(
     if shape != target.health_fed:
         target.health_fed = shape
         infos = {n: known[n] for n in wanted if n in known}
-        new = health.set_nodes({n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks, observed)
+        new = health.set_nodes(
+            {n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks, observed, target.rank_gpus
+        )
         if alive:  # empty before the first listing
             health.alive(alive)
         updated = set(updated) | new  # a node new to the monitor brings its summary
@@ -65,7 +67,7 @@ def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
         if health.options.alerts:
             target.primary.alert(alert)
     if result.stragglers is not None or result.table is not None:
-        target.primary.log_health(result.stragglers, result.table)
+        target.primary.log_health(result.stragglers, result.table, result.gpu_table)
 
 
 def rank_report(target: Any, metrics: list[dict[str, Any]], now: float) -> None:

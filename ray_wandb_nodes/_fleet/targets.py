@@ -39,6 +39,8 @@ class RunTarget:
     ready: bool = False
     # The train ranks on each node (node id -> ranks), as the run's last placement said.
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
+    rank_gpus: dict[int, tuple[str, ...]] = field(default_factory=dict)
     role: ClassVar[str] = "node"  # the role of its writers on the nodes
 
     @property

@@ -1,12 +1,16 @@
 """Reading a writer's recent samples into a summary: wandb keeps them per run
-(``x_stats_buffer_size``), so no second sampler runs on the node."""
+(``x_stats_buffer_size``), so no second sampler runs on the node; the integer GPU series and the
+GPUs' models and UUIDs come from the writer's own transaction log (see ``summary``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-from .summary import summarize
+from .._gpu_ids import nvml_inventory
+from ..offline.txlog import LogTail, split_label
+from .summary import gpu_ints, summarize
 
 # Samples wandb keeps per writer: enough for the reads between two pings at any interval.
 BUFFER_SAMPLES = 16
@@ -19,19 +23,62 @@ class SummaryReader:
         self.summary: dict[str, Any] | None = None
         self._since: float | None = None
         self._seen = 0  # samples summarised so far: ``seq`` lets a reader count what it missed
+        self._tail: LogTail | None = None
+        self._ints: dict[str, Any] | None = None  # the integer GPU series of the newest log block
+        self._info: dict[str, Any] | None = None  # the GPUs' models and UUIDs (read once, from NVML)
 
     def read(self, run: Any) -> dict[str, Any] | None:
-        """Read ``run``'s kept samples (a quick call to wandb's service); the latest summary."""
+        """Read ``run``'s kept samples (a quick call to wandb's service) and the blocks its
+        transaction log completed since the last read; the latest summary."""
         try:
             series = run._system_metrics
         except Exception:  # noqa: BLE001 - an older or finished writer: keep what we have
             return self.summary
         fresh = summarize(series or {}, self._since)
+        logged = self._read_log(run)
         if fresh is not None:
             self._seen += fresh["n"]
             fresh["seq"] = self._seen
             self.summary, self._since = fresh, fresh["t"]
+        elif logged and self.summary is not None:
+            self.summary = dict(self.summary)
+        if self.summary is not None and (fresh is not None or logged):
+            if self._ints is not None:
+                self.summary["gpu_ints"] = self._ints
+            if self._info is not None:
+                self.summary["gpu_info"] = self._info
         return self.summary
+
+    def _read_log(self, run: Any) -> bool:
+        """Take the integer GPU series from the log's new blocks (and, the first time, the GPUs'
+        models and UUIDs); whether there was anything new."""
+        new = False
+        if self._tail is None:
+            path = getattr(getattr(run, "settings", None), "sync_file", None)
+            if not path:
+                return False
+            self._tail = LogTail(str(path))
+            self._info = nvml_inventory()
+            new = self._info is not None
+        stats = []
+        for record in self._tail.read():
+            if record.WhichOneof("record_type") == "stats":
+                t = record.stats.timestamp.seconds + record.stats.timestamp.nanos / 1e9
+                items = {
+                    split_label(i.key or "/".join(i.nested_key))[0]: _json(i.value_json) for i in record.stats.item
+                }
+                stats.append((t, items))
+        ints = gpu_ints(stats)
+        if ints is not None:
+            self._ints, new = ints, True
+        return new
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def aged(summary: dict[str, Any] | None, now: float | None = None) -> dict[str, Any] | None:

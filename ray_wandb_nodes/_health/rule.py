@@ -54,11 +54,14 @@ def judge(
     values: Mapping[str, float],
     fresh: Mapping[str, int],
     now: float,
+    spans: Mapping[str, tuple[float, float] | None] | None = None,
 ) -> list[tuple[str, str]]:
     """Advance every node with fresh samples; the events: ``(node, "straggler" | "recovered")``.
 
     ``values`` holds every compared node's current value; ``fresh`` how many new samples each
-    node's value stands for (nodes absent from it are not judged now). ``streaks`` is updated.
+    node's value stands for (nodes absent from it are not judged now); ``spans``, when a node's
+    samples say when they were taken (first, last), the window is measured over those times,
+    else at ``now``. ``streaks`` is updated.
     """
     events: list[tuple[str, str]] = []
     ordered = sorted(values.values())  # once: each node's "others" is this less its own value
@@ -68,19 +71,30 @@ def judge(
         median = median_without(ordered, values[node])
         streak = streaks.setdefault(node, NodeStreak())
         streak.median = median
-        # A flagged node counts samples that are no longer worse; another, samples that are.
-        counts = rule.worse(values[node], median) != streak.flagged
-        if not counts:
-            streak.reset()
-            continue
-        if streak.since is None:
-            streak.since = now
-        streak.samples += count
-        if streak.samples >= rule.min_samples and now - streak.since >= rule.window_s:
-            streak.flagged = not streak.flagged
-            streak.reset()
+        start, end = (spans or {}).get(node) or (now, now)
+        if advance(streak, rule.worse(values[node], median), count, start, end, rule.window_s, rule.min_samples):
             events.append((node, STRAGGLER if streak.flagged else RECOVERED))
     return events
+
+
+def advance(
+    streak: NodeStreak, worse: bool, count: int, start: float, end: float, window_s: float, min_samples: int
+) -> bool:
+    """The hysteresis every health rule shares: ``count`` new samples, taken from ``start`` to
+    ``end``, that are ``worse`` or not. A flagged streak counts samples that are no longer worse,
+    another those that are; a run of them long enough (``window_s`` and ``min_samples``) flips
+    the flag. Whether it flipped (``streak`` is updated)."""
+    if worse == streak.flagged:
+        streak.reset()
+        return False
+    if streak.since is None:
+        streak.since = start
+    streak.samples += count
+    if streak.samples >= min_samples and end - streak.since >= window_s:
+        streak.flagged = not streak.flagged
+        streak.reset()
+        return True
+    return False
 
 
 def median_without(ordered: Sequence[float], value: float) -> float:

@@ -1,19 +1,37 @@
 """A node's latest samples in a few numbers (pure): what a node writer hands the driver side.
 
-The input is what wandb keeps of a run's recent system metrics (``run._system_metrics`` with
-``x_stats_buffer_size`` set): ``{key: [(datetime, value), ...]}``, keys unlabelled. The output
-is bounded whatever the node: a handful of numbers and one list per GPU (at most ``MAX_GPUS``).
+Two inputs, both the writer's own (no second sampler runs on the node):
+
+- what wandb keeps of a run's recent system metrics (``run._system_metrics`` with
+  ``x_stats_buffer_size`` set): ``{key: [(datetime, value), ...]}``, keys unlabelled. wandb-core
+  keeps only float-valued series there: per GPU utilisation, memory allocated, temperature,
+  power and its limit;
+- the integer-valued GPU series (SM clock, corrected and uncorrected ECC counts), which reach
+  the run but not that buffer: they are read from the stats records of the writer's transaction
+  log (``offline.txlog.LogTail``), which wandb-core writes a 32 KiB block at a time, so they
+  arrive a block late (a few samples; see the README for how many).
+
+(Each GPU's model and UUID come once from NVML when the writer starts: ``_gpu_ids``.)
+
+The output is bounded whatever the node: a handful of numbers, and per GPU (at most
+``MAX_GPUS``, by NVML index) five floats and three integers.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MAX_GPUS = 64
-_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(gpu|memoryAllocated)$")
+_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(\w+)$")
+# wandb's per-GPU float series -> ours (means of the fresh samples)
+_GPU_FLOATS = {"gpu": "util", "memoryAllocated": "mem", "temp": "temp", "powerWatts": "power"}
+_GPU_LAST = {"enforcedPowerLimitWatts": "limit"}
+# wandb's per-GPU integer series (transaction log) -> ours: the SM clock averaged, counters at their newest
+_GPU_INTS = {"smClock": "sm"}
+_GPU_COUNTERS = {"correctedMemoryErrors": "ecc_c", "uncorrectedMemoryErrors": "ecc_u"}
 # wandb's key -> ours, for the scalar parts
 _SCALARS = {"cpu": "cpu", "memory_percent": "mem", "proc.memory.rssMB": "rss_mb"}
 _COUNTERS = {"network.sent": "net_sent", "network.recv": "net_recv"}
@@ -29,18 +47,23 @@ def _epoch(t: Any) -> float | None:
 def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | None = None) -> dict[str, Any] | None:
     """The samples newer than ``since`` (epoch seconds), averaged per key; None when there are none.
 
-    Returns ``t`` (the newest sample's time), ``n`` (how many samples), ``cpu`` (of what the
-    writer samples), ``mem`` (the node's memory, %), ``rss_mb``, ``net_sent``/``net_recv`` (the
-    newest counters, bytes), and per GPU ``gpu`` (utilisation, %) and ``gpu_mem`` (memory allocated, %).
+    Returns ``t0``/``t`` (the oldest and newest fresh sample's time), ``n`` (how many sampling
+    intervals they span: the most points of any one series, since wandb sends the GPU readings
+    as records of their own, at their own times), ``cpu`` (of what the writer samples), ``mem``
+    (the node's memory, %), ``rss_mb``, ``net_sent``/``net_recv`` (the newest counters, bytes),
+    and ``gpus``: NVML index -> ``util`` (%), ``mem`` (memory allocated, %), ``temp`` (C),
+    ``power`` (W), ``limit`` (the enforced power limit, W).
     """
-    times: set[float] = set()
+    times: list[float] = []
+    intervals = 0
     out: dict[str, Any] = {}
     gpus: dict[int, dict[str, float]] = {}
     for key, points in series.items():
         fresh = [(t, float(v)) for t, v in _points(points) if since is None or t > since]
         if not fresh:
             continue
-        times.update(t for t, _ in fresh)
+        times += (fresh[0][0], fresh[-1][0])
+        intervals = max(intervals, len(fresh))
         if key in _COUNTERS:
             out[_COUNTERS[key]] = max(fresh)[1]
             continue
@@ -50,15 +73,15 @@ def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | No
             continue
         m = _GPU_KEY.match(key)
         if m and int(m[1]) < MAX_GPUS:
-            gpus.setdefault(int(m[1]), {})[m[2]] = mean
+            if m[2] in _GPU_FLOATS:
+                gpus.setdefault(int(m[1]), {})[_GPU_FLOATS[m[2]]] = mean
+            elif m[2] in _GPU_LAST:
+                gpus.setdefault(int(m[1]), {})[_GPU_LAST[m[2]]] = max(fresh)[1]
     if not times:
         return None
-    out["t"] = max(times)
-    out["n"] = len(times)
+    out["t0"], out["t"], out["n"] = min(times), max(times), intervals
     if gpus:
-        ids = sorted(gpus)
-        out["gpu"] = [gpus[i].get("gpu") for i in ids]
-        out["gpu_mem"] = [gpus[i].get("memoryAllocated") for i in ids]
+        out["gpus"] = {i: gpus[i] for i in sorted(gpus)}
     return out
 
 
@@ -70,19 +93,60 @@ def _points(points: Sequence[tuple[Any, Any]]) -> list[tuple[float, Any]]:
         except (TypeError, ValueError):
             continue
         at = _epoch(t)
-        if at is not None and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        if at is not None and _number(v):
             out.append((at, v))
-    return out
+    return sorted(out, key=lambda p: p[0])
 
 
-def gpu_util(summary: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
-    """Mean and min GPU utilisation of a summary (None, None without GPUs)."""
-    values = [v for v in (summary or {}).get("gpu") or [] if isinstance(v, (int, float))]
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """The integer GPU series of some stats records (``(time, {key: value})``, keys unlabelled),
+    or None without any: ``t0``/``t``, ``n`` (samples) and ``by``: NVML index -> ``sm`` (mean SM
+    clock, MHz), ``ecc_c``/``ecc_u`` (the newest corrected and uncorrected ECC counts)."""
+    by: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    for t, items in stats:
+        for key, value in items.items():
+            m = _GPU_KEY.match(key)
+            if not m or int(m[1]) >= MAX_GPUS or not _number(value):
+                continue
+            name = _GPU_INTS.get(m[2]) or _GPU_COUNTERS.get(m[2])
+            if name:
+                by.setdefault(int(m[1]), {}).setdefault(name, []).append((t, float(value)))
+    if not by:
+        return None
+    times = [t for series in by.values() for points in series.values() for t, _ in points]
+    out: dict[int, dict[str, float]] = {}
+    for i in sorted(by):
+        values = {}
+        for name, points in by[i].items():
+            values[name] = sum(v for _, v in points) / len(points) if name == "sm" else max(points)[1]
+        out[i] = values
+    samples = max(len(points) for series in by.values() for points in series.values())
+    return {"t0": min(times), "t": max(times), "n": samples, "by": out}
+
+
+def gpu_values(summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+    """The summary's GPUs (``indices`` only, when given): NVML index -> their values."""
+    gpus = (summary or {}).get("gpus") or {}
+    if indices is None:
+        return dict(gpus)
+    wanted = set(indices)
+    return {i: v for i, v in gpus.items() if i in wanted}
+
+
+def gpu_util(
+    summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None
+) -> tuple[float | None, float | None]:
+    """Mean and min utilisation of a summary's GPUs (``indices`` only), (None, None) without."""
+    values = [v["util"] for v in gpu_values(summary, indices).values() if _number(v.get("util"))]
     if not values:
         return None, None
     return sum(values) / len(values), min(values)
 
 
-def gpu_mem(summary: Mapping[str, Any] | None) -> float | None:
-    values = [v for v in (summary or {}).get("gpu_mem") or [] if isinstance(v, (int, float))]
+def gpu_mem(summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None) -> float | None:
+    values = [v["mem"] for v in gpu_values(summary, indices).values() if _number(v.get("mem"))]
     return sum(values) / len(values) if values else None

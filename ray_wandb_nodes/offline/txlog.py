@@ -41,9 +41,7 @@ class TransactionLogError(Exception):
         self.reason = reason
 
 
-def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
-    """``(offset, payload)`` of every record in ``f``, in order; raises on the first bad byte."""
-    header = f.read(CHUNK_HEADER)
+def _check_header(header: bytes, path: str) -> None:
     if len(header) < CHUNK_HEADER or header[:4] != W_B_HEADER:
         raise TransactionLogError(path, 0, "not a W&B transaction log (no ':W&B' header)")
     magic, version = struct.unpack("<HB", header[4:7])
@@ -51,58 +49,118 @@ def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         raise TransactionLogError(path, 4, f"unknown magic 0x{magic:04X} (expected 0x{MAGIC:04X})")
     if version != VERSION:
         raise TransactionLogError(path, 6, f"unsupported format version {version} (this reader knows {VERSION})")
-    block_start = 0
-    block = header + f.read(BLOCK_SIZE - CHUNK_HEADER)
-    pos = CHUNK_HEADER
-    pending: bytearray | None = None
-    pending_at = 0
-    while True:
-        left = len(block) - pos
-        if left < CHUNK_HEADER:
-            if len(block) < BLOCK_SIZE:  # end of file
-                if left and any(block[pos:]):
+
+
+class _Chunks:
+    """Records from a log's blocks, fed one block at a time (a record may span blocks)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.pending: bytearray | None = None
+        self.pending_at = 0
+
+    def feed(self, block: bytes, block_start: int, pos: int = 0) -> Iterator[tuple[int, bytes]]:
+        """``(offset, payload)`` of each record that ends in ``block``; raises on a bad byte. A
+        block shorter than ``BLOCK_SIZE`` is the file's last."""
+        path = self.path
+        while True:
+            left = len(block) - pos
+            if left < CHUNK_HEADER:
+                if len(block) < BLOCK_SIZE and left and any(block[pos:]):
                     raise TransactionLogError(path, block_start + pos, f"truncated chunk header ({left} bytes)")
-                break
-            block_start += BLOCK_SIZE
-            block, pos = f.read(BLOCK_SIZE), 0
-            if not block:
-                break
-            continue
-        at = block_start + pos
-        crc, length, ctype = struct.unpack("<IHB", block[pos : pos + CHUNK_HEADER])
-        if crc == 0 and length == 0 and ctype == 0:
-            if pending is not None:
-                raise TransactionLogError(path, at, "zero padding inside a record")
-            pos = len(block)  # zero padding up to the end of the block
-            continue
-        if ctype not in (FULL, FIRST, MIDDLE, LAST):
-            raise TransactionLogError(path, at, f"unknown chunk type {ctype}")
-        end = pos + CHUNK_HEADER + length
-        if end > len(block):
-            if len(block) < BLOCK_SIZE:
-                raise TransactionLogError(
-                    path, at, f"truncated chunk ({len(block) - pos - CHUNK_HEADER} of {length} payload bytes)"
-                )
-            raise TransactionLogError(path, at, f"chunk length {length} runs past its block")
-        payload = block[pos + CHUNK_HEADER : end]
-        if zlib.crc32(payload, zlib.crc32(bytes([ctype]))) & 0xFFFFFFFF != crc:
-            raise TransactionLogError(path, at, "checksum mismatch")
-        pos = end
-        if ctype in (FULL, FIRST) and pending is not None:
-            raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
-        if ctype == FULL:
-            yield at, payload
-        elif ctype == FIRST:
-            pending, pending_at = bytearray(payload), at
-        elif pending is None:
-            raise TransactionLogError(path, at, "continuation chunk without a first chunk")
-        else:
-            pending += payload
-            if ctype == LAST:
-                yield pending_at, bytes(pending)
-                pending = None
-    if pending is not None:
-        raise TransactionLogError(path, pending_at, "truncated record (the file ends inside it)")
+                return
+            at = block_start + pos
+            crc, length, ctype = struct.unpack("<IHB", block[pos : pos + CHUNK_HEADER])
+            if crc == 0 and length == 0 and ctype == 0:
+                if self.pending is not None:
+                    raise TransactionLogError(path, at, "zero padding inside a record")
+                return  # zero padding up to the end of the block
+            if ctype not in (FULL, FIRST, MIDDLE, LAST):
+                raise TransactionLogError(path, at, f"unknown chunk type {ctype}")
+            end = pos + CHUNK_HEADER + length
+            if end > len(block):
+                if len(block) < BLOCK_SIZE:
+                    raise TransactionLogError(
+                        path, at, f"truncated chunk ({len(block) - pos - CHUNK_HEADER} of {length} payload bytes)"
+                    )
+                raise TransactionLogError(path, at, f"chunk length {length} runs past its block")
+            payload = block[pos + CHUNK_HEADER : end]
+            if zlib.crc32(payload, zlib.crc32(bytes([ctype]))) & 0xFFFFFFFF != crc:
+                raise TransactionLogError(path, at, "checksum mismatch")
+            pos = end
+            if ctype in (FULL, FIRST) and self.pending is not None:
+                raise TransactionLogError(path, at, "record started at an earlier chunk was never finished")
+            if ctype == FULL:
+                yield at, payload
+            elif ctype == FIRST:
+                self.pending, self.pending_at = bytearray(payload), at
+            elif self.pending is None:
+                raise TransactionLogError(path, at, "continuation chunk without a first chunk")
+            else:
+                self.pending += payload
+                if ctype == LAST:
+                    yield self.pending_at, bytes(self.pending)
+                    self.pending = None
+
+
+def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+    """``(offset, payload)`` of every record in ``f``, in order; raises on the first bad byte."""
+    header = f.read(CHUNK_HEADER)
+    _check_header(header, path)
+    chunks = _Chunks(path)
+    block_start, block, pos = 0, header + f.read(BLOCK_SIZE - CHUNK_HEADER), CHUNK_HEADER
+    while block:
+        yield from chunks.feed(block, block_start, pos)
+        if len(block) < BLOCK_SIZE:  # end of file
+            break
+        block_start += BLOCK_SIZE
+        block, pos = f.read(BLOCK_SIZE), 0
+    if chunks.pending is not None:
+        raise TransactionLogError(path, chunks.pending_at, "truncated record (the file ends inside it)")
+
+
+class LogTail:
+    """The records a live writer has added to its transaction log since the last read.
+
+    wandb-core writes the log a whole 32 KiB block at a time, so a live log grows by blocks:
+    only complete blocks are read (the last, partial block is the file's end only once the
+    writer has finished), and each block is read once. A damaged block stops the tail (the
+    error is kept in ``error``); nothing is ever written."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._chunks = _Chunks(path)
+        self._blocks = 0  # complete blocks read so far
+        self.error: TransactionLogError | None = None
+
+    def read(self) -> list[Any]:
+        """The records of the blocks completed since the last call (``Record`` messages)."""
+        from google.protobuf.message import DecodeError
+        from wandb.proto import wandb_internal_pb2 as pb
+
+        if self.error is not None:
+            return []
+        out = []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._blocks * BLOCK_SIZE)
+                while True:
+                    block = f.read(BLOCK_SIZE)
+                    if len(block) < BLOCK_SIZE:
+                        break
+                    start = self._blocks * BLOCK_SIZE
+                    if self._blocks == 0:
+                        _check_header(block[:CHUNK_HEADER], self.path)
+                    for _, raw in self._chunks.feed(block, start, CHUNK_HEADER if self._blocks == 0 else 0):
+                        record = pb.Record()
+                        record.ParseFromString(raw)
+                        out.append(record)
+                    self._blocks += 1
+        except FileNotFoundError:
+            return out
+        except (TransactionLogError, OSError, DecodeError) as e:
+            self.error = e if isinstance(e, TransactionLogError) else TransactionLogError(self.path, 0, str(e))
+        return out
 
 
 def iter_records(path: str) -> Iterator[tuple[int, Any]]:

@@ -1,0 +1,107 @@
+"""Ray's GPU ids of a train worker as the NVML indices wandb's monitor reports (pure).
+
+Ray names a worker's GPUs as its raylet sees them: ``"0"``, ``"3"`` (the node's GPUs, or the
+entries of the ``CUDA_VISIBLE_DEVICES`` the raylet was started under), or UUIDs
+(``"GPU-8f2c..."``) and MIG devices (``"MIG-..."``) when that variable named them so. wandb's
+monitor reports every GPU NVML sees, by NVML index (PCI order, whatever ``CUDA_VISIBLE_DEVICES``
+says), with each GPU's UUID. So:
+
+- an integer id is taken as the NVML index. That holds when the raylet's GPUs are the host's in
+  NVML order: a raylet started under ``CUDA_VISIBLE_DEVICES=2,3`` says ``"2"``, ``"3"``, NVML's
+  indices too. CUDA's own order can differ from NVML's on hosts of mixed GPU models (CUDA
+  orders the fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``);
+- a ``GPU-`` UUID is looked up among the UUIDs the monitor reports (exact, in any order);
+- a MIG device has no index of its own in the monitor's series (NVML reports no utilisation of a
+  MIG slice, and wandb samples the whole GPU): it maps to nothing, and the node is then judged
+  by every GPU it reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def ray_gpu_ids(accelerator_ids: object) -> tuple[str, ...]:
+    """A worker's GPU ids from Ray's ``accelerator_ids`` (``{"GPU": [...]}``), as strings."""
+    ids = accelerator_ids.get("GPU", []) if isinstance(accelerator_ids, dict) else []
+    return tuple(str(i).strip() for i in ids or () if str(i).strip())
+
+
+def nvml_indices(ids: Iterable[str], uuids: Sequence[str] | None = None) -> tuple[int, ...] | None:
+    """The NVML indices of Ray GPU ``ids``; None when any of them cannot be mapped (a UUID not
+    among the monitor's ``uuids``, or not known yet; a MIG device; anything else)."""
+    out = []
+    for gpu in ids:
+        if gpu.isdigit():
+            out.append(int(gpu))
+        elif gpu.startswith("GPU-") and uuids and gpu in uuids:
+            out.append(list(uuids).index(gpu))
+        else:
+            return None
+    return tuple(out)
+
+
+def lookup_on_node(ids: Iterable[str], library: str = "libnvidia-ml.so.1") -> tuple[int, ...] | None:
+    """The NVML indices of Ray GPU ``ids`` on this node, UUIDs looked up in NVML itself (one
+    lookup when a writer starts, not a sampler); None when NVML or any id is not found (MIG
+    devices included: their parent GPU is what wandb samples, and it is left to sample all)."""
+    ids = list(ids)
+    direct = nvml_indices(ids)
+    if direct is not None:
+        return direct
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL(library)
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        out = []
+        for gpu in ids:
+            handle, index = ctypes.c_void_p(), ctypes.c_uint()
+            if gpu.isdigit():
+                out.append(int(gpu))
+            elif (
+                gpu.startswith("GPU-")
+                and nvml.nvmlDeviceGetHandleByUUID(gpu.encode(), ctypes.byref(handle)) == 0
+                and nvml.nvmlDeviceGetIndex(handle, ctypes.byref(index)) == 0
+            ):
+                out.append(index.value)
+            else:
+                return None
+        return tuple(out)
+    finally:
+        nvml.nvmlShutdown()
+
+
+def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] | None:
+    """This node's GPUs as NVML lists them (index order): ``models`` and ``uuids``; None without
+    NVML or GPUs. One read when a writer starts (a node writer's wandb records no metadata of its
+    own, so this is where its GPUs' models and UUIDs come from); nothing is sampled."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL(library)
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or not count.value:
+            return None
+        models, uuids = [], []
+        for i in range(min(count.value, 64)):
+            handle = ctypes.c_void_p()
+            name, uuid = ctypes.create_string_buffer(96), ctypes.create_string_buffer(96)
+            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
+                return None
+            nvml.nvmlDeviceGetName(handle, name, 96)
+            nvml.nvmlDeviceGetUUID(handle, uuid, 96)
+            models.append(name.value.decode(errors="replace"))
+            uuids.append(uuid.value.decode(errors="replace"))
+        return {"models": models, "uuids": uuids}
+    finally:
+        nvml.nvmlShutdown()

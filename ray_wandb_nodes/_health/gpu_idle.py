@@ -1,0 +1,33 @@
+"""The idle-GPU rule (pure): a GPU that hosts a rank and does nothing while the others work.
+
+A rank whose GPU sits near zero utilisation while the job's other ranks' GPUs are busy is
+stuck (waiting on data, a hung collective on its side, work placed on the wrong device). Only
+GPUs Ray assigned to a rank are judged: an unused GPU of a node is no problem. A GPU is worse
+when its utilisation is at most ``IDLE_UTIL`` and the median of the *other* ranks' GPUs is at
+least ``BUSY_UTIL`` (any model: idle is idle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+from .gpu_slow import BUSY_UTIL
+from .rule import median_without
+
+K = TypeVar("K", bound=Hashable)
+IDLE_UTIL = 5.0  # %: at most this is idle
+
+
+def idle_verdicts(utils: Mapping[K, float]) -> dict[K, tuple[bool, float | None]]:
+    """``utils``: key -> utilisation of every GPU that hosts a rank. For each: (worse, the other
+    ranks' GPUs' median utilisation); alone, a GPU is never idle against the others."""
+    ordered = sorted(utils.values())
+    out: dict[K, tuple[bool, float | None]] = {}
+    for key, util in utils.items():
+        if len(ordered) < 2:
+            out[key] = (False, None)
+            continue
+        median = median_without(ordered, util)
+        out[key] = (util <= IDLE_UTIL and median >= BUSY_UTIL, median)
+    return out

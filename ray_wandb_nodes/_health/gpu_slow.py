@@ -1,0 +1,46 @@
+"""The slow-GPU rule (pure): a busy GPU whose SM clock stays low against its peers.
+
+A GPU that throttles (heat, a power brake, a hardware slowdown) keeps reporting 100 %
+utilisation while it runs at a fraction of its clock, so utilisation cannot tell it; its SM
+clock can. A busy GPU (utilisation at least ``BUSY_UTIL``) is worse when its SM clock is below
+``threshold`` x the median SM clock of the job's *other* busy GPUs of the same model (one model
+boosts to other clocks than another; a model with a single busy GPU has nothing to compare
+with). ``threshold`` is the run's ``straggler_threshold`` (0.7 by default): healthy GPUs of one
+model running one job sit within a few percent of each other's clock, a throttled one far below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+from .rule import median_without
+
+K = TypeVar("K", bound=Hashable)
+BUSY_UTIL = 50.0  # %: a GPU at least this busy is compared
+
+
+def slow_verdicts(
+    gpus: Mapping[K, tuple[str, float | None, float | None]], threshold: float
+) -> dict[K, tuple[bool, float | None]]:
+    """``gpus``: key -> (model, utilisation, SM clock). For every GPU: (worse, the others'
+    median SM clock); (False, None) for a GPU not compared (idle, no clock, alone of its model)."""
+    by_model: dict[str, list[float]] = {}
+    for model, util, sm in gpus.values():
+        if _busy(util, sm):
+            by_model.setdefault(model, []).append(float(sm))  # type: ignore[arg-type]
+    for clocks in by_model.values():
+        clocks.sort()
+    out: dict[K, tuple[bool, float | None]] = {}
+    for key, (model, util, sm) in gpus.items():
+        clocks = by_model.get(model, [])
+        if not _busy(util, sm) or len(clocks) < 2:
+            out[key] = (False, None)
+            continue
+        median = median_without(clocks, float(sm))  # type: ignore[arg-type]
+        out[key] = (float(sm) < threshold * median, median)  # type: ignore[arg-type]
+    return out
+
+
+def _busy(util: float | None, sm: float | None) -> bool:
+    return util is not None and sm is not None and util >= BUSY_UTIL

@@ -1,0 +1,270 @@
+"""One run's GPUs: each GPU of the run's nodes, its latest values, the GPU rules applied to it
+(slow, idle, memory errors, lost; each in a module of its own) and the ``gpus`` table. Plain
+data in, plain data out; the monitor feeds it each node's summaries and ranks.
+
+Every GPU is keyed by (node id, NVML index). The ranks on a GPU come from Ray's GPU ids of each
+train worker, mapped to NVML indices (``_gpu_ids``: integer ids as indices, UUIDs through the
+UUIDs the monitor reports); a worker whose ids cannot be mapped (a MIG device, a UUID not known
+yet) leaves its node's GPUs without ranks, and its node is then judged by all of them.
+
+The rules judge sample times, the node's own clock, never the driver's: the integer series come
+a transaction-log block late, in batches, and a batch spanning the window is judged as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._gpu_ids import nvml_indices
+from .gpu_ecc import EccWatch, ecc_step
+from .gpu_idle import idle_verdicts
+from .gpu_lost import LOST as LOST_EVENT
+from .gpu_lost import lost_step
+from .gpu_slow import slow_verdicts
+from .rule import NodeStreak, advance
+
+OK, SLOW, IDLE, MEMORY_ERRORS, LOST = "ok", "slow", "idle", "memory errors", "lost"
+# events: (kind, recovered?)
+SLOW_EV, IDLE_EV, ECC_EV, LOST_EV = "slow-gpu", "idle-gpu", "gpu-memory-errors", "gpu-lost"
+MIN_SAMPLES = 3
+TABLE_CAP = 512  # rows of every GPU; past it, only the GPUs that are not ok, and one row counting the rest
+GPU_COLUMNS = [
+    "node",
+    "hostname",
+    "gpu",
+    "model",
+    "ranks",
+    "state",
+    "util",
+    "memory",
+    "temp",
+    "power_w",
+    "power_limit_w",
+    "sm_clock",
+    "ecc_corrected",
+    "ecc_uncorrected",
+]
+
+
+@dataclass
+class Gpu:
+    node_id: str
+    index: int
+    model: str = ""
+    ranks: tuple[int, ...] = ()
+    util: float | None = None
+    mem: float | None = None
+    temp: float | None = None
+    power: float | None = None
+    limit: float | None = None
+    sm: float | None = None
+    ecc_c: float | None = None
+    ecc_u: float | None = None
+    # batches not judged yet: (start, end, samples[, present])
+    floats: tuple[float, float, int, bool] | None = None
+    ints: tuple[float, float, int] | None = None
+    slow: NodeStreak = field(default_factory=NodeStreak)
+    idle: NodeStreak = field(default_factory=NodeStreak)
+    lost: NodeStreak = field(default_factory=NodeStreak)
+    ecc: EccWatch = field(default_factory=EccWatch)
+    ecc_first: float | None = None
+
+    @property
+    def state(self) -> str:
+        if self.lost.flagged:
+            return LOST
+        if self.ecc.ever:
+            return MEMORY_ERRORS
+        if self.slow.flagged:
+            return SLOW
+        return IDLE if self.idle.flagged else OK
+
+    @property
+    def suspect(self) -> bool:
+        """Flagged, or on its way to be: its node's value leaves it out (one problem, one alert)."""
+        return self.state != OK or any(s.since is not None for s in (self.slow, self.idle, self.lost))
+
+
+@dataclass
+class _NodeGpus:
+    gpus: dict[int, Gpu] = field(default_factory=dict)
+    float_t: float | None = None
+    gpu_t: float | None = None  # the newest sample with GPU readings
+    int_t: float | None = None
+    uuids: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    rank_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)  # rank -> Ray's GPU ids
+    unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
+
+
+class GpuHealth:
+    def __init__(self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES) -> None:
+        self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
+        self._nodes: dict[str, _NodeGpus] = {}
+
+    # feeding ------------------------------------------------------------------------------------
+    def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str]]) -> None:
+        """The train ranks on a node now, each with its GPU ids as Ray names them."""
+        node = self._nodes.setdefault(node_id, _NodeGpus())
+        node.rank_ids = {r: tuple(ids) for r, ids in rank_ids.items()}
+        self._map(node)
+
+    def update(self, node_id: str, summary: Mapping[str, Any]) -> None:
+        """A node's new summary: its GPUs' fresh values become batches to judge."""
+        node = self._nodes.setdefault(node_id, _NodeGpus())
+        info = summary.get("gpu_info") or {}
+        if info.get("uuids") != node.uuids and info.get("uuids"):
+            node.uuids, node.models = list(info["uuids"]), list(info.get("models") or [])
+            self._map(node)
+        gpus = summary.get("gpus") or {}
+        t = summary.get("t")
+        # wandb sends the GPU readings as records of their own: samples read between the system
+        # record and the GPU record of an interval hold no GPU at all, which says nothing. A GPU
+        # is missing when its node's other GPUs report without it, or when none has for longer
+        # than the window while the node samples on.
+        silent = not gpus and (node.gpu_t is None or not isinstance(t, (int, float)) or t - node.gpu_t <= self.window_s)
+        if isinstance(t, (int, float)) and t != node.float_t and (gpus or node.gpus) and not silent:
+            node.float_t = t
+            if gpus:
+                node.gpu_t = t
+            batch = (float(summary.get("t0", t)), float(t), int(summary.get("n") or 1))
+            for index in set(gpus) | set(node.gpus):
+                gpu = self._gpu(node_id, node, index)
+                values = gpus.get(index)
+                if values:
+                    gpu.util, gpu.mem, gpu.temp = values.get("util"), values.get("mem"), values.get("temp")
+                    gpu.power, gpu.limit = values.get("power"), values.get("limit", gpu.limit)
+                gpu.floats = (*batch, bool(values and values.get("util") is not None))
+        ints = summary.get("gpu_ints") or {}
+        if isinstance(ints.get("t"), (int, float)) and ints["t"] != node.int_t:
+            node.int_t = ints["t"]
+            for index, values in (ints.get("by") or {}).items():
+                gpu = self._gpu(node_id, node, int(index))
+                gpu.sm = values.get("sm", gpu.sm)
+                gpu.ecc_c, gpu.ecc_u = values.get("ecc_c", gpu.ecc_c), values.get("ecc_u", gpu.ecc_u)
+                gpu.ints = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
+
+    def forget(self, node_id: str) -> None:
+        """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
+        node = self._nodes.get(node_id)
+        if node is not None:
+            for gpu in node.gpus.values():
+                gpu.floats = gpu.ints = None
+
+    # judging ------------------------------------------------------------------------------------
+    def judge(self, live: set[str]) -> list[tuple[Gpu, str, bool]]:
+        """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
+        ``live`` nodes; the events: (GPU, kind, recovered)."""
+        events: list[tuple[Gpu, str, bool]] = []
+        gpus = [g for n, node in self._nodes.items() if n in live for g in node.gpus.values()]
+        w, m = self.window_s, self.min_samples
+        for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
+            if gpu.floats is not None:
+                start, end, samples, present = gpu.floats
+                said = lost_step(gpu.lost, present, samples, start, end, w, m)
+                if said:
+                    events.append((gpu, LOST_EV, said != LOST_EVENT))
+                    if said == LOST_EVENT:
+                        gpu.slow, gpu.idle = NodeStreak(), NodeStreak()
+            if gpu.ints is not None and gpu.ecc_u is not None and not gpu.lost.flagged:
+                start, end, samples = gpu.ints
+                if gpu.ecc_first is None:
+                    gpu.ecc_first = gpu.ecc_u
+                if ecc_step(gpu.ecc, gpu.ecc_u, samples, start, end, w, m):
+                    events.append((gpu, ECC_EV, False))
+        alive = [g for g in gpus if not g.lost.flagged]
+        slow = slow_verdicts({id(g): (g.model, g.util, g.sm) for g in alive}, self.threshold)
+        for gpu in alive:
+            if gpu.ints is not None:
+                worse, gpu.slow.median = slow[id(gpu)]
+                start, end, samples = gpu.ints
+                if advance(gpu.slow, worse, samples, start, end, w, m):
+                    events.append((gpu, SLOW_EV, not gpu.slow.flagged))
+        idle = idle_verdicts({id(g): g.util for g in alive if g.ranks and g.util is not None})
+        for gpu in alive:
+            if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
+                worse, gpu.idle.median = idle[id(gpu)]
+                start, end, samples, _ = gpu.floats
+                if advance(gpu.idle, worse, samples, start, end, w, m):
+                    events.append((gpu, IDLE_EV, not gpu.idle.flagged))
+        for gpu in gpus:
+            gpu.floats = gpu.ints = None
+        return events
+
+    # what the node rule and the tables read -------------------------------------------------------
+    def judged_indices(self, node_id: str) -> tuple[int, ...] | None:
+        """The GPUs a node is judged by: those of its ranks (all when any rank's are unknown),
+        less the suspect ones; None when the node has reported no GPU."""
+        node = self._nodes.get(node_id)
+        if node is None or not node.gpus:
+            return None
+        ranked = {i for i, g in node.gpus.items() if g.ranks}
+        use = ranked if ranked and not node.unmapped else set(node.gpus)
+        return tuple(sorted(i for i in use if not node.gpus[i].suspect))
+
+    def model(self, node_id: str) -> str:
+        node = self._nodes.get(node_id)
+        return node.models[0] if node and node.models else ""
+
+    def not_ok(self, node_id: str) -> str:
+        node = self._nodes.get(node_id)
+        if node is None:
+            return ""
+        return ", ".join(f"GPU {i} {g.state}" for i, g in sorted(node.gpus.items()) if g.state != OK)
+
+    def unmapped(self, node_id: str) -> tuple[int, ...]:
+        node = self._nodes.get(node_id)
+        return node.unmapped if node else ()
+
+    def rows(self, names: Mapping[str, tuple[str, str]]) -> list[list[Any]]:
+        """The ``gpus`` table (node id -> (label, hostname) names the nodes): every GPU up to
+        ``TABLE_CAP`` rows; past it the GPUs not ok, then one row that counts the others."""
+        gpus = [g for n, node in self._nodes.items() if n in names for g in node.gpus.values()]
+        gpus.sort(key=lambda g: (names[g.node_id][0], g.index))
+        shown = gpus if len(gpus) <= TABLE_CAP else [g for g in gpus if g.state != OK][:TABLE_CAP]
+        rows = [self._row(g, *names[g.node_id]) for g in shown]
+        if len(shown) < len(gpus):
+            rows.append([f"({len(gpus) - len(shown)} more GPUs, all ok)", *[None] * (len(GPU_COLUMNS) - 1)])
+        return rows
+
+    # inside -----------------------------------------------------------------------------------------
+    def _gpu(self, node_id: str, node: _NodeGpus, index: int) -> Gpu:
+        gpu = node.gpus.get(index)
+        if gpu is None:
+            gpu = node.gpus[index] = Gpu(node_id, index)
+            self._map(node)
+        return gpu
+
+    def _map(self, node: _NodeGpus) -> None:
+        """Each GPU's model and ranks, from the monitor's GPU list and Ray's GPU ids."""
+        by_index: dict[int, list[int]] = {}
+        unmapped = []
+        for rank, ids in sorted(node.rank_ids.items()):
+            indices = nvml_indices(ids, node.uuids) if ids else None
+            if indices is None:
+                unmapped.append(rank)
+            for i in indices or ():
+                by_index.setdefault(i, []).append(rank)
+        node.unmapped = tuple(unmapped)
+        for i, gpu in node.gpus.items():
+            gpu.ranks = tuple(by_index.get(i, ()))
+            if i < len(node.models):
+                gpu.model = node.models[i]
+
+    @staticmethod
+    def _row(g: Gpu, label: str, hostname: str) -> list[Any]:
+        return [
+            label,
+            hostname,
+            g.index,
+            g.model,
+            ",".join(map(str, g.ranks)),
+            g.state,
+            *(_round(v) for v in (g.util, g.mem, g.temp, g.power, g.limit, g.sm, g.ecc_c, g.ecc_u)),
+        ]
+
+
+def _round(value: Any) -> float | None:
+    return round(float(value), 2) if isinstance(value, (int, float)) else None

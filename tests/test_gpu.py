@@ -1,0 +1,325 @@
+"""End to end: GPU nodes, seen by wandb's real system monitor through the scripted NVML.
+
+A CPU-less, GPU-less head (the driver, the Train controller and the run's primary) and three
+one-CPU nodes with 2, 4 and 1 scripted GPUs (``tests/support/nvml.py``). Train workers ask
+for a GPU each (``use_gpu=True``, gloo, the model on the CPU: torch here is a CPU build), and
+each rank writes down its node and the GPU ids Ray gave it: the ground truth the assertions
+compare with. A rank changes a node's scripted GPUs at a given step to script a GPU going bad
+mid-run.
+
+What this proves: what NVML says reaches the run, the node table and the straggler rule, through
+wandb's own monitor and the plugin's writers. What it cannot: what real GPUs say (that is
+``bench/gpu_check.py`` on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import assert_nothing_left, node_labels, start_gpu_cluster, stop_cluster
+from tests.support.env import WANDB_TABLES
+from tests.support.nvml import ScriptedGpus
+from tests.support.runs import gpu_checks, run_of, unique, user_rows
+from tests.support.training import make_callback
+from tests.support.wandb_backend import RunRecord, WandbTestBackend
+
+pytestmark = pytest.mark.cluster
+
+GPU_COUNTS = (2, 4, 1)
+# The per-GPU series the issue names: wandb's key -> the scripted value it shows.
+SERIES = {
+    "gpu": lambda g: float(g.util),
+    "memoryAllocated": lambda g: g.memory_allocated,
+    "temp": lambda g: float(g.temp),
+    "powerWatts": lambda g: g.power_w,
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[ScriptedGpus]]]:
+    cluster, nodes = start_gpu_cluster(tmp_path_factory.mktemp("gpus"), *GPU_COUNTS)
+    yield cluster, nodes
+    stop_cluster(cluster)
+
+
+@pytest.fixture
+def nodes(gpu_cluster: tuple[Any, list[ScriptedGpus]]) -> list[ScriptedGpus]:
+    """The GPU nodes, each GPU busy and a little different from the others (reset for each test)."""
+    _, gpu_nodes = gpu_cluster
+    for n, node in enumerate(gpu_nodes):
+        for i in range(len(node.gpus)):
+            node.gpus[i].util, node.gpus[i].temp = 93 + (n + i) % 5, 55 + 3 * n + i
+            node.gpus[i].power_w, node.gpus[i].mem_used_mib = 480.0 + 10 * n + i, 20480 * (1 + (n + i) % 3)
+            node.gpus[i].state = "ok"
+        node.write()
+    return gpu_nodes
+
+
+def gpu_loop(config: dict[str, Any]) -> None:
+    """Report every ``step_s``. Rank 0 rewrites a node's scripted GPUs at step ``script["step"]``;
+    with ``own``, each rank changes its own GPU at the steps it names, and rank 0 gives every
+    other GPU of its node a little noise each step."""
+    import os
+    import random
+    import time
+
+    import ray
+    import ray.train
+
+    from tests.support.nvml import ScriptedGpus
+
+    rank = ray.train.get_context().get_world_rank()
+    gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids()["GPU"]]
+    with open(os.path.join(config["placement_dir"], f"rank-{rank}"), "w") as f:
+        json.dump({"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": gpu_ids}, f)
+    script, own = config.get("script"), config.get("own")
+    rnd, overrides = random.Random(rank), {}
+    for step in range(config["reports"]):
+        if script and rank == 0 and step == script["step"]:
+            gpus = ScriptedGpus.read(script["path"])
+            gpus.set_all(**script["values"])
+        if own:  # the ranks share one node and one file: each changes only its own GPU's line
+            for key, value in own["events"].get(str(rank), {}).get(str(step), {}).items():
+                overrides.pop(key, None) if value is None else overrides.__setitem__(key, value)
+            noise = {
+                "util": rnd.randint(92, 100),
+                "sm_clock": rnd.randint(1900, 1980),
+                "power_w": rnd.randint(480, 520),
+            }
+            with ScriptedGpus.locked(own["path"]) as gpus:
+                gpus.set(gpu_ids[0], **{**noise, **overrides})
+        time.sleep(config["step_s"])
+        ray.train.report({"step": step, "gpu_id": gpu_ids[0]})
+
+
+def fit(tmp_path: Path, callback: Any, *, workers: int = 3, one_per_node: bool = True, **config: Any) -> str:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    name = unique("gpu")
+    placement = tmp_path / "placement"
+    placement.mkdir()
+    # One worker a node (each node has one CPU), or Ray's default for use_gpu (one GPU, no CPU:
+    # the workers pack onto the node with the most GPUs).
+    resources = {"CPU": 1, "GPU": 1} if one_per_node else None
+    result = TorchTrainer(
+        gpu_loop,
+        train_loop_config={"placement_dir": str(placement), **config},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=True, resources_per_worker=resources),
+        torch_config=TorchConfig(backend="gloo"),  # a CPU build of torch: no NCCL
+        run_config=RunConfig(name=name, storage_path=str(tmp_path / "storage"), callbacks=[callback]),
+    ).fit()
+    assert result.error is None
+    return name
+
+
+def placement(tmp_path: Path) -> dict[int, dict[str, Any]]:
+    """rank -> {node_id, gpu_ids}, as the ranks saw it."""
+    return {int(p.name.split("-")[1]): json.loads(p.read_text()) for p in (tmp_path / "placement").iterdir()}
+
+
+def gpu_series(run: RunRecord, label: str) -> dict[str, list[Any]]:
+    return {k: v for k, v in run.system_metrics().get(label, {}).items() if k.startswith("gpu.")}
+
+
+def final_table(run: RunRecord) -> dict[str, dict[str, Any]]:
+    tables = run.tables("nodes")
+    assert tables, "no node table was logged"
+    return {row["node"]: row for row in tables[-1]}
+
+
+@pytest.mark.smoke
+def test_every_gpu_node_shows_its_own_gpus_in_the_run_and_the_table(
+    gpu_cluster: Any, nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    cluster, _ = gpu_cluster
+    name = fit(tmp_path, make_callback(straggler_window_s=1.5), reports=12, step_s=0.25)
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    assert run.labels == set(labels.values())
+    for node in nodes:
+        label = labels[node.node_id]
+        series = gpu_series(run, label)
+        for i, gpu in enumerate(node.gpus):
+            for key, value in SERIES.items():
+                got = series.get(f"gpu.{i}.{key}")
+                assert got and got == [pytest.approx(value(gpu))] * len(got), (label, i, key, got)
+        assert {k.split(".")[1] for k in series} == {str(i) for i in range(len(node.gpus))}, (label, sorted(series))
+        checks = gpu_checks(run, label, table=WANDB_TABLES)
+        assert all(checks.values()) and len(checks) >= 3, checks
+    assert gpu_series(run, labels[str(cluster.head_node.node_id)]) == {}
+    # Every GPU busy (93 to 97 %): no node is a straggler.
+    assert run.alerts == []
+    if WANDB_TABLES:  # the node table's GPU columns: each node's own means (see tests.support.env)
+        table = final_table(run)
+        for node in nodes:
+            row = table[labels[node.node_id]]
+            utils = [g.util for g in node.gpus]
+            assert row["gpu_util_mean"] == pytest.approx(statistics.mean(utils), abs=0.01), row
+            assert row["gpu_util_min"] == pytest.approx(min(utils), abs=0.01), row
+            mem = statistics.mean(g.memory_allocated for g in node.gpus)
+            assert row["gpu_mem"] == pytest.approx(mem, abs=0.01), row
+            assert row["state"] == "ok"
+        head = table[labels[str(cluster.head_node.node_id)]]
+        assert (head["gpu_util_mean"], head["gpu_util_min"], head["gpu_mem"]) == (None, None, None)
+    # Each rank got a GPU of its own node, one rank a node.
+    ranks = placement(tmp_path)
+    assert sorted(r["node_id"] for r in ranks.values()) == sorted(n.node_id for n in nodes)
+    assert [row["gpu_id"] for row in user_rows(run)] == [ranks[0]["gpu_ids"][0]] * 12
+    assert_nothing_left()
+
+
+def test_one_node_s_gpus_falling_to_40_percent_is_one_straggler_alert_and_device_ids_narrow_every_node(
+    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    slow = nodes[1]  # the 4-GPU node: every GPU from 95 to 40 % mid-run
+    callback = make_callback(straggler_window_s=1.5, gpu_device_ids=[0, 1])
+    script = {"step": 4, "path": str(slow.path), "values": {"util": 40}}
+    name = fit(tmp_path, callback, reports=40, step_s=0.25, script=script)
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    slow_label = labels[slow.node_id]
+    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Straggler: {slow_label}", "WARN")]
+    assert "GPU utilisation" in run.alerts[0]["text"], run.alerts[0]["text"]
+    # gpu_device_ids=[0, 1]: every node's writer samples GPUs 0 and 1 only, under their own indices.
+    for node in nodes:
+        shown = {k.split(".")[1] for k in gpu_series(run, labels[node.node_id])}
+        assert shown == {"0", "1"} & {str(i) for i in range(len(node.gpus))}, (node.node_id, shown)
+    values = gpu_series(run, slow_label)["gpu.0.gpu"]
+    assert values[0] > 90 and values[-1] == 40.0
+    if WANDB_TABLES:
+        states = {row["node"]: row["state"] for row in final_table(run).values()}
+        assert states[slow_label] == "straggler"
+        assert {s for label, s in states.items() if label != slow_label} == {"ok"}
+
+
+def test_the_all_strategy_gives_each_rank_s_run_exactly_its_gpus(
+    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    # Three workers of one GPU and no CPU pack onto the 4-GPU node: ranks of distinct GPU ids.
+    name = fit(tmp_path, make_callback(strategy="all"), one_per_node=False, reports=6, step_s=0.3)
+
+    ranks = placement(tmp_path)
+    runs = {r.display_name: r for r in backend.runs.values() if r.group == name}
+    assert set(runs) == {f"rank-{r}" for r in ranks}
+    assert len({tuple(r["gpu_ids"]) for r in ranks.values()}) == len(ranks)  # distinct GPUs
+    by_node = {node.node_id: node for node in nodes}
+    for rank, where in ranks.items():
+        run = runs[f"rank-{rank}"]
+        series = gpu_series(run, f"rank-{rank}")
+        (gpu_id,) = where["gpu_ids"]
+        assert {k.rsplit(".", 1)[0] for k in series} == {f"gpu.{gpu_id}"}, (rank, sorted(series))
+        util = by_node[where["node_id"]].gpus[gpu_id].util
+        assert set(series[f"gpu.{gpu_id}.gpu"]) == {float(util)}
+        assert [row["gpu_id"] for row in user_rows(run)] == [gpu_id] * 6
+
+
+def test_a_tune_trial_on_a_gpu_node_shows_that_node_s_gpus(
+    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    from ray import tune
+
+    from ray_wandb_nodes import WandbNodesTuneCallback
+    from tests.support.env import FAST
+
+    name = unique("gpu-tune")
+    callback = WandbNodesTuneCallback(
+        project="gpu-tune", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
+    )
+    results = tune.Tuner(
+        tune.with_resources(gpu_trial, {"cpu": 1, "gpu": 1}),
+        param_space={"sleep": 0.5},
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), callbacks=[callback]),
+    ).fit()
+    assert not results.errors
+    (result,) = results
+    (run,) = [r for r in backend.runs.values() if r.group == name]
+    node = next(n for n in nodes if n.node_id == result.metrics["node_id"])
+    label = node_labels()[node.node_id]
+    assert run.labels == {label}
+    series = gpu_series(run, label)
+    for i, gpu in enumerate(node.gpus):
+        assert set(series[f"gpu.{i}.gpu"]) == {float(gpu.util)}
+        assert series[f"gpu.{i}.powerWatts"] == [pytest.approx(gpu.power_w)] * len(series[f"gpu.{i}.powerWatts"])
+    assert {k.split(".")[1] for k in series} == {str(i) for i in range(len(node.gpus))}
+    assert run.exit_codes == [0]
+
+
+def gpu_trial(config: dict[str, Any]) -> None:
+    import time
+
+    import ray
+    from ray import tune
+
+    for _ in range(6):
+        time.sleep(config["sleep"])
+        tune.report({"node_id": ray.get_runtime_context().get_node_id()})
+
+
+@pytest.mark.smoke
+def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
+    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    node = nodes[1]  # the 4-GPU node: four workers of one GPU and no CPU pack onto it
+    events = {  # rank -> step -> what its GPU does from then on (None: back to normal)
+        "0": {"8": {"sm_clock": 900, "power_w": 250}, "60": {"sm_clock": None, "power_w": None}},  # throttles, recovers
+        "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
+        "2": {"8": {"state": "lost"}},  # falls off the bus
+    }  # rank 3's GPU, and every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
+    own = {"path": str(node.path), "events": events}
+    callback = make_callback(straggler_window_s=1.5)
+    name = fit(tmp_path, callback, workers=4, one_per_node=False, reports=110, step_s=0.25, own=own)
+
+    run = run_of(backend, name)
+    label = node_labels()[node.node_id]
+    gpu = {rank: where["gpu_ids"][0] for rank, where in placement(tmp_path).items()}
+    assert all(where["node_id"] == node.node_id for where in placement(tmp_path).values())
+    assert [(a["title"], a["severity"]) for a in run.alerts if "Slow GPU" in a["title"]] == [
+        (f"Slow GPU: {label} GPU {gpu[0]}", "WARN"),
+        (f"Slow GPU recovered: {label} GPU {gpu[0]}", "INFO"),
+    ]
+    assert sorted((a["title"], a["severity"]) for a in run.alerts) == sorted(
+        [
+            (f"Slow GPU: {label} GPU {gpu[0]}", "WARN"),
+            (f"Slow GPU recovered: {label} GPU {gpu[0]}", "INFO"),
+            (f"GPU memory errors: {label} GPU {gpu[1]}", "ERROR"),
+            (f"GPU lost: {label} GPU {gpu[2]}", "ERROR"),
+        ]
+    )
+    slow = next(a["text"] for a in run.alerts if a["title"].startswith("Slow GPU:"))
+    assert f"GPU {gpu[0]} (NVIDIA H100 80GB HBM3) of {label} (host " in slow and ", rank 0)" in slow
+    # the SM clock is the mean of the samples that showed it (a transaction-log block's)
+    clock, median = (float(x) for x in re.findall(r"SM clock (\d+) MHz; .* median (\d+) MHz", slow)[0])
+    assert 900 <= clock < 0.7 * median and median >= 1900, slow
+    assert "250 W of 700 W" in slow and " C, " in slow, slow
+    ecc = next(a["text"] for a in run.alerts if a["title"].startswith("GPU memory errors"))
+    assert "rank 1" in ecc and "uncorrectable" in ecc and ": 2, up from 0" in ecc, ecc
+    if not WANDB_TABLES:
+        return
+    # The gpus table comes with every alert: one of them shows the slow GPU as such.
+    tables = run.tables("gpus")
+    states = [{row["gpu"]: row["state"] for row in t if row["node"] == label} for t in tables]
+    assert any(s.get(gpu[0]) == "slow" for s in states), states
+    last = {row["gpu"]: row for row in tables[-1] if row["node"] == label}
+    assert {i: row["state"] for i, row in last.items()} == {
+        gpu[0]: "ok",
+        gpu[1]: "memory errors",
+        gpu[2]: "lost",
+        gpu[3]: "ok",
+    }
+    assert last[gpu[1]]["ecc_uncorrected"] == 2 and last[gpu[0]]["sm_clock"] >= 1900
+    assert {last[i]["ranks"] for i in last} == {"0", "1", "2", "3"}
+    row = final_table(run)[label]
+    assert row["gpus_not_ok"] == ", ".join(
+        f"GPU {i} {state}" for i, state in sorted([(gpu[1], "memory errors"), (gpu[2], "lost")])
+    )
+    assert row["state"] == "ok"  # one problem, one alert: the node is no straggler for it

@@ -1,0 +1,306 @@
+"""The GPU rules (slow, idle, memory errors, lost) from tables, the GPU ids Ray gives against
+NVML's, and the monitor applying them: which GPU, on which node, under which ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, ray_gpu_ids
+from ray_wandb_nodes._health import HealthMonitor, HealthOptions
+from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
+from ray_wandb_nodes._health.gpu_idle import idle_verdicts
+from ray_wandb_nodes._health.gpu_lost import lost_step
+from ray_wandb_nodes._health.gpu_slow import slow_verdicts
+from ray_wandb_nodes._health.gpus import GPU_COLUMNS, TABLE_CAP
+from ray_wandb_nodes._health.monitor import COLUMNS
+from ray_wandb_nodes._health.rule import NodeStreak
+
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        # one throttled H100 among busy ones: below 0.7 x the others' median clock
+        ({"a": (H100, 100, 1980), "b": (H100, 100, 1965), "c": (H100, 100, 900)}, {"c"}),
+        # a clock under the others' but within the threshold: not slow
+        ({"a": (H100, 100, 1980), "b": (H100, 100, 1965), "c": (H100, 100, 1500)}, set()),
+        # an idle GPU's low clock is no throttle (it is not compared)
+        ({"a": (H100, 100, 1980), "b": (H100, 100, 1965), "c": (H100, 3, 345)}, set()),
+        # A100s boost lower than H100s: each model against its own
+        ({"a": (H100, 100, 1980), "b": (H100, 100, 1970), "c": (A100, 100, 1410), "d": (A100, 100, 1400)}, set()),
+        # ... and a slow A100 among A100s is found beside H100s
+        ({"a": (H100, 100, 1980), "c": (A100, 100, 1410), "d": (A100, 100, 1400), "e": (A100, 95, 600)}, {"e"}),
+        # a model with a single busy GPU has nothing to compare with
+        ({"a": (H100, 100, 1980), "c": (A100, 100, 500)}, set()),
+        # a GPU whose SM clock is not known yet is left out; the others still compare
+        ({"a": (H100, 100, 1980), "b": (H100, 100, None), "c": (H100, 100, 900)}, {"c"}),
+        ({"b": (H100, 100, None), "c": (H100, 100, 900)}, set()),
+    ],
+)
+def test_the_slow_gpu_rule_compares_busy_gpus_of_one_model(gpus: dict[str, Any], expected: set[str]) -> None:
+    verdicts = slow_verdicts(gpus, threshold=0.7)
+    assert {k for k, (worse, _) in verdicts.items() if worse} == expected
+
+
+def test_a_slow_gpu_s_verdict_carries_the_others_median() -> None:
+    verdicts = slow_verdicts({"a": (H100, 100, 1980), "b": (H100, 100, 1960), "c": (H100, 100, 900)}, 0.7)
+    assert verdicts["c"] == (True, 1970.0)
+
+
+@pytest.mark.parametrize(
+    ("utils", "expected"),
+    [
+        ({"a": 97, "b": 95, "c": 0}, {"c"}),
+        ({"a": 97, "b": 95, "c": 5}, {"c"}),  # at most 5 % is idle
+        ({"a": 97, "b": 95, "c": 6}, set()),
+        ({"a": 30, "b": 20, "c": 0}, set()),  # the others are not busy either: nobody is waited for
+        ({"c": 0}, set()),  # alone
+        ({"a": 90, "b": 0, "c": 0, "d": 95, "e": 96}, {"b", "c"}),
+    ],
+)
+def test_the_idle_gpu_rule_flags_a_rank_gpu_at_zero_while_the_others_work(
+    utils: dict[str, float], expected: set[str]
+) -> None:
+    assert {k for k, (worse, _) in idle_verdicts(utils).items() if worse} == expected
+
+
+def test_an_uncorrected_ecc_increase_alerts_at_once_and_once_per_episode() -> None:
+    watch = EccWatch()
+    # (count, samples, start, end) -> whether an alert is due
+    steps = [
+        (2, 3, 0, 1, False),  # the baseline: errors from before the run are no alert
+        (2, 3, 1, 2, False),
+        (3, 1, 2, 2, True),  # up: at once, one sample is enough
+        (5, 1, 3, 3, False),  # still rising: the same episode
+        (5, 3, 4, 6, False),  # quiet, not for the window yet
+        (5, 3, 6, 9, False),  # quiet for the window (3 s, 3 samples): the episode ends
+        (6, 1, 10, 10, True),  # a new increase: a new episode
+    ]
+    said = [ecc_step(watch, c, n, s, e, window_s=3, min_samples=3) for c, n, s, e, _ in steps]
+    assert said == [due for *_, due in steps]
+    assert watch.ever and watch.last == 6
+
+
+def test_a_gpu_missing_for_the_window_is_lost_once_and_back_once() -> None:
+    streak = NodeStreak()
+    batches = [(True, 0), (False, 1), (False, 2), (False, 3), (False, 4), (True, 5), (True, 6), (True, 7), (True, 8)]
+    said = [lost_step(streak, present, 1, t, t, window_s=2, min_samples=3) for present, t in batches]
+    assert said == [None, None, None, "lost", None, None, None, "back", None]
+
+
+def test_a_block_of_samples_spanning_the_window_is_judged_at_once() -> None:
+    # The integer series come a transaction-log block late: one batch of 10 samples over 5 s.
+    streak = NodeStreak()
+    assert lost_step(streak, False, 10, 100.0, 105.0, window_s=2, min_samples=3) == "lost"
+
+
+@pytest.mark.parametrize(
+    ("ids", "uuids", "expected"),
+    [
+        (("0", "3"), None, (0, 3)),
+        (("GPU-b", "GPU-a"), ["GPU-a", "GPU-b"], (1, 0)),
+        (("GPU-b",), None, None),  # the monitor's UUIDs not known yet
+        (("GPU-z",), ["GPU-a"], None),
+        (("MIG-1a2b",), ["GPU-a"], None),  # a MIG slice has no index of its own
+        ((), None, ()),
+    ],
+)
+def test_ray_gpu_ids_map_to_nvml_indices(ids: tuple[str, ...], uuids: list[str] | None, expected: Any) -> None:
+    assert nvml_indices(ids, uuids) == expected
+
+
+def test_ray_s_accelerator_ids_are_kept_as_strings() -> None:
+    assert ray_gpu_ids({"GPU": ["0", 1, "GPU-8f2c"]}) == ("0", "1", "GPU-8f2c")
+    assert ray_gpu_ids(None) == () and ray_gpu_ids({"TPU": ["0"]}) == ()
+
+
+def test_uuids_are_looked_up_in_nvml_on_the_node(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.nvml import LIBRARY, Gpu, ScriptedGpus, build
+
+    gpus = ScriptedGpus(tmp_path / "gpus.txt", [Gpu(), Gpu(), Gpu()], node="x")
+    monkeypatch.setenv("SCRIPTED_NVML_GPUS", str(gpus.path))
+    library = str(build() / LIBRARY)
+    assert lookup_on_node([gpus.gpus[2].uuid, "0"], library) == (2, 0)
+    assert lookup_on_node(["GPU-not-there"], library) is None
+    assert lookup_on_node(["MIG-1a2b"], library) is None
+    assert lookup_on_node(["GPU-x"], str(tmp_path / "no-such-library.so")) is None
+
+
+# the monitor ------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gpus_of(utils: list[float], **extra: Any) -> dict[int, dict[str, float]]:
+    return {
+        i: {"util": u, "mem": 50.0, "temp": 60.0, "power": 500.0, "limit": 700.0, **extra} for i, u in enumerate(utils)
+    }
+
+
+class Job:
+    """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order."""
+
+    def __init__(self, nodes: dict[str, tuple[int, tuple[int, ...], str]], **options: Any) -> None:
+        self.clock = Clock()
+        self.m = HealthMonitor(HealthOptions(window_s=2, table_every_s=1e9, **options), clock=self.clock)
+        self.nodes = nodes
+        names = {n: (f"node-{n}-abcdef", n) for n in nodes}
+        rank_gpus = {r: (str(i),) for _, ranks, _ in nodes.values() for i, r in enumerate(ranks)}
+        self.m.set_nodes(names, {n: ranks for n, (_, ranks, _) in nodes.items()}, (), rank_gpus)
+        self.seq = 0
+
+    def sample(self, utils: dict[str, list[float]], ints: dict[str, dict[int, dict[str, float]]] | None = None) -> Any:
+        """One sampling interval of every node; ``ints``: integer series of this interval."""
+        self.clock.now += 1
+        self.seq += 1
+        t = self.clock.now
+        for node, (count, _, model) in self.nodes.items():
+            summary: dict[str, Any] = {"t0": t, "t": t, "n": 1, "seq": self.seq, "cpu": 10.0}
+            summary["gpus"] = gpus_of(utils[node]) if node in utils else {}
+            summary["gpu_info"] = {"models": [model] * count, "uuids": [f"GPU-{node}-{i}" for i in range(count)]}
+            if ints and node in ints:
+                summary["gpu_ints"] = {"t0": t, "t": t, "n": 1, "by": ints[node]}
+            self.m.summary(node, summary)
+        return self.m.tick()
+
+
+def clocks(n: int, sm: float = 1980.0, **slow: float) -> dict[int, dict[str, float]]:
+    out = {i: {"sm": sm, "ecc_c": 0.0, "ecc_u": 0.0} for i in range(n)}
+    for index, value in slow.items():
+        out[int(index[1:])]["sm"] = value
+    return out
+
+
+def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_no_node_alert() -> None:
+    job = Job({"a": (8, tuple(range(8)), H100), "b": (8, tuple(range(8, 16)), H100)})
+    alerts = []
+    for _ in range(6):
+        result = job.sample({"a": [100.0] * 8, "b": [100.0] * 8}, {"a": clocks(8), "b": clocks(8, g3=900.0)})
+        alerts += result.alerts
+    assert [(a.title, a.level) for a in alerts] == [("Slow GPU: node-b-abcdef GPU 3", "WARN")]
+    text = alerts[0].text
+    assert f"GPU 3 ({H100}) of node-b-abcdef (host b, rank 11)" in text
+    assert "SM clock 900 MHz" in text and "median 1980 MHz" in text and "60 C" in text and "500 W of 700 W" in text
+    rows = {(r[0], r[2]): dict(zip(GPU_COLUMNS, r, strict=True)) for r in job.m.gpus.rows(job_names(job))}
+    assert rows[("node-b-abcdef", 3)]["state"] == "slow" and rows[("node-b-abcdef", 3)]["ranks"] == "11"
+    assert rows[("node-a-abcdef", 3)]["state"] == "ok"
+    table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
+    assert table["node-b-abcdef"]["gpus_not_ok"] == "GPU 3 slow" and table["node-b-abcdef"]["state"] == "ok"
+    # back to its clock: one recovery, INFO
+    recovered = []
+    for _ in range(5):
+        recovered += job.sample({"a": [100.0] * 8, "b": [100.0] * 8}, {"a": clocks(8), "b": clocks(8)}).alerts
+    assert [(a.title, a.level) for a in recovered] == [("Slow GPU recovered: node-b-abcdef GPU 3", "INFO")]
+
+
+def job_names(job: Job) -> dict[str, tuple[str, str]]:
+    return {n: (f"node-{n}-abcdef", n) for n in job.nodes}
+
+
+def test_twelve_workers_on_eight_gpu_nodes_judge_each_node_by_its_ranks_gpus() -> None:
+    # 8 + 4 ranks: the second node's 4 unused GPUs sit at 0 %, its ranks' GPUs at 97 %.
+    job = Job({"a": (8, tuple(range(8)), H100), "b": (8, tuple(range(8, 12)), H100)})
+    alerts = []
+    for _ in range(6):
+        alerts += job.sample({"a": [97.0] * 8, "b": [97.0] * 4 + [0.0] * 4}).alerts
+    assert alerts == []  # neither a node straggler nor an idle GPU (the idle ones host no rank)
+    table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
+    assert table["node-b-abcdef"]["value"] == 97.0
+    assert table["node-b-abcdef"]["gpu_util_mean"] == 48.5  # the node's own GPUs, all of them
+
+
+def test_nodes_of_different_models_are_not_compared_with_each_other() -> None:
+    # A100 nodes at 60 % beside H100 nodes at 97 %: each model against its own.
+    job = Job({"a": (1, (0,), H100), "b": (1, (1,), H100), "c": (1, (2,), A100), "d": (1, (3,), A100)})
+    alerts = []
+    for _ in range(6):
+        alerts += job.sample({"a": [97.0], "b": [96.0], "c": [60.0], "d": [61.0]}).alerts
+    assert alerts == []
+
+
+def test_an_idle_rank_gpu_is_a_gpu_alert_not_also_a_node_alert() -> None:
+    job = Job({"a": (4, (0, 1, 2, 3), H100), "b": (4, (4, 5, 6, 7), H100), "c": (1, (8,), H100)})
+    alerts = []
+    for _ in range(6):
+        alerts += job.sample({"a": [96.0] * 4, "b": [96.0, 0.0, 96.0, 96.0], "c": [97.0]}).alerts
+    assert [(a.title, a.level) for a in alerts] == [("Idle GPU: node-b-abcdef GPU 1", "WARN")]
+    assert "rank 5" in alerts[0].text and "utilisation 0 %" in alerts[0].text
+
+
+def test_a_single_gpu_node_whose_gpu_idles_gets_the_gpu_alert_only() -> None:
+    job = Job({"a": (1, (0,), H100), "b": (1, (1,), H100), "c": (1, (2,), H100)})
+    alerts = []
+    for _ in range(6):
+        alerts += job.sample({"a": [96.0], "b": [95.0], "c": [0.0]}).alerts
+    assert [a.title for a in alerts] == ["Idle GPU: node-c-abcdef GPU 0"]
+
+
+def test_a_gpu_that_stops_reporting_is_lost_never_slow_and_the_node_goes_on() -> None:
+    job = Job({"a": (2, (0, 1), H100), "b": (2, (2, 3), H100)})
+    for _ in range(2):
+        job.sample({"a": [97.0, 97.0], "b": [97.0, 97.0]}, {"a": clocks(2), "b": clocks(2)})
+    alerts = []
+    for _ in range(6):  # b's GPU 1 is gone from b's samples; its last clock would look slow
+        alerts += job.sample({"a": [97.0, 97.0], "b": [97.0]}, {"a": clocks(2), "b": {0: clocks(1)[0]}}).alerts
+    assert [(a.title, a.level) for a in alerts] == [("GPU lost: node-b-abcdef GPU 1", "ERROR")]
+    assert "rank 3" in alerts[0].text
+    table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
+    assert table["node-b-abcdef"]["gpus_not_ok"] == "GPU 1 lost" and table["node-b-abcdef"]["state"] == "ok"
+
+
+def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() -> None:
+    job = Job({"a": (2, (0, 1), H100), "b": (2, (2, 3), H100)})
+    bad = clocks(2)
+    alerts = []
+    for step in range(6):
+        bad[0]["ecc_u"] = 0.0 if step < 2 else float(step)  # rising from the third interval
+        alerts += job.sample({"a": [97.0, 97.0], "b": [97.0, 97.0]}, {"a": clocks(2), "b": bad}).alerts
+    assert [(a.title, a.level) for a in alerts] == [("GPU memory errors: node-b-abcdef GPU 0", "ERROR")]
+    assert "uncorrectable" in alerts[0].text and "up from 0" in alerts[0].text and "rank 2" in alerts[0].text
+    states = {(r[0], r[2]): r[5] for r in job.m.gpus.rows(job_names(job))}
+    assert states[("node-b-abcdef", 0)] == "memory errors" and states[("node-b-abcdef", 1)] == "ok"
+
+
+def test_a_busy_noisy_job_raises_nothing() -> None:
+    import random
+
+    rnd = random.Random(7)
+    job = Job({n: (8, tuple(range(8 * i, 8 * i + 8)), H100) for i, n in enumerate("abcd")})
+    alerts = []
+    for _ in range(20):
+        utils = {n: [rnd.uniform(88, 100) for _ in range(8)] for n in "abcd"}
+        ints = {n: {i: {"sm": rnd.uniform(1850, 1980), "ecc_c": 0.0, "ecc_u": 0.0} for i in range(8)} for n in "abcd"}
+        alerts += job.sample(utils, ints).alerts
+    assert alerts == []
+
+
+def test_a_mig_node_reporting_no_utilisation_is_not_judged_by_its_cpu() -> None:
+    job = Job({"a": (1, (0,), H100), "b": (1, (1,), H100), "c": (1, (2,), H100)})
+    for _ in range(3):
+        job.sample({"a": [96.0], "b": [95.0], "c": [94.0]})
+    alerts = []
+    for _ in range(6):  # c now reports GPUs without utilisation (MIG): not a CPU node
+        alerts += job.sample({"a": [96.0], "b": [95.0]}).alerts
+    assert not [a for a in alerts if a.kind == "straggler"]
+    table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
+    assert table["node-c-abcdef"]["value"] is None
+
+
+def test_past_the_table_cap_only_gpus_not_ok_are_listed_and_the_rest_counted() -> None:
+    n = TABLE_CAP // 8 + 1
+    job = Job({f"n{i}": (8, (i,), H100) for i in range(n)})
+    utils = {f"n{i}": [97.0] * 8 for i in range(n)}
+    job.sample(utils, {f"n{i}": clocks(8) for i in range(n)})
+    utils["n0"] = [97.0] + [97.0] * 7
+    for _ in range(5):
+        job.sample(utils, {**{f"n{i}": clocks(8) for i in range(n)}, "n0": clocks(8, g0=500.0)})
+    rows = job.m.gpus.rows({f"n{i}": (f"node-n{i}", f"n{i}") for i in range(n)})
+    assert [(r[0], r[2], r[5]) for r in rows[:-1]] == [("node-n0", 0, "slow")]
+    assert rows[-1][0] == f"({8 * n - 1} more GPUs, all ok)"
