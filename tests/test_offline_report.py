@@ -13,7 +13,8 @@ import pytest
 from ray_wandb_nodes import cli
 from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag
 from ray_wandb_nodes.offline.txlog import RunLog, read_run
-from tests.support.offline import offline_run
+from tests.support.offline import offline_run, write_offline_run
+from tests.support.runs import unique
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 
@@ -57,6 +58,53 @@ def test_only_nodes_with_workers_are_compared_when_the_index_says_which() -> Non
     report = RunReport(run_id="r", folder="/x", nodes=nodes)
     flag(report)
     assert all(n.flags == [] for n in report.nodes)
+
+
+def test_the_note_on_flagging_counts_the_nodes_it_compares() -> None:
+    from ray_wandb_nodes.offline.render import format_text
+
+    def node(label: str, role: str, workers: bool | None) -> NodeSummary:
+        return NodeSummary(label=label, role=role, samples=5, cpu_mean=50.0, workers=workers)
+
+    known = RunReport(run_id="r", folder="/x", nodes=[node("head", "primary", False), node("a", "node", True),
+                                                      node("b", "node", True)])  # fmt: skip
+    flag(known)
+    assert known.notes == [
+        "outliers are flagged among 3 or more nodes with train workers; this run has 2 nodes with train workers"
+    ]
+    text = format_text([known])
+    assert sum(line.startswith(("  head ", "  a ", "  b ")) for line in text.splitlines()) == 3
+    assert "this run has 2 nodes with train workers)" in text
+    unknown = RunReport(run_id="r", folder="/x", nodes=[node("a", "node", None), node("b", "node", None)])
+    flag(unknown)
+    assert unknown.notes == ["outliers are flagged among 3 or more nodes; this run has 2 nodes"]
+
+
+def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:
+    """The real client writes a table's reference as nested keys (nodes/_type, nodes/path, ...):
+    the report lists the key that was logged, ``nodes``, beside ``nodes/stragglers``."""
+    import wandb
+
+    from ray_wandb_nodes.offline.render import format_text
+    from ray_wandb_nodes.offline.report import summarise
+
+    rows: list[dict[str, Any]] = [
+        {"loss": 0.5, "epoch": 0, "opt": {"lr": 0.1}},
+        {"nodes/stragglers": 0, "nodes": wandb.Table(columns=["node"], data=[["a"]]),
+         "gpus": wandb.Table(columns=["gpu"], data=[[0]])},
+    ]  # fmt: skip
+    log = read_run(str(write_offline_run(tmp_path, unique("keys"), "node-primary-aaaaaa", rows)))
+    assert {k for k in log.keys if not k.startswith("_")} == {
+        "epoch",
+        "gpus",
+        "loss",
+        "nodes",
+        "nodes/stragglers",
+        "opt/lr",
+    }
+    assert any(row.get("nodes/_type") == "table-file" for row in log.history)  # the rows keep the reference
+    text = format_text([summarise("r", str(tmp_path), [log])])
+    assert "  history 1 rows: epoch, gpus, loss, nodes, nodes/stragglers, opt/lr\n" in text
 
 
 # the command line ------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
         writer, role = who.entry, who.role
         if role == "primary" or (role == "run" and log.history):
             report.history_rows += sum(not _is_health_row(row) for row in log.history)
-            report.history_keys = sorted({*report.history_keys, *(k for r in log.history for k in r)})
+            report.history_keys = sorted({*report.history_keys, *log.keys})
             report.project = report.project or log.project
             report.entity = report.entity or log.entity
             report.name = report.name or log.name
@@ -211,11 +211,12 @@ def flag(report: RunReport) -> None:
     """Flag nodes far from the median of the others (among nodes with train workers, when known)."""
     nodes = [n for n in report.nodes if n.samples]
     if any(n.workers for n in nodes):
-        nodes = [n for n in nodes if n.workers]
+        nodes, what = [n for n in nodes if n.workers], "nodes with train workers"
     if len(nodes) < MIN_NODES_TO_FLAG:
-        if len(nodes) > 1:
+        if len(nodes) > 1:  # counts what it compares: the table above may list more nodes
+    what = "nodes"
             report.notes.append(
-                f"outliers are flagged among {MIN_NODES_TO_FLAG} or more nodes; this run has {len(nodes)}"
+                f"outliers are flagged among {MIN_NODES_TO_FLAG} or more {what}; this run has {len(nodes)} {what}"
             )
         return
     metrics: list[tuple[str, str, Any]] = [

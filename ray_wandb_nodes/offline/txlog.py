@@ -191,6 +191,9 @@ class RunLog:
     start_time: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    # the keys the history rows were logged with: a logged table or other media object is one
+    # key ("nodes"), where a row holds its reference's fields ("nodes/_type", "nodes/path", ...)
+    keys: set[str] = field(default_factory=set)
     # label -> [(timestamp, {metric: value})]; "" for keys without a label
     stats: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
     exit_code: int | None = None
@@ -211,6 +214,19 @@ def _value(value_json: str) -> Any:
 
 def _item_key(item: Any) -> str:
     return str(item.key or "/".join(item.nested_key))
+
+
+def _logged_keys(items: Any) -> set[str]:
+    """The keys of one history record as they were logged: wandb-core writes a media object's
+    reference (a ``wandb.Table``: ``{"_type": "table-file", "path": ...}``) as nested keys
+    ``["nodes", "_type"]``, ...; a logged key with a slash (``"nodes/stragglers"``) stays one."""
+    media = {tuple(i.nested_key[:-1]) for i in items if len(i.nested_key) > 1 and i.nested_key[-1] == "_type"}
+    keys = set()
+    for item in items:
+        path = tuple(item.nested_key) if not item.key else (item.key,)
+        parent = next((path[:n] for n in range(1, len(path)) if path[:n] in media), None)
+        keys.add("/".join(parent or path))
+    return keys
 
 
 def split_label(key: str) -> tuple[str, str]:
@@ -251,6 +267,7 @@ def _add(log: RunLog, record: Any) -> None:
     log.record_counts[kind or "none"] += 1
     if kind == "history":
         log.history.append({_item_key(i): _value(i.value_json) for i in record.history.item})
+        log.keys.update(_logged_keys(record.history.item))
     elif kind == "stats":
         when = _seconds(record.stats.timestamp)
         by_label: dict[str, dict[str, Any]] = {}
