@@ -1,6 +1,7 @@
 """The fleet at 10 to 5,000 nodes, by simulation: what its control loop costs the Train controller.
 
     python -m bench.fleet_scale [--nodes 10 100 1000 5000] [--minutes 3] [--churn 0.05] [--json FILE]
+    python -m bench.fleet_scale --prestart [--nodes 10 100 500 1000 5000]
 
 This machine cannot start 1,000 raylets, so the real ``NodeFleet`` (its plan, logger pool,
 pings, node health and writer cap, the code a Train run uses) is driven tick by tick with
@@ -16,6 +17,10 @@ each minute, spread over its ticks). Reported per phase: controller CPU per minu
 core), GCS calls per second (listings, and placement-group/actor creations and removals, which
 follow changes), memory of the fleet (traced allocations), and, for churn, the time from a node
 joining the listing to its logger being planned.
+
+``--prestart``: the loggers (a Ray actor and a ``wandb-core`` each) started ahead of the
+workers' placement when a 2-node job (16 workers of 1 GPU) starts on a cluster of N nodes,
+half of them held by other jobs.
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ class SimCluster:
         self.listings = 0
         self.changes = 0  # placement-group and actor creations and removals
         self.created_at: dict[str, float] = {}
+        self.busy: set[str] = set()  # nodes whose GPUs and CPUs other jobs hold
         self._next = 0
         for _ in range(n):
             self.join()
@@ -143,6 +149,14 @@ class SimCluster:
             }
             for i, (node_id, up) in enumerate(self.alive.items())
         ]
+
+    def free_resources(self) -> dict[str, dict[str, float]]:
+        """Each alive node's free resources (``ray._private.state.available_resources_per_node``)."""
+        return {
+            node_id: {"CPU": 0.0, "GPU": 0.0} if node_id in self.busy else {"CPU": 96.0, "GPU": 8.0}
+            for node_id, up in self.alive.items()
+            if up
+        }
 
     # the pool's Ray calls (see _fleet/actors.py)
     def group_prefix(self) -> str:
@@ -260,13 +274,46 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
     return out
 
 
+def prestart(n: int, workers: int, gpus_per_worker: float, busy: float) -> dict[str, Any]:
+    """Loggers started ahead of the workers' placement for one job on a cluster of ``n``
+    simulated nodes (8 GPUs each), ``busy`` of them held by other jobs: actors created."""
+    import inspect
+
+    clock = Clock()
+    sim = SimCluster(n, clock)
+    sim.busy = set(sim.rnd.sample(sorted(sim.alive), int(n * busy)))
+    kwargs: dict[str, Any] = dict(
+        init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock
+    )
+    if "free_resources" in inspect.signature(NodeFleet).parameters:  # (a fleet from before it could count)
+        kwargs["free_resources"] = sim.free_resources
+    fleet = NodeFleet(**kwargs)
+    target = make_target(clock)
+    target.selection, target.ready = "workers", False  # a Train run whose W&B run is being created
+    fleet.step("add", target)
+    per_worker = {"CPU": 1.0, "GPU": gpus_per_worker}
+    fleet.step("prestart", (True, None, workers, per_worker))  # what TrainRun asks at the controller's start
+    job_nodes = -(-int(workers * gpus_per_worker) // 8)
+    return {"nodes": n, "workers": workers, "job_nodes": job_nodes, "loggers": len(fleet._pool.handles())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[10, 100, 1000, 5000])
     parser.add_argument("--minutes", type=int, default=3)
     parser.add_argument("--churn", type=float, default=0.05)
     parser.add_argument("--json")
+    parser.add_argument(
+        "--prestart", action="store_true", help="only: loggers started ahead for a 2-node job (16 workers x 1 GPU)"
+    )
     args = parser.parse_args()
+    if args.prestart:
+        print("loggers started ahead of a 2-node job (16 workers x 1 GPU, 8-GPU nodes), half the nodes busy")
+        print(f"{'nodes':>6} {'job nodes':>9} {'loggers':>8}")
+        for n in args.nodes:
+            r = prestart(n, 16, 1.0, 0.5)
+            print(f"{n:>6} {r['job_nodes']:>9} {r['loggers']:>8}")
+        return
     print(f"fleet control loop, simulated ({POLL_S:g} s ticks; churn {args.churn:.0%} of nodes a minute)")
     print(
         f"{'nodes':>6} {'writers':>8} {'start s':>8} | {'steady CPU':>10} {'list/s':>7} | "

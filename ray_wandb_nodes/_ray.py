@@ -28,7 +28,9 @@ used here (read from the released sources):
   and ``ActorHandle._actor_id`` (an actor's node, pid and state);
   ``RuntimeContext.was_current_actor_reconstructed`` (a restarted logger says so);
   ``ray.experimental.internal_kv`` (the Tune/Train handoff); ``PlacementGroup(PlacementGroupID())``
-  (the janitor removes groups by id).
+  (the janitor removes groups by id); ``ScalingConfig._resources_per_worker_not_none`` and
+  ``ray._private.state.available_resources_per_node`` (how many nodes a job's workers need, for
+  the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it.
 
 Hooks that Ray changed and the plugin leaves alone: ``before_controller_shutdown`` (``async`` from
 2.55). From 2.54 a raise in a controller hook can fail the run: every hook is guarded.
@@ -138,6 +140,10 @@ class TrainStart:
     storage_filesystem: Any
     score_attribute: str | None  # CheckpointConfig.checkpoint_score_attribute
     score_order: str  # "max" or "min"
+    # What one worker asks (ScalingConfig's resources per worker, GPU included with use_gpu);
+    # None when unknown. An elastic run's most workers (max_workers) where num_workers is not set.
+    resources_per_worker: dict[str, float] | None = None
+    max_workers: int | None = None
 
 
 def train_start(ctx: Any) -> TrainStart:
@@ -155,7 +161,35 @@ def train_start(ctx: Any) -> TrainStart:
         storage_filesystem=getattr(storage, "storage_filesystem", None),
         score_attribute=getattr(checkpointing, "checkpoint_score_attribute", None),
         score_order=getattr(checkpointing, "checkpoint_score_order", "max"),
+        resources_per_worker=_per_worker(scaling),
+        max_workers=_int_or_none(getattr(scaling, "max_workers", None)),
     )
+
+
+def _per_worker(scaling: Any) -> dict[str, float] | None:
+    """``ScalingConfig._resources_per_worker_not_none`` (Ray 2.50 to 2.60): the resources one
+    worker asks, with Train's defaults (1 CPU, or 1 GPU with use_gpu) filled in."""
+    try:
+        resources = scaling._resources_per_worker_not_none
+        return {str(k): float(v) for k, v in dict(resources).items()}
+    except Exception:  # noqa: BLE001 - another shape: the caller falls back to Train's defaults
+        return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def free_resources() -> dict[str, dict[str, float]]:
+    """Each alive node's free resources (``ray._private.state.available_resources_per_node``,
+    Ray 2.50 to 2.60: one GCS call); empty when it cannot be read."""
+    try:
+        from ray._private import state
+
+        free = state.available_resources_per_node()
+        return {str(n): {str(k): float(v) for k, v in r.items()} for n, r in free.items()}
+    except Exception:  # noqa: BLE001 - the caller falls back to each node's totals
+        return {}
 
 
 def worker_placements(worker_group: Any) -> list[Placement]:

@@ -118,7 +118,10 @@ class TrainRun:
         if o.strategy in ("shared", "main"):
             self._open_primary(hostname)
         if o.strategy == "shared":  # loggers ready before the workers are placed (see await_writers)
-            self.fleet.prestart(use_gpu=bool(start.use_gpu), exclude=node_id)
+            workers = start.num_workers if isinstance(start.num_workers, int) else start.max_workers
+            self.fleet.prestart(
+                use_gpu=bool(start.use_gpu), exclude=node_id, workers=workers, per_worker=start.resources_per_worker
+            )
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None

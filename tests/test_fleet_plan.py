@@ -95,3 +95,63 @@ def test_wanted_writers_groups_runs_by_node() -> None:
 def test_an_unknown_selection_is_an_error_naming_it() -> None:
     with pytest.raises(ValueError, match="'nodes-please'"):
         plan({}, [want("r", "a", selection="nodes-please")], ["a"], {})
+
+
+# loggers started ahead of the workers' placement: only on the nodes the job can use -------------
+GPU8 = {"CPU": 96.0, "GPU": 8.0}
+PRESTART_CASES: list[tuple[str, dict[str, dict[str, float]], dict[str, Any], list[str]]] = [
+    (
+        "a 2-node job (16 x 1 GPU) on a big cluster: 2 nodes, not every node with GPUs",
+        {f"n{i:03d}": dict(GPU8) for i in range(500)},
+        dict(workers=16, per_worker={"CPU": 1.0, "GPU": 1.0}),
+        ["n000", "n001"],
+    ),
+    (
+        "nodes other jobs hold are skipped; the ones with the most room come first",
+        {
+            "a": {"CPU": 96.0, "GPU": 0.0},
+            "b": {"CPU": 96.0, "GPU": 2.0},
+            "c": dict(GPU8),
+            "d": {"CPU": 2.0, "GPU": 8.0},
+        },
+        dict(workers=4, per_worker={"CPU": 1.0, "GPU": 1.0}),
+        ["c"],
+    ),
+    (
+        "a node's room is its fewest over what a worker asks (here CPUs); never more nodes than workers",
+        {"a": {"CPU": 4.0, "GPU": 8.0}, "b": {"CPU": 4.0, "GPU": 8.0}, "c": {"CPU": 4.0, "GPU": 8.0}},
+        dict(workers=6, per_worker={"CPU": 4.0, "GPU": 1.0}),
+        ["a", "b", "c"],
+    ),
+    (
+        "fractional asks fit as Ray fits them",
+        {"a": {"CPU": 1.0}, "b": {"CPU": 1.0}},
+        dict(workers=2, per_worker={"CPU": 0.5}),
+        ["a"],
+    ),
+    (
+        "the controller's node counts for its room and gets no logger",
+        {"head": {"CPU": 8.0}, "a": {"CPU": 8.0}, "b": {"CPU": 8.0}},
+        dict(workers=12, per_worker={"CPU": 1.0}, exclude="head"),
+        ["a"],
+    ),
+    (
+        "no room anywhere (the autoscaler will add nodes): none",
+        {"a": {"CPU": 0.0, "GPU": 0.0}},
+        dict(workers=2, per_worker={"GPU": 1.0}),
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("free", "job", "expected"), [c[1:] for c in PRESTART_CASES], ids=[c[0] for c in PRESTART_CASES]
+)
+def test_loggers_start_ahead_only_on_the_nodes_the_job_can_use(
+    free: dict[str, dict[str, float]], job: dict[str, Any], expected: list[str]
+) -> None:
+    from ray_wandb_nodes._fleet.nodes import NodeInfo, prestart_nodes
+
+    alive = {n: NodeInfo(n, f"host-{n}", "") for n in free}
+    chosen = prestart_nodes(alive, free, exclude=job.pop("exclude", None), **job)
+    assert sorted(n.node_id for n in chosen) == expected

@@ -167,3 +167,10 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
         row = target.health.table()[0]
         cpu[run_id] = (row[COLUMNS.index("cpu")], row[COLUMNS.index("rss_mb")])
     assert cpu == {"trial-a": (90.0, 900.0), "trial-b": (5.0, 50.0)}
+
+
+def test_a_two_node_job_on_a_big_shared_cluster_starts_two_loggers_ahead() -> None:
+    from bench.fleet_scale import prestart
+
+    # 500 nodes of 8 GPUs, half of them held by other jobs; 16 workers of 1 GPU need 2 nodes.
+    assert prestart(500, 16, 1.0, 0.5) == {"nodes": 500, "workers": 16, "job_nodes": 2, "loggers": 2}

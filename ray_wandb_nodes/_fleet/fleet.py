@@ -22,7 +22,7 @@ from .._writers import WriterSpec
 from .actors import RayActors
 from .collect import OfflineCollection
 from .health import FleetHealth, rank_report, stragglers
-from .nodes import NodeInfo, alive_nodes, candidate_nodes
+from .nodes import NodeInfo, alive_nodes, candidate_nodes, prestart_nodes
 from .plan import plan, run_of
 from .pool import LoggerPool
 from .ready import Awaits
@@ -56,11 +56,14 @@ class NodeFleet:
         list_nodes: Callable[[], list[dict[str, Any]]] = _ray.list_nodes,
         actors: RayActors | None = None,
         clock: Callable[[], float] = time.monotonic,
+        free_resources: Callable[[], dict[str, dict[str, float]]] = _ray.free_resources,
     ) -> None:
-        """``list_nodes``, ``actors``, ``clock``: Ray's and time's; ``bench/fleet_scale.py`` simulates them."""
+        """``list_nodes``, ``actors``, ``clock``, ``free_resources``: Ray's and time's;
+        ``bench/fleet_scale.py`` simulates them."""
         self._warner = warner
         self._poll_s = poll_s
         self._list_nodes = list_nodes
+        self._free_resources = free_resources
         self._clock = clock
         self._listed_at: float | None = None
         self._dirty = True  # something the plan reads changed since it last ran
@@ -102,9 +105,17 @@ class NodeFleet:
         ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids."""
         self._commands.put(("nodes", (run_id, set(nodes), covered_node, target, ranks, rank_gpus)))
 
-    def prestart(self, *, use_gpu: bool, exclude: str | None) -> None:
-        """Start loggers now on every node that could host a train worker (see pool.prestart)."""
-        self._commands.put(("prestart", (use_gpu, exclude)))
+    def prestart(
+        self,
+        *,
+        use_gpu: bool,
+        exclude: str | None,
+        workers: int | None = None,
+        per_worker: dict[str, float] | None = None,
+    ) -> None:
+        """Start loggers now on the nodes the job's ``workers`` (each asking ``per_worker``) can
+        use, at most as many as it needs (see nodes.prestart_nodes and pool.prestart)."""
+        self._commands.put(("prestart", (use_gpu, exclude, workers, per_worker)))
 
     def rank_report(self, run_id: str, metrics: list[dict[str, Any]]) -> None:
         """Every rank's report, for the run's straggler rule by metric."""
@@ -232,11 +243,22 @@ class NodeFleet:
             self._awaits.add(*payload)
         elif kind == "prestart":
             self._refresh_nodes()
-            self._pool.prestart(candidate_nodes(self._alive, use_gpu=payload[0], exclude=payload[1]))
+            self._pool.prestart(self._prestart_nodes(*payload))
         elif kind in ("log", "artifact"):  # a standalone run's row or checkpoint, to its writer's logger
             target = self._targets.get(payload[0])
             if isinstance(target, StandaloneTarget):
                 self._rows.deliver(kind, target, payload, self._pool.host_of(target.run_id))
+
+    def _prestart_nodes(
+        self, use_gpu: bool, exclude: str | None, workers: int | None, per_worker: dict[str, float] | None
+    ) -> list[NodeInfo]:
+        """The nodes to start loggers on ahead: where the job's workers fit now (each node's free
+        resources, its totals when those cannot be read), no more nodes than the job needs."""
+        if workers is None or workers < 1:  # unknown: every node that could host a worker
+            return candidate_nodes(self._alive, use_gpu=use_gpu, exclude=exclude)
+        free = self._free_resources() or {n: {"CPU": i.cpus, "GPU": i.gpus} for n, i in self._alive.items()}
+        asks = per_worker or ({"GPU": 1.0} if use_gpu else {"CPU": 1.0})
+        return prestart_nodes(self._alive, free, workers=workers, per_worker=asks, exclude=exclude)
 
     def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:  # of writer `key` on `node`
         return writer_spec(self._targets, key, node)

@@ -95,3 +95,34 @@ def candidate_nodes(alive: Mapping[str, NodeInfo], *, use_gpu: bool, exclude: st
     """The alive nodes that could host a train worker (GPUs when it uses them, else CPUs),
     less ``exclude`` (the controller's node, which its primary covers)."""
     return [n for n in alive.values() if n.node_id != exclude and (n.gpus > 0 if use_gpu else n.cpus > 0)]
+
+
+def prestart_nodes(
+    alive: Mapping[str, NodeInfo],
+    free: Mapping[str, Mapping[str, float]],
+    *,
+    workers: int,
+    per_worker: Mapping[str, float],
+    exclude: str | None,
+) -> list[NodeInfo]:
+    """The nodes to start loggers on ahead of the workers' placement: as many as the job can
+    use, never more than its own node count. Each alive node holds as many workers as its
+    free resources (``free``: node id -> resource -> amount) fit (its fewest over the
+    resources a worker asks, ``per_worker``); Train places its workers in one PACK placement
+    group, so the nodes with room for the most workers come first, until they hold
+    ``workers``. ``exclude`` (the controller's node, which its primary covers) counts for the
+    room it has, and gets no logger."""
+    need = {r: float(a) for r, a in per_worker.items() if a and a > 0}
+    room: dict[str, int] = {}
+    for node_id in alive:
+        have = free.get(node_id) or {}
+        fits = min((int(float(have.get(r) or 0.0) / a + 1e-9) for r, a in need.items()), default=workers)
+        if fits > 0:
+            room[node_id] = min(fits, workers)
+    chosen, left = [], workers
+    for node_id in sorted(room, key=lambda n: (-room[n], n != exclude, n)):
+        if left <= 0:
+            break
+        chosen.append(node_id)
+        left -= room[node_id]
+    return [alive[n] for n in chosen if n != exclude]
