@@ -210,11 +210,11 @@ def _max(xs: list[float]) -> float | None:
 def flag(report: RunReport) -> None:
     """Flag nodes far from the median of the others (among nodes with train workers, when known)."""
     nodes = [n for n in report.nodes if n.samples]
+    what = "nodes"
     if any(n.workers for n in nodes):
         nodes, what = [n for n in nodes if n.workers], "nodes with train workers"
     if len(nodes) < MIN_NODES_TO_FLAG:
         if len(nodes) > 1:  # counts what it compares: the table above may list more nodes
-    what = "nodes"
             report.notes.append(
                 f"outliers are flagged among {MIN_NODES_TO_FLAG} or more {what}; this run has {len(nodes)} {what}"
             )
