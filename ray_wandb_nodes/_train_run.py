@@ -153,6 +153,8 @@ class TrainRun:
             health=HealthMonitor(health_options(o)),
             max_writers=o.max_node_writers if o.strategy == "shared" else None,
         )
+        if target.primary.index is not None:  # offline: the report judges GPUs by the run's own rules
+            target.primary.index.update(health={"threshold": o.straggler_threshold, "window_s": o.straggler_window_s})
         self._add(SharedSession(target, self.fleet, o.finish_timeout_s), rank=None)
 
     def _open_standalone(self, planned: PlannedRun) -> RunSession:

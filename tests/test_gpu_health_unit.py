@@ -304,3 +304,27 @@ def test_past_the_table_cap_only_gpus_not_ok_are_listed_and_the_rest_counted() -
     rows = job.m.gpus.rows({f"n{i}": (f"node-n{i}", f"n{i}") for i in range(n)})
     assert [(r[0], r[2], r[5]) for r in rows[:-1]] == [("node-n0", 0, "slow")]
     assert rows[-1][0] == f"({8 * n - 1} more GPUs, all ok)"
+
+
+def test_the_offline_report_flags_gpus_by_the_live_rules() -> None:
+    from ray_wandb_nodes.offline.gpu_flags import gpu_flags
+
+    def sample(t: float, sm: list[float], ecc_u: list[float], util: float = 97.0) -> tuple[float, dict[str, Any]]:
+        values: dict[str, Any] = {"cpu": 5.0}
+        for i, (clock, errors) in enumerate(zip(sm, ecc_u, strict=True)):
+            values |= {f"gpu.{i}.gpu": util, f"gpu.{i}.smClock": clock, f"gpu.{i}.uncorrectedMemoryErrors": errors}
+            values |= {f"gpu.{i}.temp": 70.0, f"gpu.{i}.powerWatts": 300.0, f"gpu.{i}.enforcedPowerLimitWatts": 700.0}
+        return t, values
+
+    series = {
+        "node-a": [sample(float(t), [1980, 1970], [0, 0]) for t in range(10)],
+        # GPU 1 throttles from t=3; GPU 0's uncorrected count goes up at t=5
+        "node-b": [sample(t + 0.5, [1975, 1980 if t < 3 else 800], [0 if t < 5 else 4, 0]) for t in range(10)],
+    }
+    flags = gpu_flags(series, {"threshold": 0.7, "window_s": 2})
+    assert set(flags) == {"node-b"}
+    assert len(flags["node-b"]) == 2
+    slow = next(f for f in flags["node-b"] if f.startswith("GPU 1 is slow"))
+    assert "SM clock 800 MHz" in slow and "70 C" in slow
+    assert any(f.startswith("GPU 0 reports uncorrectable memory (ECC) errors: 4, up from 0") for f in flags["node-b"])
+    assert gpu_flags({"node-a": series["node-a"]}) == {}

@@ -33,6 +33,7 @@ from tests.support.training import REPORTS, fit, make_callback
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
+REPORTED = list(range(1, 21))
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +190,14 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("offline")
-        # Through the run's storage (a local path here, which every simulated node shares).
-        callback = make_callback(mode="offline", offline_transfer="storage")
-        result = fit(name, callback, str(tmp_path), step_sleep_s=0.5)
+        # Through the run's storage (a local path here, which every simulated node shares); node
+        # a's GPU 1 falls off the bus at the sixth report (once the run has seen it).
+        callback = make_callback(mode="offline", offline_transfer="storage", straggler_window_s=1)
+        lost = {"step": 6, "path": str(gpu_nodes[0].path), "index": 1, "values": {"state": "lost"}}
+        try:
+            result = fit(name, callback, str(tmp_path), step_sleep_s=0.5, reports=20, gpu_script=lost)
+        finally:
+            gpu_nodes[0].write()  # back, for the next tests' writers
         assert result.error is None
         assert own_backend.requests == []  # offline: nothing went out
 
@@ -221,11 +227,12 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
             assert log.run_id == run_id and log.labels == [label] and log.exit_code == 0
             assert len(log.stats[label]) >= 2, (label, len(log.stats[label]))
             if label == head_label:
-                assert [row["training_iteration"] for row in log.history if not HEALTH_KEYS & set(row)] == [1, 2, 3, 4]
-                # the node table, offline too: the last one at the end, at the last step
-                # (the transaction log flattens the table's reference: nodes/path, nodes/_type, ...)
+                assert [row["training_iteration"] for row in log.history if not HEALTH_KEYS & set(row)] == REPORTED
+                # the node and GPU tables, offline too: the last at the last step (the transaction
+                # log flattens the table's reference: nodes/path, nodes/_type, ...)
                 tables = [row for row in log.history if row.get("nodes/_type") == "table-file"]
-                assert [row["training_iteration"] for row in tables] == [4]
+                assert tables and tables[-1]["training_iteration"] == 20
+                assert all(row.get("gpus/_type") == "table-file" for row in tables)
             else:
                 assert log.history == [] and not os.path.exists(node_local_dir(run_id, label))
 
@@ -233,7 +240,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         capsys.readouterr()
         assert cli.main(["report", str(folder), "--json"]) == 0
         (report,) = json.loads(capsys.readouterr().out)["runs"]
-        assert report["run_id"] == run_id and report["history_rows"] == REPORTS
+        assert report["run_id"] == run_id and report["history_rows"] == 20
         assert {n["label"]: n["role"] for n in report["nodes"]} == {label: w["role"] for label, w in writers.items()}
         assert all(n["samples"] >= 2 and n["mem_mean"] > 0 for n in report["nodes"])
         # The report's GPU columns: each worker node's scripted GPUs, none on the head.
@@ -249,6 +256,11 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         text = capsys.readouterr().out
         assert "gpu0    util% 91/91" in text and "gpu1    util% 87/87" in text and "gpu0    util% 78/78" in text
         assert "no GPU metrics" not in text
+        # The alert the run raised, and the report's own flag from the same rule.
+        lost_label = labels[gpu_nodes[0].node_id]
+        assert [(a["title"], a["level"]) for a in index["alerts"]] == [(f"GPU lost: {lost_label} GPU 1", "ERROR")]
+        assert f"ERROR GPU lost: {lost_label} GPU 1: GPU 1 (NVIDIA H100 80GB HBM3) of {lost_label}" in text
+        assert f"{lost_label}: GPU 1 stopped reporting while its node samples on" in text
         from PIL import Image
 
         # CPU, memory, GPU utilisation, GPU memory and network: five panels of 2.6 in at 90 dpi.
@@ -260,7 +272,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         assert run.run_id == run_id and run.display_name == name
         assert run.labels == set(labels.values())
         assert_one_writer_per_label(run)
-        assert [row["training_iteration"] for row in user_rows(run)] == [1, 2, 3, 4]
+        assert [row["training_iteration"] for row in user_rows(run)] == REPORTED
         assert run.completes == [type(run.completes[0])(client_id=primary_client(run, head_label), exit_code=0)]
         assert all(os.path.exists(str(p) + ".synced") for p in logs)
     assert_nothing_left()

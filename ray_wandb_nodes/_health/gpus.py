@@ -92,6 +92,7 @@ class _NodeGpus:
     gpus: dict[int, Gpu] = field(default_factory=dict)
     float_t: float | None = None
     gpu_t: float | None = None  # the newest sample with GPU readings
+    seq: int | None = None  # the writer's sampling intervals as of its last summary
     int_t: float | None = None
     uuids: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
@@ -129,7 +130,11 @@ class GpuHealth:
             node.float_t = t
             if gpus:
                 node.gpu_t = t
-            batch = (float(summary.get("t0", t)), float(t), int(summary.get("n") or 1))
+            # ``seq`` counts the writer's sampling intervals: those between two summaries count too
+            seq = summary.get("seq")
+            count = seq - node.seq if isinstance(seq, int) and isinstance(node.seq, int) and seq > node.seq else None
+            node.seq = seq if isinstance(seq, int) else node.seq
+            batch = (float(summary.get("t0", t)), float(t), count or int(summary.get("n") or 1))
             for index in set(gpus) | set(node.gpus):
                 gpu = self._gpu(node_id, node, index)
                 values = gpus.get(index)

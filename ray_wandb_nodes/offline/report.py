@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from .gpu_flags import gpu_flags
 from .txlog import RunLog, read_run
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
@@ -168,6 +169,9 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
             node.workers = node.node_id in worker_nodes
     report.nodes = sorted(nodes.values(), key=lambda n: (n.role != "primary", n.label))
     flag(report)
+    by_gpu = gpu_flags(report.series, idx.get("health"))  # and each GPU, by the rules the live run applies
+    for node in report.nodes:
+        node.flags += by_gpu.get(node.label, [])
     return report
 
 

@@ -37,6 +37,11 @@ def train_loop(config: dict[str, Any]) -> None:
         opt.step()
         if config.get("fail_at") == step and rank == 0:
             raise ValueError("training blew up on purpose")
+        script = config.get("gpu_script")  # {"step", "path", "index", "values"}: a scripted GPU changes
+        if script and script["step"] == step and rank == 0:
+            from tests.support.nvml import ScriptedGpus
+
+            ScriptedGpus.read(script["path"]).set(script["index"], **script["values"])
         metrics = {
             "step": step,
             "rank": rank,
@@ -84,4 +89,5 @@ def make_callback(**kwargs: Any) -> Any:
     from ray_wandb_nodes import WandbNodesCallback
 
     kwargs.setdefault("project", "e2e")
-    return WandbNodesCallback(sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
+    kwargs.setdefault("sampling_interval_s", 0.5)
+    return WandbNodesCallback(init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
