@@ -174,3 +174,62 @@ def test_a_two_node_job_on_a_big_shared_cluster_starts_two_loggers_ahead() -> No
 
     # 500 nodes of 8 GPUs, half of them held by other jobs; 16 workers of 1 GPU need 2 nodes.
     assert prestart(500, 16, 1.0, 0.5) == {"nodes": 500, "workers": 16, "job_nodes": 2, "loggers": 2}
+
+
+def test_one_writers_failed_read_never_stops_the_others() -> None:
+    import datetime as dt
+
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+
+    class Writer:
+        _system_metrics = {"cpu": [(dt.datetime.now(tz=dt.timezone.utc), 40.0)]}
+
+    class Broken:  # a writer whose samples cannot be read
+        @property
+        def _system_metrics(self) -> Any:
+            raise RuntimeError("no service")
+
+    logger = NodeLogger()
+    logger._runs = {"broken": Broken(), "trial-a": Writer()}
+    logger._readers["broken"] = type("Failing", (), {"read": lambda self, run: run._system_metrics, "summary": None})()
+    logger.read_samples()
+    assert sorted(logger.summaries()) == ["trial-a"]
+
+
+def test_one_runs_last_check_leaves_the_new_samples_for_the_other_runs() -> None:
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._fleet.health import FleetHealth
+    from ray_wandb_nodes._fleet.targets import SharedTarget
+    from ray_wandb_nodes._health import HealthMonitor, HealthOptions
+
+    class Actors:
+        def group_prefix(self) -> str:
+            return "g-"
+
+        def create(self, node_id: str, name: str) -> tuple[None, None]:
+            return None, None
+
+        def result(self, ref: Any) -> Any:
+            return ref
+
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
+    pool.start([node])
+    handle = pool.get("n1")
+    assert handle is not None
+    handle.runs = {"trial-a", "trial-b"}
+    targets = {}
+    for run_id in ("trial-a", "trial-b"):
+        primary = SimpleNamespace(spec=SimpleNamespace(run_id=run_id), index=None, summary=None, ready=False)
+        targets[run_id] = SharedTarget(primary=primary, nodes={"n1"}, health=HealthMonitor(HealthOptions()))  # type: ignore[arg-type]
+    health = FleetHealth(Warner())
+    alive = {"n1": node}
+    health.check(targets, pool, alive)  # both runs know the node; no samples yet
+    summaries = {run_id: {"t": 1.0, "n": 1, "seq": 1, "cpu": 40.0, "age_s": 0.5} for run_id in targets}
+    status = {"pid": 1, "runs": sorted(targets), "errors": {}, "summaries": summaries}
+    pool.check_status(handle, {**status, "summary": summaries["trial-a"]})  # a ping brings them
+    health.check({"trial-a": targets["trial-a"]}, pool, alive, only="trial-a", final=True)  # trial A ends first
+    health.check({"trial-b": targets["trial-b"]}, pool, alive)  # trial B, at the next tick
+    for target in targets.values():
+        assert target.health is not None and target.health.table()[0][8] == 40.0  # the cpu column

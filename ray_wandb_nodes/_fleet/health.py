@@ -111,7 +111,8 @@ class FleetHealth:
         if alive is not self._alive:  # the fleet replaces its alive nodes only when they change
             self._alive = alive
             self._known.update(alive)
-        updated = pool.take_updated()
+        # One run's last check reads the updated nodes and leaves them for the other runs.
+        updated = pool.take_updated() if only is None else pool.updated_now()
         replan = False
         for target in list(targets.values()):
             if isinstance(target, SharedTarget) and target.health is not None and only in (None, target.run_id):

@@ -46,6 +46,7 @@ class NodeLogger:
         self._restarted = _ray.was_restarted()
         # Each writer's latest samples, read off it on a thread of their own (never in a call).
         self._readers: dict[str, SummaryReader] = {}
+        self._read_errors: dict[str, str] = {}  # a writer whose samples could not be read, and why
         self._sample_s = 15.0
         self._sampler: threading.Thread | None = None
         for spec in specs or []:
@@ -85,7 +86,10 @@ class NodeLogger:
     def read_samples(self) -> None:
         """Read every writer's kept samples into its own summary."""
         for run_id, run in list(self._runs.items()):
-            self._readers.setdefault(run_id, SummaryReader()).read(run)
+            try:
+                self._readers.setdefault(run_id, SummaryReader()).read(run)
+            except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others'
+                self._read_errors[run_id] = describe(e)
 
     def summaries(self, now: float | None = None) -> dict[str, dict[str, Any]]:
         """Each writer's latest summary (by writer key), with its age on this node's clock."""
@@ -149,6 +153,7 @@ class NodeLogger:
             "errors": dict(self._errors),
             "summary": next(iter(summaries.values()), None),  # the node's, from any writer
             "summaries": summaries,
+            "read_errors": dict(self._read_errors),
         }
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> dict[str, Any]:

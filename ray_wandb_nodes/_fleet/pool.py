@@ -243,6 +243,10 @@ class LoggerPool:
         updated, self._updated = self._updated, set()
         return updated
 
+    def updated_now(self) -> set[str]:
+        """The nodes whose summary changed since :meth:`take_updated` was last called, left there."""
+        return set(self._updated)
+
     def _rejoin(
         self, handle: LoggerHandle, status: dict[str, Any], spec_for: Callable[[str, NodeInfo], WriterSpec | None]
     ) -> None:
