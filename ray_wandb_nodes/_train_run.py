@@ -59,8 +59,9 @@ def placement_config(placements: list[Placement]) -> dict[str, Any]:
 def abort_uploads_warning(bound: float, dropped: list[str], last: str | None) -> str:
     """The one warning of an abort with checkpoint uploads pending (pure)."""
     parts = []
-    if dropped:
-        parts.append(f"{len(dropped)} checkpoint(s) not yet handed to W&B are dropped ({', '.join(dropped)})")
+    if dropped:  # one artifact name per run: say each once, with its count
+        names = ", ".join(n if dropped.count(n) == 1 else f"{n} x{dropped.count(n)}" for n in dict.fromkeys(dropped))
+        parts.append(f"{len(dropped)} checkpoint(s) not yet handed to W&B are dropped ({names})")
     if last:
         parts.append(f"the upload of {last}, the last one logged, is cut short if W&B has not finished it")
     return (

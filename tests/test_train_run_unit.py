@@ -82,3 +82,16 @@ def test_best_checkpoint_rule(
     assert got_aliases == aliases
     assert got_best == new_best and (got_best is None or isinstance(got_best, float))
     assert not (isinstance(got_best, float) and math.isnan(got_best))
+
+
+def test_an_aborts_warning_names_each_pending_checkpoint_once() -> None:
+    from ray_wandb_nodes._train_run import abort_uploads_warning
+
+    text = abort_uploads_warning(10.0, ["checkpoint-r", "checkpoint-r", "checkpoint-t"], "checkpoint-r")
+    assert text == (
+        "the run was aborted: it ends within 10s without waiting for checkpoint uploads (upload_timeout_s "
+        "bounds a run's end, not an abort): 3 checkpoint(s) not yet handed to W&B are dropped "
+        "(checkpoint-r x2, checkpoint-t); the upload of checkpoint-r, the last one logged, is cut short "
+        "if W&B has not finished it"
+    )
+    assert "dropped" not in abort_uploads_warning(3.0, [], "checkpoint-r")

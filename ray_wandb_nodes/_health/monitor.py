@@ -96,10 +96,7 @@ class _Node:
     in_run: bool = True
     left_at: float | None = None
     had_ranks: tuple[int, ...] = ()  # its last ranks (a lost node's alert); empty: it never hosted one
-    # Ages on the monitor's clock alone (a node's clock may differ): when its summary arrived,
-    # and how old the sample was then, as the node measured it (``age_s``; 0 when not said).
-    got: float | None = None
-    age_at_got: float = 0.0
+    got: tuple[float, float] | None = None  # its summary's arrival (this clock), and age then (the node's)
     kind: str | None = None  # what the system rule compares it as ("gpu:<model>", "cpu"), sticky for GPUs
     ints_t: float | None = None  # the newest integer GPU samples of its summary
     fresh_t0: Any = None  # when its oldest sample not judged yet was taken (the node's clock)
@@ -148,7 +145,6 @@ class HealthMonitor:
                 node.state = OK
         for node_id, node in self._nodes.items():
             if node_id not in nodes and node.in_run:
-                node.had_ranks = node.ranks or node.had_ranks
                 node.in_run, node.ranks, node.left_at = False, (), self._clock()
                 if node.state != LOST:
                     self._clear(node, LEFT)
@@ -175,7 +171,7 @@ class HealthMonitor:
             node.fresh_t0 = summary.get("t0", t)
         node.fresh += new or int(summary.get("n") or 1)
         age = summary.get("age_s")
-        node.got, node.age_at_got = self._clock(), max(0.0, float(age)) if isinstance(age, (int, float)) else 0.0
+        node.got = self._clock(), max(0.0, float(age)) if isinstance(age, (int, float)) else 0.0
 
     def report(self, metrics: list[Mapping[str, Any]], now: float | None = None) -> None:
         """One report of every rank (index = rank): judge the metric rule on it."""
@@ -192,9 +188,8 @@ class HealthMonitor:
         self._said(judge(self._metric_rule, self._streaks, values, dict.fromkeys(values, 1), now))
 
     def alive(self, alive: Iterable[str], now: float | None = None) -> None:
-        """The cluster's alive nodes: a node of the run (or just off it, having hosted ranks) not among
-        them is lost (once). A node that never hosted a rank and left (an idle node of
-        ``nodes="cluster"`` that the autoscaler removed) stays ``left``."""
+        """The cluster's alive nodes: a node of the run (or just off it, having hosted ranks) not among them
+        is lost (once); one that left never having hosted a rank (an idle cluster node) stays ``left``."""
         up = set(alive)
         now = self._clock() if now is None else now
         for node in self._nodes.values():
@@ -317,9 +312,8 @@ class HealthMonitor:
             node.fresh = 0
 
     def _age(self, node: _Node, now: float) -> float | None:
-        """How old ``node``'s latest sample is, on the monitor's clock: its age when it arrived
-        (measured on the node) plus the time since; never the node's clock against this one."""
-        return None if node.got is None else node.age_at_got + max(0.0, now - node.got)
+        """``node``'s latest sample's age: as the node said on arrival, plus the time since (this clock)."""
+        return None if node.got is None else node.got[1] + max(0.0, now - node.got[0])
 
     def _judge_gpus(self) -> None:
         live = {n.node_id for n in self._nodes.values() if n.state not in (LOST, LEFT) and n.in_run}
