@@ -244,7 +244,7 @@ def test_node_dies_without_replacement_fails_the_run_without_hanging(
 
 def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("node-joins")
-    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=40, sleep=0.5)
+    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=50, sleep=0.5)
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
     new_node = cluster.add_node(num_cpus=0)
