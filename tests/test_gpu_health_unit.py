@@ -166,7 +166,7 @@ class Job:
             summary["gpus"] = gpus_of(utils[node]) if node in utils else {}
             summary["gpu_info"] = {"models": [model] * count, "uuids": [f"GPU-{node}-{i}" for i in range(count)]}
             if ints and node in ints:
-                summary["gpu_ints"] = {"t0": t, "t": t, "n": 1, "by": ints[node]}
+                summary["gpu_ints"] = [{"t0": t, "t": t, "n": 1, "by": ints[node]}]
             self.m.summary(node, summary)
         return self.m.tick()
 

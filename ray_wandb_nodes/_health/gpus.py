@@ -14,7 +14,7 @@ a transaction-log block late, in batches, and a batch spanning the window is jud
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._gpu_ids import nvml_indices
@@ -104,6 +104,7 @@ class GpuHealth:
     def __init__(self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self._nodes: dict[str, _NodeGpus] = {}
+        self._events: list[tuple[Gpu, str, bool]] = []  # from integer batches, said at the next judge
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str]]) -> None:
@@ -142,14 +143,15 @@ class GpuHealth:
                     gpu.util, gpu.mem, gpu.temp = values.get("util"), values.get("mem"), values.get("temp")
                     gpu.power, gpu.limit = values.get("power"), values.get("limit", gpu.limit)
                 gpu.floats = (*batch, bool(values and values.get("util") is not None))
-        ints = summary.get("gpu_ints") or {}
-        if isinstance(ints.get("t"), (int, float)) and ints["t"] != node.int_t:
-            node.int_t = ints["t"]
-            for index, values in (ints.get("by") or {}).items():
-                gpu = self._gpu(node_id, node, int(index))
-                gpu.sm = values.get("sm", gpu.sm)
-                gpu.ecc_c, gpu.ecc_u = values.get("ecc_c", gpu.ecc_c), values.get("ecc_u", gpu.ecc_u)
-                gpu.ints = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
+        for ints in summary.get("gpu_ints") or ():  # oldest first; each judged in turn
+            if isinstance(ints.get("t"), (int, float)) and (node.int_t is None or ints["t"] > node.int_t):
+                node.int_t = ints["t"]
+                for index, values in (ints.get("by") or {}).items():
+                    gpu = self._gpu(node_id, node, int(index))
+                    gpu.sm = values.get("sm", gpu.sm)
+                    gpu.ecc_c, gpu.ecc_u = values.get("ecc_c", gpu.ecc_c), values.get("ecc_u", gpu.ecc_u)
+                    gpu.ints = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
+                self._events += self._judge_ints(node)
 
     def forget(self, node_id: str) -> None:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
@@ -162,7 +164,8 @@ class GpuHealth:
     def judge(self, live: set[str]) -> list[tuple[Gpu, str, bool]]:
         """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
         ``live`` nodes; the events: (GPU, kind, recovered)."""
-        events: list[tuple[Gpu, str, bool]] = []
+        events = [e for e in self._events if e[0].node_id in live]
+        self._events.clear()
         gpus = [g for n, node in self._nodes.items() if n in live for g in node.gpus.values()]
         w, m = self.window_s, self.min_samples
         for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
@@ -173,20 +176,7 @@ class GpuHealth:
                     events.append((gpu, LOST_EV, said != LOST_EVENT))
                     if said == LOST_EVENT:
                         gpu.slow, gpu.idle = NodeStreak(), NodeStreak()
-            if gpu.ints is not None and gpu.ecc_u is not None and not gpu.lost.flagged:
-                start, end, samples = gpu.ints
-                if gpu.ecc_first is None:
-                    gpu.ecc_first = gpu.ecc_u
-                if ecc_step(gpu.ecc, gpu.ecc_u, samples, start, end, w, m):
-                    events.append((gpu, ECC_EV, False))
         alive = [g for g in gpus if not g.lost.flagged]
-        slow = slow_verdicts({id(g): (g.model, g.util, g.sm) for g in alive}, self.threshold)
-        for gpu in alive:
-            if gpu.ints is not None:
-                worse, gpu.slow.median = slow[id(gpu)]
-                start, end, samples = gpu.ints
-                if advance(gpu.slow, worse, samples, start, end, w, m):
-                    events.append((gpu, SLOW_EV, not gpu.slow.flagged))
         idle = idle_verdicts({id(g): g.util for g in alive if g.ranks and g.util is not None})
         for gpu in alive:
             if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
@@ -195,7 +185,30 @@ class GpuHealth:
                 if advance(gpu.idle, worse, samples, start, end, w, m):
                     events.append((gpu, IDLE_EV, not gpu.idle.flagged))
         for gpu in gpus:
-            gpu.floats = gpu.ints = None
+            gpu.floats = None
+        return events
+
+    def _judge_ints(self, node: _NodeGpus) -> list[tuple[Gpu, str, bool]]:
+        """The memory-error and slow rules on one integer batch of ``node``'s GPUs, against the
+        job's other GPUs as last seen."""
+        events: list[tuple[Gpu, str, bool]] = []
+        w, m = self.window_s, self.min_samples
+        mine = [g for g in node.gpus.values() if g.ints is not None and not g.lost.flagged]
+        for gpu in mine:
+            start, end, samples = gpu.ints  # type: ignore[misc]
+            if gpu.ecc_u is not None:
+                if gpu.ecc_first is None:
+                    gpu.ecc_first = gpu.ecc_u
+                if ecc_step(gpu.ecc, gpu.ecc_u, samples, start, end, w, m):
+                    events.append((_as_now(gpu), ECC_EV, False))
+        alive = [g for n in self._nodes.values() for g in n.gpus.values() if not g.lost.flagged]
+        slow = slow_verdicts({id(g): (g.model, g.util, g.sm) for g in alive}, self.threshold)
+        for gpu in mine:
+            worse, gpu.slow.median = slow[id(gpu)]
+            start, end, samples = gpu.ints  # type: ignore[misc]
+            if advance(gpu.slow, worse, samples, start, end, w, m):
+                events.append((_as_now(gpu), SLOW_EV, not gpu.slow.flagged))
+            gpu.ints = None
         return events
 
     # what the node rule and the tables read -------------------------------------------------------
@@ -269,6 +282,11 @@ class GpuHealth:
             g.state,
             *(_round(v) for v in (g.util, g.mem, g.temp, g.power, g.limit, g.sm, g.ecc_c, g.ecc_u)),
         ]
+
+
+def _as_now(gpu: Gpu) -> Gpu:
+    """``gpu`` as it is now, for an alert said later (its values and medians move on)."""
+    return replace(gpu, slow=replace(gpu.slow), idle=replace(gpu.idle), lost=replace(gpu.lost))
 
 
 def _round(value: Any) -> float | None:

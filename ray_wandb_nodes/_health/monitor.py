@@ -155,7 +155,7 @@ class HealthMonitor:
         node = self._nodes.get(node_id)
         if node is None or not summary or node.state == LOST:
             return
-        t, ints_t = summary.get("t"), (summary.get("gpu_ints") or {}).get("t")
+        t, ints_t = summary.get("t"), max((b.get("t") or 0 for b in summary.get("gpu_ints") or ()), default=None)
         if node.summary is not None and t == node.summary.get("t") and ints_t == node.ints_t:
             return
         node.ints_t = ints_t

@@ -14,6 +14,7 @@ from .summary import gpu_ints, summarize
 
 # Samples wandb keeps per writer: enough for the reads between two pings at any interval.
 BUFFER_SAMPLES = 16
+INT_BATCHES = 4  # the newest log blocks' integer GPU series a summary carries
 
 
 class SummaryReader:
@@ -24,7 +25,9 @@ class SummaryReader:
         self._since: float | None = None
         self._seen = 0  # samples summarised so far: ``seq`` lets a reader count what it missed
         self._tail: LogTail | None = None
-        self._ints: dict[str, Any] | None = None  # the integer GPU series of the newest log block
+        # The integer GPU series of the newest log blocks, a batch each: a ping takes the latest
+        # summary only, and blocks can complete faster than pings come.
+        self._ints: list[dict[str, Any]] = []
         self._info: dict[str, Any] | None = None  # the GPUs' models and UUIDs (read once, from NVML)
 
     def read(self, run: Any) -> dict[str, Any] | None:
@@ -43,8 +46,8 @@ class SummaryReader:
         elif logged and self.summary is not None:
             self.summary = dict(self.summary)
         if self.summary is not None and (fresh is not None or logged):
-            if self._ints is not None:
-                self.summary["gpu_ints"] = self._ints
+            if self._ints:
+                self.summary["gpu_ints"] = list(self._ints)
             if self._info is not None:
                 self.summary["gpu_info"] = self._info
         return self.summary
@@ -70,7 +73,7 @@ class SummaryReader:
                 stats.append((t, items))
         ints = gpu_ints(stats)
         if ints is not None:
-            self._ints, new = ints, True
+            self._ints, new = [*self._ints, ints][-INT_BATCHES:], True
         return new
 
 

@@ -46,7 +46,7 @@ def gpu_flags(
             continue
         summary: dict[str, Any] = {"t0": t, "t": t, "n": 1, "gpus": gpus}
         if ints:
-            summary["gpu_ints"] = {"t0": t, "t": t, "n": 1, "by": ints}
+            summary["gpu_ints"] = [{"t0": t, "t": t, "n": 1, "by": ints}]
         rules.update(label, summary)
         for gpu, kind, recovered in rules.judge(labels):
             if recovered or kind == IDLE_EV:
