@@ -1,6 +1,6 @@
 """What live node health costs the Train controller, per node and minute.
 
-    python -m bench.health_cost [--nodes 8 64 512] [--gpus 8] [--minutes 3] [--json bench/results/health_cost.json]
+    python -m bench.health_cost [--nodes 8 64 512 1024] [--gpus 8] [--minutes 3] [--json bench/results/health_cost.json]
 
 Everything the controller does for node health in one minute, for ``N`` simulated nodes with
 ``--gpus`` GPUs each, in this one process (no Ray: the Ray call is the same ping the fleet
@@ -8,10 +8,13 @@ makes anyway; only its reply grows by the summary):
 
 - 20 pings a node (one per fleet poll of 3 s): unpickling each logger's status *with* its
   summary, less the same status without one (what the summary adds to the reply);
-- feeding each summary to the run's monitor and judging the straggler rule on every poll
-  (``_fleet.health.feed`` and ``publish``, the code the fleet runs);
-- once a minute the node table: its rows, a ``wandb.Table`` of them and its JSON (what
-  ``run.log`` writes).
+- feeding each summary to the run's monitor and judging the straggler rule and the GPU rules
+  (slow, idle, memory errors, lost: every GPU against the job's others) on every poll
+  (``_fleet.health.feed`` and ``publish``, the code the fleet runs). Each summary carries, per
+  GPU, the float readings and, as a node's reader does, the integer series of its last 4
+  transaction-log blocks (a new block every other poll), and the GPUs' models and UUIDs;
+- once a minute the node table and the ``gpus`` table: their rows, a ``wandb.Table`` of each
+  and its JSON (what ``run.log`` writes).
 
 Reported: controller CPU (``time.process_time``) per node per minute, for each part. The target
 is under 1 ms per node per minute.
@@ -30,7 +33,7 @@ from typing import Any
 from ray_wandb_nodes._fleet import health as fleet_health
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
-from ray_wandb_nodes._health.monitor import COLUMNS
+from ray_wandb_nodes._health.monitor import COLUMNS, GPU_COLUMNS
 
 POLLS_PER_MINUTE = 20  # the fleet pings each logger every 3 s
 
@@ -50,8 +53,11 @@ def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
     }
     if summary:
         rnd = random.Random(node * 7919 + poll)
+        t = 1.8e9 + poll * 3.0
+        floats = {"util": 0.0, "mem": 0.0, "temp": 0.0, "power": 0.0, "limit": 700.0}
         s["summary"] = {
-            "t": 1.8e9 + poll * 3.0,
+            "t0": t - 2.5,
+            "t": t,
             "n": 6,
             "seq": 6 * (poll + 1),
             "cpu": rnd.uniform(5, 90),
@@ -59,8 +65,30 @@ def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
             "rss_mb": rnd.uniform(500, 9000),
             "net_sent": 1e9 + poll * 1e6,
             "net_recv": 2e9 + poll * 1e6,
-            "gpu": [rnd.uniform(60, 100) for _ in range(gpus)],
-            "gpu_mem": [rnd.uniform(30, 90) for _ in range(gpus)],
+            "gpus": {
+                i: {
+                    **floats,
+                    "util": rnd.uniform(90, 100),
+                    "mem": rnd.uniform(30, 90),
+                    "temp": rnd.uniform(50, 80),
+                    "power": rnd.uniform(400, 700),
+                }
+                for i in range(gpus)
+            },
+            # as a reader sends them: the blocks read in the last 10 s, a new one every other poll
+            "gpu_ints": [
+                {
+                    "t0": 1.8e9 + b * 6.0 - 5.5,
+                    "t": 1.8e9 + b * 6.0,
+                    "n": 6,
+                    "by": {i: {"sm": rnd.uniform(1900, 1980), "ecc_c": 0.0, "ecc_u": 0.0} for i in range(gpus)},
+                }
+                for b in range(poll // 2 - 1, poll // 2 + 1)  # the blocks read in the last 10 s
+            ],
+            "gpu_info": {
+                "models": ["NVIDIA H100 80GB HBM3"] * gpus,
+                "uuids": [f"GPU-{node:08x}-{i}" for i in range(gpus)],
+            },
         }
     return s
 
@@ -78,7 +106,7 @@ def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any]) -> dict[st
         batch = replies[p * n : (p + 1) * n]
         t0 = time.process_time()
         for i, (with_summary, _) in enumerate(batch):
-            pool.handles[state["ids"][i]].summary = pickle.loads(with_summary)["summary"]
+            pool.handles[state["ids"][i]].summaries = {"run-abc": pickle.loads(with_summary)["summary"]}
         t1 = time.process_time()
         for _, without in batch:
             pickle.loads(without)
@@ -86,27 +114,28 @@ def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any]) -> dict[st
         cpu["reply"] += (t1 - t0) - (t2 - t1)
         state["clock"].now += 3.0
         t3 = time.process_time()
-        fleet_health.feed(target, pool, state["alive"], state["known"])
+        fleet_health.feed(target, pool, state["alive"], state["known"], state["ids"])
         fleet_health.publish(target, state["warner"])
         cpu["monitor"] += time.process_time() - t3
     t4 = time.process_time()
-    rows = target.health.table()
-    table_json(rows)
+    table_json(COLUMNS, target.health.table())
+    names = {nid: (f"node-host{i}-{i:06x}", f"host{i}") for i, nid in enumerate(state["ids"])}
+    table_json(GPU_COLUMNS, target.health.gpus.rows(names))
     cpu["table"] += time.process_time() - t4
     return cpu
 
 
-def table_json(rows: list[list[Any]]) -> str:
+def table_json(columns: list[str], rows: list[list[Any]]) -> str:
     try:
         import wandb
 
-        table = wandb.Table(columns=list(COLUMNS), data=rows)
+        table = wandb.Table(columns=list(columns), data=rows)
         return json.dumps({"columns": table.columns, "data": table.data})
     except ImportError:
-        return json.dumps({"columns": COLUMNS, "data": rows})
+        return json.dumps({"columns": columns, "data": rows})
 
 
-def setup(n: int) -> dict[str, Any]:
+def setup(n: int, gpus: int) -> dict[str, Any]:
     class Clock:
         now = 1.8e9
 
@@ -116,18 +145,21 @@ def setup(n: int) -> dict[str, Any]:
     clock = Clock()
     ids = [f"{i:056x}" for i in range(n)]
     alive = {nid: NodeInfo(nid, f"host{i}", f"10.0.{i // 250}.{i % 250}") for i, nid in enumerate(ids)}
-    handles = {nid: SimpleNamespace(summary=None) for nid in ids}
+    handles = {nid: SimpleNamespace(summaries={}) for nid in ids}
     pool = SimpleNamespace(handles=handles, get=handles.get)
-    primary = SimpleNamespace(summary=None, alert=lambda a: None, log_health=lambda s, t: None)
+    primary = SimpleNamespace(summary=None, alert=lambda a: None, log_health=lambda s, t, g=None: None)
     target = SimpleNamespace(
         run_id="run-abc",
         health=HealthMonitor(HealthOptions(table_every_s=1e9), clock=clock),  # the bench builds the table itself
         nodes=set(ids),
-        ranks={nid: (i,) for i, nid in enumerate(ids)},
+        ranks={nid: tuple(range(gpus * i, gpus * (i + 1))) for i, nid in enumerate(ids)},
+        rank_gpus={r: (str(r % gpus),) for r in range(gpus * n)},  # a rank a GPU
         covered_node=None,
         selection="workers",
         primary=primary,
         ready=True,
+        health_fed=None,
+        max_writers=None,
     )
     warner = SimpleNamespace(warn=lambda key, msg: None)
     return {"pool": pool, "target": target, "alive": alive, "known": {}, "ids": ids, "clock": clock, "warner": warner}
@@ -135,7 +167,7 @@ def setup(n: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 1024])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--minutes", type=int, default=3)
     parser.add_argument("--json")
@@ -144,7 +176,7 @@ def main() -> None:
     print(f"controller CPU for node health, per node per minute ({args.gpus} GPUs a node, {POLLS_PER_MINUTE} pings)")
     print(f"{'nodes':>6} {'summary in reply':>17} {'monitor+rule':>13} {'table':>8} {'total':>8}")
     for n in args.nodes:
-        state = setup(n)
+        state = setup(n, args.gpus)
         one_minute(n, args.gpus, 0, state)  # warm-up
         parts = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
         for minute in range(1, args.minutes + 1):

@@ -14,7 +14,9 @@ from .summary import gpu_ints, summarize
 
 # Samples wandb keeps per writer: enough for the reads between two pings at any interval.
 BUFFER_SAMPLES = 16
-INT_BATCHES = 4  # the newest log blocks' integer GPU series a summary carries
+# A summary carries the integer GPU series of the log blocks read in the last RECENT_S (at most
+# INT_BATCHES): enough for a ping every 3 s to see each, without resending old ones every ping.
+INT_BATCHES, RECENT_S = 4, 10.0
 
 
 class SummaryReader:
@@ -27,7 +29,7 @@ class SummaryReader:
         self._tail: LogTail | None = None
         # The integer GPU series of the newest log blocks, a batch each: a ping takes the latest
         # summary only, and blocks can complete faster than pings come.
-        self._ints: list[dict[str, Any]] = []
+        self._ints: list[tuple[float, dict[str, Any]]] = []  # (when read, the batch)
         self._info: dict[str, Any] | None = None  # the GPUs' models and UUIDs (read once, from NVML)
 
     def read(self, run: Any) -> dict[str, Any] | None:
@@ -46,8 +48,12 @@ class SummaryReader:
         elif logged and self.summary is not None:
             self.summary = dict(self.summary)
         if self.summary is not None and (fresh is not None or logged):
+            now = time.monotonic()
+            self._ints = [(at, b) for at, b in self._ints if now - at <= RECENT_S]
             if self._ints:
-                self.summary["gpu_ints"] = list(self._ints)
+                self.summary["gpu_ints"] = [b for _, b in self._ints]
+            else:
+                self.summary.pop("gpu_ints", None)
             if self._info is not None:
                 self.summary["gpu_info"] = self._info
         return self.summary
@@ -73,7 +79,7 @@ class SummaryReader:
                 stats.append((t, items))
         ints = gpu_ints(stats)
         if ints is not None:
-            self._ints, new = [*self._ints, ints][-INT_BATCHES:], True
+            self._ints, new = [*self._ints, (time.monotonic(), ints)][-INT_BATCHES:], True
         return new
 
 
