@@ -88,7 +88,8 @@ def main() -> None:
     blocks = len(late)
     if late:
         print(
-            f"  transaction-log blocks: {blocks / minutes:.1f} a minute (one per {args.seconds / max(blocks, 1):.1f} s); "
+            f"  transaction-log blocks: {blocks / minutes:.1f} a minute "
+            f"(one per {args.seconds / max(blocks, 1):.1f} s); "
             f"the integer series reach the reader {statistics.median(late):.1f} s (median), "
             f"{max(late):.1f} s (max) after their newest sample"
         )
