@@ -211,6 +211,21 @@ def placements_of(workers: Any) -> list[Placement]:
     ]
 
 
+def run_on_workers(worker_group: Any, fn: Any, *args: Any, timeout: float) -> bool:
+    """``fn(rank, *args)`` in every train worker's process before the train function starts
+    (``Worker.execute_async``: Ray 2.50 to 2.60); True when every call returned within ``timeout``."""
+    import ray
+
+    workers = worker_group.get_workers()
+    refs = [
+        w.execute_async(fn, w.distributed_context.world_rank if w.distributed_context else i, *args)
+        for i, w in enumerate(workers)
+    ]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    ray.get(ready)  # a raise in fn surfaces here
+    return len(ready) == len(refs)
+
+
 def is_aborted(state: Any) -> bool:
     """Whether a controller state is Train's aborted state (an abort's only sign up to 2.54)."""
     try:

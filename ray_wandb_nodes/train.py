@@ -18,7 +18,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import _handoff, _ray
+from . import _frameworks, _handoff, _ray
 from ._setup import configure
 from ._strategies import Placement
 from ._train_run import TrainRun
@@ -27,6 +27,7 @@ from ._warn import Warner, describe, guarded
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
 # callback says which Ray is needed).
 _BASES = _ray.train_callback_bases()
+QUIET_TIMEOUT_S = 10.0  # for every train worker to patch its wandb.init (see _quiet_frameworks)
 
 if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
@@ -243,6 +244,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             if placements != self._placements:  # before_init_train_context told the fleet already
                 self._placements = placements
                 self._placed()
+            self._quiet_frameworks(worker_group)
         if self._run is not None:
             # Right before Ray launches the train function: hold it (bounded) until every node
             # writer has joined and taken its first sample, so the set-up inside the function
@@ -256,6 +258,15 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         if self._run is not None or self._relay_trial:
             self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
+
+    def _quiet_frameworks(self, worker_group: WorkerGroup) -> None:
+        """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF
+        ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks)."""
+        run_id = self.run_id or self._relay_trial
+        if not _ray.run_on_workers(worker_group, _frameworks.quiet_frameworks, run_id, timeout=QUIET_TIMEOUT_S):
+            self._warner.warn(
+                "frameworks", "the train workers did not answer in time: a framework's own W&B logging stays on there"
+            )
 
     def _placed(self) -> None:
         placements = [self._placements[rank] for rank in sorted(self._placements)]

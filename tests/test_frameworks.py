@@ -1,0 +1,226 @@
+"""End to end with the real frameworks: a Hugging Face ``transformers.Trainer`` and a Lightning
+``Trainer`` inside a ``TorchTrainer`` on two worker nodes, with Ray's report callbacks, as Ray's
+documentation runs them; then each with its own W&B logging left on.
+
+Tiny models built from a config here (nothing downloaded), a few steps, two reports each. One
+cluster for the module: a head with no CPU (the driver and the Train controller) and two one-CPU
+worker nodes, one train worker each. The README's recipes are these train functions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import assert_nothing_left, node_labels, start_cluster, stop_cluster
+from tests.support.env import DUMMY_KEY
+from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import make_callback
+from tests.support.wandb_backend import WandbTestBackend
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = start_cluster(1, 1, head_cpus=0)
+    yield c
+    stop_cluster(c)
+
+
+# the train functions (Ray's workers import them from this module) ------------------------------
+def hf_loop(config: dict[str, Any]) -> None:
+    import tempfile
+
+    import torch
+    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    os.environ.update(config.get("worker_env") or {})  # W&B reachable from the workers, as on a user's cluster
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    tokens = torch.randint(0, 32, (16, 8))
+    data = [{"input_ids": t, "labels": t} for t in tokens]
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        save_steps=2,
+        save_only_model=True,
+        report_to=config["report_to"],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[RayTrainReportCallback()])
+    prepare_trainer(trainer).train()
+
+
+def lightning_loop(config: dict[str, Any]) -> None:
+    import lightning.pytorch as pl
+    import torch
+    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    os.environ.update(config.get("worker_env") or {})
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    logger: Any = False
+    if config.get("wandb_logger"):
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger = WandbLogger()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices="auto",
+        strategy=RayDDPStrategy(),
+        plugins=[RayLightningEnvironment()],
+        callbacks=[RayTrainReportCallback()],
+        logger=logger,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    prepare_trainer(trainer).fit(Tiny(), train_dataloaders=loader)
+
+
+def fit(loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    )
+    return trainer.fit()
+
+
+def worker_env(backend: WandbTestBackend, project: str, tmp_path: Any) -> dict[str, str]:
+    """What a user's workers have when W&B is set up on the cluster: the framework's run goes
+    to ``project`` on the test backend."""
+    return {
+        "WANDB_BASE_URL": backend.base_url,
+        "WANDB_API_KEY": DUMMY_KEY,
+        "WANDB_PROJECT": project,
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_SILENT": "true",
+    }
+
+
+def said_by_workers(cluster: Any, text: str) -> int:
+    """How many times the cluster's worker processes wrote ``text`` to their stderr (Ray Train
+    also copies a train worker's log records into a log file of its own, not counted)."""
+    import glob
+
+    logs = os.path.join(cluster.head_node.get_session_dir_path(), "logs")
+    count = 0
+    for path in glob.glob(os.path.join(logs, "worker-*.err")):
+        with open(path, errors="replace") as f:
+            count += f.read().count(text)
+    return count
+
+
+def assert_every_node_and_one_primary(run: Any) -> None:
+    labels = set(node_labels().values())  # the head (the controller's primary) and both worker nodes
+    assert run.labels == labels and len(labels) == 3
+    assert_one_writer_per_label(run)
+    for label in labels:
+        assert "memory_percent" in run.system_metrics()[label], label
+    assert run.exit_codes == [0]
+
+
+# Hugging Face -------------------------------------------------------------------------------------
+@pytest.mark.smoke
+def test_hf_trainer_values_checkpoints_and_every_node_in_one_run(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("hf")
+    result = fit(hf_loop, name, make_callback(upload_checkpoints=True), str(tmp_path), report_to="none")
+    assert result.error is None
+    run = run_of(backend, name)
+    rows = user_rows(run)
+    # Ray's HF callback reports at each save (save_steps=2 of 4): HF's logged values, merged.
+    assert [(r["training_iteration"], r["step"]) for r in rows] == [(1, 2), (2, 4)]
+    for row in rows:
+        assert {"loss", "learning_rate", "grad_norm", "epoch"} <= set(row), row
+        assert isinstance(row["loss"], float) and row["epoch"] > 0
+    assert rows[0]["epoch"] < rows[1]["epoch"]
+    assert_every_node_and_one_primary(run)
+    arts = run.models
+    assert len(arts) == 2 and all(a.committed and "latest" in a.aliases for a in arts)
+    assert all({"checkpoint/config.json", "checkpoint/model.safetensors"} <= set(a.files) for a in arts)
+    assert_nothing_left()
+
+
+def test_hf_trainer_own_wandb_logging_makes_no_second_run(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name, own = unique("hf-wandb"), unique("huggingface")
+    env = worker_env(backend, own, tmp_path)
+    result = fit(hf_loop, name, make_callback(), str(tmp_path), report_to="wandb", worker_env=env)
+    assert result.error is None
+    run = run_of(backend, name)
+    assert backend.runs_in(own) == []  # HF's run from rank 0 was never created
+    assert [(r["training_iteration"], r["step"]) for r in user_rows(run)] == [(1, 2), (2, 4)]
+    assert all("loss" in r for r in user_rows(run))
+    assert_every_node_and_one_primary(run)
+    said = '(report_to="wandb") on rank 0 was turned off: it would write a second W&B run beside this job\'s run '
+    assert said_by_workers(cluster, said + f"{run.run_id},") == 1  # once, from rank 0: the only rank HF logs from
+    assert_nothing_left()
+
+
+# Lightning ----------------------------------------------------------------------------------------
+@pytest.mark.smoke
+def test_lightning_trainer_values_checkpoints_and_every_node_in_one_run(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("lightning")
+    result = fit(lightning_loop, name, make_callback(upload_checkpoints=True), str(tmp_path))
+    assert result.error is None
+    run = run_of(backend, name)
+    rows = user_rows(run)
+    # Ray's Lightning callback reports at each epoch's end: callback_metrics, epoch, global step.
+    assert [(r["training_iteration"], r["epoch"], r["step"]) for r in rows] == [(1, 0, 2), (2, 1, 4)]
+    assert all(isinstance(r["train_loss"], float) for r in rows)
+    assert_every_node_and_one_primary(run)
+    arts = run.models
+    assert len(arts) == 2 and all(a.committed and "checkpoint.ckpt" in a.files for a in arts)
+    assert_nothing_left()
+
+
+def test_lightning_wandb_logger_makes_no_second_run(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
+    name, own = unique("lightning-wandb"), unique("lightning")
+    env = worker_env(backend, own, tmp_path)
+    result = fit(lightning_loop, name, make_callback(), str(tmp_path), wandb_logger=True, worker_env=env)
+    assert result.error is None
+    run = run_of(backend, name)
+    assert backend.runs_in(own) == []
+    assert [(r["epoch"], r["step"]) for r in user_rows(run)] == [(0, 2), (1, 4)]
+    assert_every_node_and_one_primary(run)
+    said = "Lightning's WandbLogger on rank 0 was turned off: it would write a second W&B run beside this job's run "
+    assert said_by_workers(cluster, said + f"{run.run_id},") == 1
+    assert_nothing_left()

@@ -1,0 +1,87 @@
+"""A framework's own ``wandb.init`` on a train worker returns a disabled run (``_frameworks``):
+which callers count as a framework, once-only warning, and the real wandb imported after the patch."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from ray_wandb_nodes import _frameworks
+
+
+def call_from(module: str, fake: Any, **kwargs: Any) -> Any:
+    """``wandb.init(**kwargs)`` as code of ``module`` calls it."""
+    scope: dict[str, Any] = {"__name__": module, "wandb": fake, "kwargs": kwargs}
+    exec("result = wandb.init(**kwargs)", scope)
+    return scope["result"]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
+    module = types.ModuleType("fake_wandb")
+    module.init = lambda **kwargs: kwargs  # type: ignore[attr-defined]
+    monkeypatch.setattr(_frameworks, "_state", {"warned": False, "rank": None, "run_id": None})
+    return module
+
+
+def test_frameworks_get_a_disabled_run_and_the_user_code_its_own(fake: Any, caplog: Any) -> None:
+    _frameworks._state.update(rank=0, run_id="job-1")
+    _frameworks._patch(fake)
+    _frameworks._patch(fake)  # once
+    assert getattr(fake.init, _frameworks.MARK)
+    with caplog.at_level(logging.WARNING, logger="ray_wandb_nodes"):
+        assert call_from("transformers.integrations.integration_utils", fake, project="p") == {
+            "project": "p",
+            "mode": "disabled",
+        }
+        assert call_from("lightning.pytorch.loggers.wandb", fake, mode="online")["mode"] == "disabled"
+        assert call_from("train_script", fake, project="mine") == {"project": "mine"}  # the user's own
+        assert call_from("transformers_fork", fake) == {}  # a prefix of a name is not the framework
+    (record,) = caplog.records  # said once per process, for the first framework
+    assert record.getMessage().startswith(
+        'ray_wandb_nodes: the Hugging Face Trainer\'s W&B logging (report_to="wandb") on rank 0 was turned off: '
+        "it would write a second W&B run beside this job's run job-1,"
+    )
+    assert record.getMessage().endswith('Set report_to="none" to silence this.')
+
+
+@pytest.mark.parametrize(
+    ("module", "setting"),
+    [
+        ("lightning.pytorch.loggers.wandb", "leave WandbLogger out of Trainer(logger=...)"),
+        ("pytorch_lightning.loggers.wandb", "leave WandbLogger out of Trainer(logger=...)"),
+        ("accelerate.tracking", 'leave "wandb" out of Accelerator(log_with=...)'),
+        ("transformers", 'report_to="none"'),
+    ],
+)
+def test_each_framework_is_named_with_the_setting_that_turns_it_off(module: str, setting: str) -> None:
+    found = _frameworks.framework_of(module)
+    assert found is not None and found[1] == setting
+    assert _frameworks.framework_of("ray.train.torch") is None and _frameworks.framework_of(None) is None
+
+
+def test_wandb_imported_after_the_patch_gives_frameworks_a_real_disabled_run(tmp_path: Any) -> None:
+    """In a fresh process (a train worker): the patch waits for ``import wandb``; the real client's
+    disabled run takes the framework's calls and sends nothing."""
+    code = """
+import sys
+from ray_wandb_nodes._frameworks import quiet_frameworks
+quiet_frameworks(0, "job-2")
+assert "wandb" not in sys.modules
+import wandb
+scope = {"__name__": "lightning.pytorch.loggers.wandb", "wandb": wandb}
+exec("run = wandb.init(project='p'); run.log({'loss': 1.0}); run.finish()", scope)
+print(scope["run"].settings.mode, scope["run"].disabled)
+"""
+    env = {"WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "k" * 40, "WANDB_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**env, "PATH": ""}
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["disabled", "True"]
+    assert "Lightning's WandbLogger on rank 0 was turned off" in out.stderr
