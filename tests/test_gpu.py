@@ -299,7 +299,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     slow = next(a["text"] for a in run.alerts if a["title"].startswith("Slow GPU:"))
     assert f"GPU {gpu[0]} (NVIDIA H100 80GB HBM3) of {label} (host " in slow and ", rank 0)" in slow
     # the SM clock is the mean of the samples that showed it (a transaction-log block's)
-    clock, median = (float(x) for x in re.findall(r"SM clock (\d+) MHz; .* median (\d+) MHz", slow)[0])
+    clock, median = (float(x) for x in re.findall(r"SM clock (\d+) MHz against (\d+) MHz", slow)[0])
     assert 900 <= clock < 0.7 * median and median >= 1900, slow
     assert "250 W of 700 W" in slow and " C, " in slow, slow
     ecc = next(a["text"] for a in run.alerts if a["title"].startswith("GPU memory errors"))
@@ -315,6 +315,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         i: {gpu[1]: "memory errors", gpu[2]: "lost"}.get(i, "ok") for i in range(len(node.gpus))
     }
     assert last[gpu[1]]["ecc_uncorrected"] == 2 and last[gpu[0]]["sm_clock"] >= 1900
+    assert (last[gpu[2]]["util"], last[gpu[2]]["sm_clock"]) == (None, None)  # a lost GPU reads nothing
     assert {last[gpu[r]]["ranks"] for r in range(4)} == {"0", "1", "2", "3"}
     row = final_table(run)[label]
     assert row["gpus_not_ok"] == ", ".join(

@@ -187,7 +187,8 @@ def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_n
     assert [(a.title, a.level) for a in alerts] == [("Slow GPU: node-b-abcdef GPU 3", "WARN")]
     text = alerts[0].text
     assert f"GPU 3 ({H100}) of node-b-abcdef (host b, rank 11)" in text
-    assert "SM clock 900 MHz" in text and "median 1980 MHz" in text and "60 C" in text and "500 W of 700 W" in text
+    assert "SM clock 900 MHz against 1980 MHz, the median of the job's other busy NVIDIA H100 80GB HBM3 GPUs" in text
+    assert "60 C" in text and "500 W of 700 W" in text
     rows = {(r[0], r[2]): dict(zip(GPU_COLUMNS, r, strict=True)) for r in job.m.gpus.rows(job_names(job))}
     assert rows[("node-b-abcdef", 3)]["state"] == "slow" and rows[("node-b-abcdef", 3)]["ranks"] == "11"
     assert rows[("node-a-abcdef", 3)]["state"] == "ok"
@@ -253,6 +254,12 @@ def test_a_gpu_that_stops_reporting_is_lost_never_slow_and_the_node_goes_on() ->
     assert "rank 3" in alerts[0].text
     table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
     assert table["node-b-abcdef"]["gpus_not_ok"] == "GPU 1 lost" and table["node-b-abcdef"]["state"] == "ok"
+    row = next(
+        dict(zip(GPU_COLUMNS, r, strict=True))
+        for r in job.m.gpus.rows(job_names(job))
+        if r[0:3:2] == ["node-b-abcdef", 1]
+    )
+    assert row["state"] == "lost" and (row["util"], row["sm_clock"]) == (None, None)  # no stale readings
 
 
 def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() -> None:

@@ -46,9 +46,10 @@ def gpu_alert(
     who = f"GPU {gpu.index}{model} of {label} (host {hostname or '?'}, {on})"
     where = f"{label} GPU {gpu.index}"
     if kind == SLOW_EV:
+        peers = f"{gpu.model} GPUs" if gpu.model else "GPUs"
         figures = (
-            f"SM clock {_n(gpu.sm)} MHz; the job's other busy {gpu.model or 'GPU'}s' median {_n(gpu.slow.median)} MHz, "
-            f"at {_n(gpu.util)} % utilisation, {_n(gpu.temp)} C, {_n(gpu.power)} W of {_n(gpu.limit)} W"
+            f"SM clock {_n(gpu.sm)} MHz against {_n(gpu.slow.median)} MHz, the median of the job's other busy "
+            f"{peers}; at {_n(gpu.util)} % utilisation, {_n(gpu.temp)} C, {_n(gpu.power)} W of {_n(gpu.limit)} W"
         )
         if recovered:
             return Alert(

@@ -273,6 +273,8 @@ class GpuHealth:
 
     @staticmethod
     def _row(g: Gpu, label: str, hostname: str) -> list[Any]:
+        # A lost GPU reads nothing: no last readings shown as if current (its ECC counts stay).
+        readings = (None,) * 6 if g.lost.flagged else (g.util, g.mem, g.temp, g.power, g.limit, g.sm)
         return [
             label,
             hostname,
@@ -280,7 +282,7 @@ class GpuHealth:
             g.model,
             ",".join(map(str, g.ranks)),
             g.state,
-            *(_round(v) for v in (g.util, g.mem, g.temp, g.power, g.limit, g.sm, g.ecc_c, g.ecc_u)),
+            *(_round(v) for v in (*readings, g.ecc_c, g.ecc_u)),
         ]
 
 
