@@ -18,7 +18,9 @@ says), with each GPU's UUID. So:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 
 def ray_gpu_ids(accelerator_ids: object) -> tuple[str, ...]:
@@ -41,23 +43,38 @@ def nvml_indices(ids: Iterable[str], uuids: Sequence[str] | None = None) -> tupl
     return tuple(out)
 
 
-def lookup_on_node(ids: Iterable[str], library: str = "libnvidia-ml.so.1") -> tuple[int, ...] | None:
-    """The NVML indices of Ray GPU ``ids`` on this node, UUIDs looked up in NVML itself (one
-    lookup when a writer starts, not a sampler); None when NVML or any id is not found (MIG
-    devices included: their parent GPU is what wandb samples, and it is left to sample all)."""
-    ids = list(ids)
-    direct = nvml_indices(ids)
-    if direct is not None:
-        return direct
+@contextlib.contextmanager
+def _nvml(library: str) -> Iterator[Any]:
+    """NVML loaded and initialised for one short read (None where it cannot be), shut down after."""
     import ctypes
 
     try:
         nvml = ctypes.CDLL(library)
     except OSError:
-        return None
+        yield None
+        return
     if nvml.nvmlInit_v2() != 0:
-        return None
+        yield None
+        return
     try:
+        yield nvml
+    finally:
+        nvml.nvmlShutdown()
+
+
+def lookup_on_node(ids: Iterable[str], library: str = "libnvidia-ml.so.1") -> tuple[int, ...] | None:
+    """The NVML indices of Ray GPU ``ids`` on this node, UUIDs looked up in NVML itself (one
+    lookup when a writer starts, not a sampler); None when NVML or any id is not found (MIG
+    devices included: their parent GPU is what wandb samples, and it is left to sample all)."""
+    import ctypes
+
+    ids = list(ids)
+    direct = nvml_indices(ids)
+    if direct is not None:
+        return direct
+    with _nvml(library) as nvml:
+        if nvml is None:
+            return None
         out = []
         for gpu in ids:
             handle, index = ctypes.c_void_p(), ctypes.c_uint()
@@ -72,8 +89,6 @@ def lookup_on_node(ids: Iterable[str], library: str = "libnvidia-ml.so.1") -> tu
             else:
                 return None
         return tuple(out)
-    finally:
-        nvml.nvmlShutdown()
 
 
 def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] | None:
@@ -82,15 +97,9 @@ def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] |
     own, so this is where its GPUs' models and UUIDs come from); nothing is sampled."""
     import ctypes
 
-    try:
-        nvml = ctypes.CDLL(library)
-    except OSError:
-        return None
-    if nvml.nvmlInit_v2() != 0:
-        return None
-    try:
+    with _nvml(library) as nvml:
         count = ctypes.c_uint()
-        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or not count.value:
+        if nvml is None or nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or not count.value:
             return None
         models, uuids = [], []
         for i in range(min(count.value, 64)):
@@ -103,5 +112,3 @@ def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] |
             models.append(name.value.decode(errors="replace"))
             uuids.append(uuid.value.decode(errors="replace"))
         return {"models": models, "uuids": uuids}
-    finally:
-        nvml.nvmlShutdown()

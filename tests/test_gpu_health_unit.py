@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, ray_gpu_ids
+from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
 from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
 from ray_wandb_nodes._health.gpu_idle import idle_verdicts
@@ -127,6 +127,9 @@ def test_uuids_are_looked_up_in_nvml_on_the_node(tmp_path: Any, monkeypatch: pyt
     assert lookup_on_node(["GPU-not-there"], library) is None
     assert lookup_on_node(["MIG-1a2b"], library) is None
     assert lookup_on_node(["GPU-x"], str(tmp_path / "no-such-library.so")) is None
+    assert nvml_inventory(library) == {"models": [g.name for g in gpus.gpus], "uuids": [g.uuid for g in gpus.gpus]}
+    monkeypatch.delenv("SCRIPTED_NVML_GPUS")  # as on a machine without NVIDIA's driver
+    assert nvml_inventory(library) is None
 
 
 # the monitor ------------------------------------------------------------------------------------

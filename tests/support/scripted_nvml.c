@@ -544,27 +544,14 @@ static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *count, nvmlP
     *count = 0;
     DONE();
 }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) {
-    TRACE();
-    return no_processes(d, c, i);
-}
+#define NO_PROCESSES(fn)                                                            \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) { \
+        TRACE();                                                                     \
+        return no_processes(device, count, infos);                                   \
+    }
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3)
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v2)
+NO_PROCESSES(nvmlDeviceGetComputeRunningProcesses)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v2)
+NO_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses)
