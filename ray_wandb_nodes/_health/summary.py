@@ -25,13 +25,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MAX_GPUS = 64
-_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(\w+)$")
+GPU_KEY = re.compile(r"^gpu\.(\d+)\.(\w+)$")
 # wandb's per-GPU float series -> ours (means of the fresh samples)
 _GPU_FLOATS = {"gpu": "util", "memoryAllocated": "mem", "temp": "temp", "powerWatts": "power"}
 _GPU_LAST = {"enforcedPowerLimitWatts": "limit"}
 # wandb's per-GPU integer series (transaction log) -> ours: the SM clock averaged, counters at their newest
 _GPU_INTS = {"smClock": "sm"}
 _GPU_COUNTERS = {"correctedMemoryErrors": "ecc_c", "uncorrectedMemoryErrors": "ecc_u"}
+# every per-GPU series the health rules read: wandb's name -> ours
+GPU_SERIES = {**_GPU_FLOATS, **_GPU_LAST, **_GPU_INTS, **_GPU_COUNTERS}
 # wandb's key -> ours, for the scalar parts
 _SCALARS = {"cpu": "cpu", "memory_percent": "mem", "proc.memory.rssMB": "rss_mb"}
 _COUNTERS = {"network.sent": "net_sent", "network.recv": "net_recv"}
@@ -71,7 +73,7 @@ def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | No
         if key in _SCALARS:
             out[_SCALARS[key]] = mean
             continue
-        m = _GPU_KEY.match(key)
+        m = GPU_KEY.match(key)
         if m and int(m[1]) < MAX_GPUS:
             if m[2] in _GPU_FLOATS:
                 gpus.setdefault(int(m[1]), {})[_GPU_FLOATS[m[2]]] = mean
@@ -109,7 +111,7 @@ def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]
     by: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for t, items in stats:
         for key, value in items.items():
-            m = _GPU_KEY.match(key)
+            m = GPU_KEY.match(key)
             if not m or int(m[1]) >= MAX_GPUS or not _number(value):
                 continue
             name = _GPU_INTS.get(m[2]) or _GPU_COUNTERS.get(m[2])

@@ -9,16 +9,14 @@ folder does not record, so it is left out) with the run's ``straggler_threshold`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._health.alerts import gpu_alert
 from .._health.gpus import IDLE_EV, GpuHealth
+from .._health.summary import GPU_KEY, GPU_SERIES
 
-_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(\w+)$")
-_FLOATS = {"gpu": "util", "memoryAllocated": "mem", "temp": "temp", "powerWatts": "power"}
-_INTS = {"smClock": "sm", "correctedMemoryErrors": "ecc_c", "uncorrectedMemoryErrors": "ecc_u"}
+_INTS = {"sm", "ecc_c", "ecc_u"}
 DEFAULT_THRESHOLD, DEFAULT_WINDOW_S = 0.7, 120.0
 
 
@@ -36,12 +34,10 @@ def gpu_flags(
         gpus: dict[int, dict[str, float]] = {}
         ints: dict[int, dict[str, float]] = {}
         for key, value in values.items():
-            m = _GPU_KEY.match(key)
-            if m and isinstance(value, (int, float)) and not isinstance(value, bool):
-                if m[2] in _FLOATS:
-                    gpus.setdefault(int(m[1]), {})[_FLOATS[m[2]]] = float(value)
-                elif m[2] in _INTS:
-                    ints.setdefault(int(m[1]), {})[_INTS[m[2]]] = float(value)
+            m = GPU_KEY.match(key)
+            ours = GPU_SERIES.get(m[2]) if m else None
+            if ours and isinstance(value, (int, float)) and not isinstance(value, bool):
+                (ints if ours in _INTS else gpus).setdefault(int(m[1]), {})[ours] = float(value)  # type: ignore[index]
         if not gpus and not ints:
             continue
         summary: dict[str, Any] = {"t0": t, "t": t, "n": 1, "gpus": gpus}
