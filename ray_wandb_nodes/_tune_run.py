@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from . import _handoff, _ray
 from ._fleet import NodeFleet, SharedTarget
 from ._fleet.nodes import NodeInfo
-from ._health import HealthMonitor, HealthOptions
+from ._health import HealthMonitor, HealthOptions, TickResult
+from ._health.monitor import STRAGGLING
 from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
 from ._primary import PrimaryWriter
@@ -101,7 +102,7 @@ class TuneRuns:
             extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
             spec_for=functools.partial(_node_writer_spec, location=location),
             storage=storage,
-            health=HealthMonitor(
+            health=TrialHealth(
                 HealthOptions(
                     threshold=self.options.straggler_threshold,
                     window_s=self.options.straggler_window_s,
@@ -162,6 +163,31 @@ class TuneRuns:
                 session.primary.wait_done(max(0.1, deadline - time.monotonic()))
         self.fleet.shutdown(self.options.finish_timeout_s)
         self.sessions.clear()
+
+
+class TrialHealth(HealthMonitor):
+    """A trial's node health. Trials are often seconds long, and a table's end is its run's end:
+    W&B makes each table an artifact that the run's finish uploads, and the experiment's end waits
+    for the last trials' finish. So a trial's run logs its ``nodes`` table while the trial runs:
+    once its nodes are known, again as each has sampled (and, as every run, with each alert and
+    every ``table_every_s``); its end logs one only when a node's state changed since the last."""
+
+    _shown: tuple[frozenset[tuple[str, str]], frozenset[str]] | None = None
+
+    def tick(self, now: float | None = None, final: bool = False) -> TickResult:
+        out = super().tick(now, final=final)
+        nodes = list(self._nodes.values())
+        shape = (frozenset((n.node_id, n.state) for n in nodes), frozenset(n.node_id for n in nodes if n.summary))
+        if out.table is not None:
+            if final and not out.alerts and self._shown is not None and shape[0] == self._shown[0]:
+                out.table = out.gpu_table = None  # the end says what the last table said
+        elif nodes and shape != self._shown and not final:
+            out.table = self.table(now)
+            out.gpu_table = self.gpus.rows({n.node_id: (n.label, n.hostname) for n in nodes}) or None
+            out.stragglers = sum(n.state == STRAGGLING for n in nodes)
+        if out.table is not None:
+            self._shown = shape
+        return out
 
 
 def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:

@@ -13,6 +13,7 @@ import wandb
 
 from ray_wandb_nodes import WandbNodesTuneCallback
 from ray_wandb_nodes._artifacts import artifact_name, checkpoint_uri
+from ray_wandb_nodes._health.monitor import COLUMNS
 from ray_wandb_nodes._tune_rows import tune_rows
 
 
@@ -179,3 +180,32 @@ def test_remote_checkpoint_becomes_a_reference_even_without_storage_libraries(tm
 def test_artifact_names_are_what_wandb_accepts() -> None:
     assert artifact_name("checkpoint_trainable_abc_00001") == "checkpoint_trainable_abc_00001"
     assert artifact_name("checkpoint_f(x=1, y=2)") == "checkpoint_f-x-1-y-2"
+
+
+# a trial's node table ---------------------------------------------------------------------------
+def test_a_trials_table_is_logged_while_it_runs_and_at_its_end_only_on_a_change() -> None:
+    from ray_wandb_nodes._health import HealthOptions
+    from ray_wandb_nodes._tune_run import TrialHealth
+
+    now = [1000.0]
+    health = TrialHealth(HealthOptions(compare_all=True), clock=lambda: now[0])
+    assert health.tick().table is None  # no node known yet
+    health.set_nodes({"n1": ("node-a-1", "a")}, {})
+    started = health.tick()  # as soon as the trial's node is known
+    assert [row[:4] for row in started.table or []] == [["node-a-1", "a", "", "ok"]]
+    assert started.stragglers == 0
+    assert health.tick().table is None  # nothing new
+    now[0] += 1
+    health.summary("n1", {"t": now[0], "cpu": 42.0, "memory_percent": 10.0})
+    sampled = health.tick()  # again once the node has sampled: its values
+    assert sampled.table is not None and dict(zip(COLUMNS, sampled.table[0], strict=True))["cpu"] == 42.0
+    now[0] += 1
+    assert health.tick(final=True).table is None  # the end says what the last table said
+
+    changed = TrialHealth(HealthOptions(compare_all=True), clock=lambda: now[0])
+    assert changed.tick(final=True).table is not None  # a run without a table gets one at its end
+    changed.set_nodes({"n1": ("node-a-1", "a")}, {})
+    assert changed.tick().table is not None
+    changed.set_nodes({}, {})  # the trial moved off its node: a state the last table did not say
+    end = changed.tick(final=True)
+    assert [row[3] for row in end.table or []] == ["left"]
