@@ -1,6 +1,6 @@
 """What live node health costs the Train controller, per node and minute.
 
-    python -m bench.health_cost [--nodes 8 64 512 1024] [--gpus 8] [--minutes 3] [--json bench/results/health_cost.json]
+    python -m bench.health_cost [--nodes 8 64 512 1024] [--gpus 8] [--minutes 3] [--interval 15 3] [--json FILE]
 
 Everything the controller does for node health in one minute, for ``N`` simulated nodes with
 ``--gpus`` GPUs each, in this one process (no Ray: the Ray call is the same ping the fleet
@@ -34,12 +34,17 @@ from ray_wandb_nodes._fleet import health as fleet_health
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
 from ray_wandb_nodes._health.monitor import COLUMNS, GPU_COLUMNS
+from ray_wandb_nodes._wandb_io import health_table
 
 POLLS_PER_MINUTE = 20  # the fleet pings each logger every 3 s
+POLL_S = 3.0
+SAMPLES_PER_BLOCK = 6  # samples of 8 GPUs a 32 KiB transaction-log block holds (bench/gpu_summary_cost.py)
+RECENT_S = 10.0  # a reader's summary carries the blocks it read in the last 10 s
 
 
-def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
-    """A logger's status reply as the fleet receives it (the summary as a node's reader makes it)."""
+def status(node: int, poll: int, gpus: int, summary: bool, interval: float = 3.0) -> dict[str, Any]:
+    """A logger's status reply as the fleet receives it (the summary as a node's reader makes it,
+    for a writer sampling every ``interval`` seconds: the same summary until the next sample)."""
     s: dict[str, Any] = {
         "pid": 1000 + node,
         "restarted": False,
@@ -52,38 +57,41 @@ def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
         "summary": None,
     }
     if summary:
-        rnd = random.Random(node * 7919 + poll)
-        t = 1.8e9 + poll * 3.0
-        floats = {"util": 0.0, "mem": 0.0, "temp": 0.0, "power": 0.0, "limit": 700.0}
+        sample = int(poll * POLL_S // interval)  # the writer's newest sample at this poll
+        per = max(1, round(interval / POLL_S))
+        rnd = random.Random(node * 7919 + sample)
+        t = 1.8e9 + sample * interval
+        block = sample // SAMPLES_PER_BLOCK  # the newest complete transaction-log block
+        blocks = [b for b in (block - 1, block) if (sample - b * SAMPLES_PER_BLOCK) * interval <= RECENT_S]
         s["summary"] = {
-            "t0": t - 2.5,
+            "t0": t - (per - 1) * POLL_S,
             "t": t,
-            "n": 6,
-            "seq": 6 * (poll + 1),
+            "n": 1,
+            "seq": sample + 1,
             "cpu": rnd.uniform(5, 90),
             "mem": rnd.uniform(20, 60),
             "rss_mb": rnd.uniform(500, 9000),
-            "net_sent": 1e9 + poll * 1e6,
-            "net_recv": 2e9 + poll * 1e6,
+            "net_sent": 1e9 + sample * 1e6,
+            "net_recv": 2e9 + sample * 1e6,
             "gpus": {
                 i: {
-                    **floats,
                     "util": rnd.uniform(90, 100),
                     "mem": rnd.uniform(30, 90),
                     "temp": rnd.uniform(50, 80),
                     "power": rnd.uniform(400, 700),
+                    "limit": 700.0,
                 }
                 for i in range(gpus)
             },
-            # as a reader sends them: the blocks read in the last 10 s, a new one every other poll
+            # as a reader sends them: the log blocks it read in the last 10 s
             "gpu_ints": [
                 {
-                    "t0": 1.8e9 + b * 6.0 - 5.5,
-                    "t": 1.8e9 + b * 6.0,
-                    "n": 6,
+                    "t0": 1.8e9 + (b * SAMPLES_PER_BLOCK - SAMPLES_PER_BLOCK + 1) * interval,
+                    "t": 1.8e9 + b * SAMPLES_PER_BLOCK * interval,
+                    "n": SAMPLES_PER_BLOCK,
                     "by": {i: {"sm": rnd.uniform(1900, 1980), "ecc_c": 0.0, "ecc_u": 0.0} for i in range(gpus)},
                 }
-                for b in range(poll // 2 - 1, poll // 2 + 1)  # the blocks read in the last 10 s
+                for b in blocks
             ],
             "gpu_info": {
                 "models": ["NVIDIA H100 80GB HBM3"] * gpus,
@@ -93,11 +101,14 @@ def status(node: int, poll: int, gpus: int, summary: bool) -> dict[str, Any]:
     return s
 
 
-def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any]) -> dict[str, float]:
+def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any], interval: float = 3.0) -> dict[str, float]:
     """One simulated minute; seconds of CPU for each part."""
     pool, target = state["pool"], state["target"]
     replies = [
-        (pickle.dumps(status(i, minute * POLLS_PER_MINUTE + p, gpus, True)), pickle.dumps(status(i, p, gpus, False)))
+        (
+            pickle.dumps(status(i, minute * POLLS_PER_MINUTE + p, gpus, True, interval)),
+            pickle.dumps(status(i, p, gpus, False)),
+        )
         for p in range(POLLS_PER_MINUTE)
         for i in range(n)
     ]
@@ -126,13 +137,9 @@ def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any]) -> dict[st
 
 
 def table_json(columns: list[str], rows: list[list[Any]]) -> str:
-    try:
-        import wandb
-
-        table = wandb.Table(columns=list(columns), data=rows)
-        return json.dumps({"columns": table.columns, "data": table.data})
-    except ImportError:
-        return json.dumps({"columns": columns, "data": rows})
+    """The table as the primary logs it (``_wandb_io.health_table``), and its JSON."""
+    table = health_table(columns, rows)
+    return json.dumps({"columns": table.columns, "data": table.data})
 
 
 def setup(n: int, gpus: int) -> dict[str, Any]:
@@ -162,7 +169,15 @@ def setup(n: int, gpus: int) -> dict[str, Any]:
         max_writers=None,
     )
     warner = SimpleNamespace(warn=lambda key, msg: None)
-    return {"pool": pool, "target": target, "alive": alive, "known": {}, "ids": ids, "clock": clock, "warner": warner}
+    return {
+        "pool": pool,
+        "target": target,
+        "alive": alive,
+        "known": alive,
+        "ids": ids,
+        "clock": clock,
+        "warner": warner,
+    }
 
 
 def main() -> None:
@@ -170,22 +185,37 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 1024])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--minutes", type=int, default=3)
+    parser.add_argument(
+        "--interval",
+        type=float,
+        nargs="+",
+        default=[15.0, 3.0],
+        help="the writers' sampling interval (15 s: the default; 3 s or less: a new sample every poll)",
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     results = []
     print(f"controller CPU for node health, per node per minute ({args.gpus} GPUs a node, {POLLS_PER_MINUTE} pings)")
-    print(f"{'nodes':>6} {'summary in reply':>17} {'monitor+rule':>13} {'table':>8} {'total':>8}")
-    for n in args.nodes:
-        state = setup(n, args.gpus)
-        one_minute(n, args.gpus, 0, state)  # warm-up
-        parts = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
-        for minute in range(1, args.minutes + 1):
-            for k, v in one_minute(n, args.gpus, minute, state).items():
-                parts[k] += v
-        per = {k: max(0.0, v) / args.minutes / n * 1e3 for k, v in parts.items()}  # ms per node per minute
-        total = sum(per.values())
-        print(f"{n:>6} {per['reply']:>14.3f} ms {per['monitor']:>10.3f} ms {per['table']:>5.3f} ms {total:>5.3f} ms")
-        results.append({"nodes": n, "gpus": args.gpus, "ms_per_node_minute": {**per, "total": total}})
+    print(f"{'interval':>8} {'nodes':>6} {'summary in reply':>17} {'monitor+rules':>14} {'tables':>8} {'total':>8}")
+    for interval in args.interval:
+        for n in args.nodes:
+            state = setup(n, args.gpus)
+            one_minute(n, args.gpus, 0, state, interval)  # warm-up
+            monitored = len(state["target"].health.table())
+            assert monitored == n, f"the monitor holds {monitored} of {n} nodes: the bench would measure nothing"
+            parts = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
+            for minute in range(1, args.minutes + 1):
+                for k, v in one_minute(n, args.gpus, minute, state, interval).items():
+                    parts[k] += v
+            per = {k: max(0.0, v) / args.minutes / n * 1e3 for k, v in parts.items()}  # ms per node per minute
+            total = sum(per.values())
+            print(
+                f"{interval:>7g}s {n:>6} {per['reply']:>14.3f} ms {per['monitor']:>11.3f} ms "
+                f"{per['table']:>5.3f} ms {total:>5.3f} ms"
+            )
+            results.append(
+                {"interval_s": interval, "nodes": n, "gpus": args.gpus, "ms_per_node_minute": {**per, "total": total}}
+            )
     if args.json:
         from bench._harness import write_result
 

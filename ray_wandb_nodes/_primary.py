@@ -19,7 +19,7 @@ from ._health.monitor import COLUMNS, GPU_COLUMNS, Alert
 from ._health.reader import SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
-from ._wandb_io import init_writer
+from ._wandb_io import health_table, init_writer
 from ._warn import Warner, describe, warn_skipped
 from ._writers import WriterSpec, offline_index
 from .offline.index import OfflineIndex
@@ -321,11 +321,9 @@ class PrimaryWriter:
             row["nodes/stragglers"] = stragglers
         try:
             if table is not None:
-                import wandb
-
-                row["nodes"] = wandb.Table(columns=list(COLUMNS), data=table)
+                row["nodes"] = health_table(COLUMNS, table)
                 if gpu_table:
-                    row["gpus"] = wandb.Table(columns=list(GPU_COLUMNS), data=gpu_table)
+                    row["gpus"] = health_table(GPU_COLUMNS, gpu_table)
             self.run.log(row)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")

@@ -9,7 +9,7 @@ least ``BUSY_UTIL`` (any model: idle is idle).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from .gpu_slow import BUSY_UTIL
@@ -19,12 +19,13 @@ K = TypeVar("K", bound=Hashable)
 IDLE_UTIL = 5.0  # %: at most this is idle
 
 
-def idle_verdicts(utils: Mapping[K, float]) -> dict[K, tuple[bool, float | None]]:
-    """``utils``: key -> utilisation of every GPU that hosts a rank. For each: (worse, the other
-    ranks' GPUs' median utilisation); alone, a GPU is never idle against the others."""
+def idle_verdicts(utils: Mapping[K, float], only: Iterable[K] | None = None) -> dict[K, tuple[bool, float | None]]:
+    """``utils``: key -> utilisation of every GPU that hosts a rank. For each (of ``only``, when
+    given): (worse, the other ranks' GPUs' median utilisation); alone, a GPU is never idle."""
     ordered = sorted(utils.values())
     out: dict[K, tuple[bool, float | None]] = {}
-    for key, util in utils.items():
+    for key in utils if only is None else only:
+        util = utils[key]
         if len(ordered) < 2:
             out[key] = (False, None)
             continue

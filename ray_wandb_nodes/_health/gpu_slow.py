@@ -11,7 +11,7 @@ model running one job sit within a few percent of each other's clock, a throttle
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from .rule import median_without
@@ -20,26 +20,39 @@ K = TypeVar("K", bound=Hashable)
 BUSY_UTIL = 50.0  # %: a GPU at least this busy is compared
 
 
-def slow_verdicts(
-    gpus: Mapping[K, tuple[str, float | None, float | None]], threshold: float
-) -> dict[K, tuple[bool, float | None]]:
-    """``gpus``: key -> (model, utilisation, SM clock). For every GPU: (worse, the others'
-    median SM clock); (False, None) for a GPU not compared (idle, no clock, alone of its model)."""
+def others_medians(
+    gpus: Mapping[K, tuple[str, float | None, float | None]], only: Iterable[K] | None = None
+) -> dict[K, float | None]:
+    """``gpus``: key -> (model, utilisation, SM clock). For every busy GPU with a clock (of
+    ``only``, when given), the median SM clock of the other busy GPUs of its model (one sorted
+    list a model: O(log n) a GPU); None for a GPU not compared (idle, no clock, alone of its model)."""
     by_model: dict[str, list[float]] = {}
     for model, util, sm in gpus.values():
         if _busy(util, sm):
             by_model.setdefault(model, []).append(float(sm))  # type: ignore[arg-type]
     for clocks in by_model.values():
         clocks.sort()
-    out: dict[K, tuple[bool, float | None]] = {}
-    for key, (model, util, sm) in gpus.items():
+    out: dict[K, float | None] = {}
+    for key in gpus if only is None else only:
+        model, util, sm = gpus[key]
         clocks = by_model.get(model, [])
-        if not _busy(util, sm) or len(clocks) < 2:
-            out[key] = (False, None)
-            continue
-        median = median_without(clocks, float(sm))  # type: ignore[arg-type]
-        out[key] = (float(sm) < threshold * median, median)  # type: ignore[arg-type]
+        busy = _busy(util, sm) and len(clocks) >= 2
+        out[key] = median_without(clocks, float(sm)) if busy else None  # type: ignore[arg-type]
     return out
+
+
+def is_slow(sm: float | None, median: float | None, threshold: float) -> bool:
+    """Whether an SM clock is below ``threshold`` x the others' median (never without one)."""
+    return sm is not None and median is not None and sm < threshold * median
+
+
+def slow_verdicts(
+    gpus: Mapping[K, tuple[str, float | None, float | None]], threshold: float
+) -> dict[K, tuple[bool, float | None]]:
+    """For every GPU of ``gpus`` (key -> (model, utilisation, SM clock)): (worse, the others'
+    median SM clock); (False, None) for a GPU not compared."""
+    medians = others_medians(gpus)
+    return {key: (is_slow(gpus[key][2], median, threshold), median) for key, median in medians.items()}
 
 
 def _busy(util: float | None, sm: float | None) -> bool:

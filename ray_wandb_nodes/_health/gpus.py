@@ -22,7 +22,7 @@ from .gpu_ecc import EccWatch, ecc_step
 from .gpu_idle import idle_verdicts
 from .gpu_lost import LOST as LOST_EVENT
 from .gpu_lost import lost_step
-from .gpu_slow import slow_verdicts
+from .gpu_slow import is_slow, others_medians
 from .rule import NodeStreak, advance
 
 OK, SLOW, IDLE, MEMORY_ERRORS, LOST = "ok", "slow", "idle", "memory errors", "lost"
@@ -62,9 +62,9 @@ class Gpu:
     sm: float | None = None
     ecc_c: float | None = None
     ecc_u: float | None = None
-    # batches not judged yet: (start, end, samples[, present])
+    # batches not judged yet: (start, end, samples, present); (start, end, samples, sm, ecc_c, ecc_u)
     floats: tuple[float, float, int, bool] | None = None
-    ints: tuple[float, float, int] | None = None
+    ints: list[tuple[float, float, int, float | None, float | None, float | None]] = field(default_factory=list)
     slow: NodeStreak = field(default_factory=NodeStreak)
     idle: NodeStreak = field(default_factory=NodeStreak)
     lost: NodeStreak = field(default_factory=NodeStreak)
@@ -104,7 +104,6 @@ class GpuHealth:
     def __init__(self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self._nodes: dict[str, _NodeGpus] = {}
-        self._events: list[tuple[Gpu, str, bool]] = []  # from integer batches, said at the next judge
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str]]) -> None:
@@ -146,26 +145,23 @@ class GpuHealth:
         for ints in summary.get("gpu_ints") or ():  # oldest first; each judged in turn
             if isinstance(ints.get("t"), (int, float)) and (node.int_t is None or ints["t"] > node.int_t):
                 node.int_t = ints["t"]
+                span = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
                 for index, values in (ints.get("by") or {}).items():
                     gpu = self._gpu(node_id, node, int(index))
-                    gpu.sm = values.get("sm", gpu.sm)
-                    gpu.ecc_c, gpu.ecc_u = values.get("ecc_c", gpu.ecc_c), values.get("ecc_u", gpu.ecc_u)
-                    gpu.ints = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
-                self._events += self._judge_ints(node)
+                    gpu.ints.append((*span, values.get("sm"), values.get("ecc_c"), values.get("ecc_u")))
 
     def forget(self, node_id: str) -> None:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
         node = self._nodes.get(node_id)
         if node is not None:
             for gpu in node.gpus.values():
-                gpu.floats = gpu.ints = None
+                gpu.floats, gpu.ints = None, []
 
     # judging ------------------------------------------------------------------------------------
     def judge(self, live: set[str]) -> list[tuple[Gpu, str, bool]]:
         """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
         ``live`` nodes; the events: (GPU, kind, recovered)."""
-        events = [e for e in self._events if e[0].node_id in live]
-        self._events.clear()
+        events: list[tuple[Gpu, str, bool]] = []
         gpus = [g for n, node in self._nodes.items() if n in live for g in node.gpus.values()]
         w, m = self.window_s, self.min_samples
         for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
@@ -176,8 +172,11 @@ class GpuHealth:
                     events.append((gpu, LOST_EV, said != LOST_EVENT))
                     if said == LOST_EVENT:
                         gpu.slow, gpu.idle = NodeStreak(), NodeStreak()
+        events += self._judge_ints(gpus)
         alive = [g for g in gpus if not g.lost.flagged]
-        idle = idle_verdicts({id(g): g.util for g in alive if g.ranks and g.util is not None})
+        utils = {id(g): g.util for g in alive if g.ranks and g.util is not None}
+        fresh = [id(g) for g in alive if id(g) in utils and g.floats is not None and g.floats[3]]
+        idle = idle_verdicts(utils, fresh) if fresh else {}
         for gpu in alive:
             if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
                 worse, gpu.idle.median = idle[id(gpu)]
@@ -188,27 +187,32 @@ class GpuHealth:
             gpu.floats = None
         return events
 
-    def _judge_ints(self, node: _NodeGpus) -> list[tuple[Gpu, str, bool]]:
-        """The memory-error and slow rules on one integer batch of ``node``'s GPUs, against the
-        job's other GPUs as last seen."""
+    def _judge_ints(self, gpus: list[Gpu]) -> list[tuple[Gpu, str, bool]]:
+        """The memory-error and slow rules on every integer batch since the last call, in order,
+        each GPU's against the job's other GPUs as last seen (one median list a model a call)."""
         events: list[tuple[Gpu, str, bool]] = []
         w, m = self.window_s, self.min_samples
-        mine = [g for g in node.gpus.values() if g.ints is not None and not g.lost.flagged]
-        for gpu in mine:
-            start, end, samples = gpu.ints  # type: ignore[misc]
-            if gpu.ecc_u is not None:
-                if gpu.ecc_first is None:
-                    gpu.ecc_first = gpu.ecc_u
-                if ecc_step(gpu.ecc, gpu.ecc_u, samples, start, end, w, m):
-                    events.append((_as_now(gpu), ECC_EV, False))
-        alive = [g for n in self._nodes.values() for g in n.gpus.values() if not g.lost.flagged]
-        slow = slow_verdicts({id(g): (g.model, g.util, g.sm) for g in alive}, self.threshold)
-        for gpu in mine:
-            worse, gpu.slow.median = slow[id(gpu)]
-            start, end, samples = gpu.ints  # type: ignore[misc]
-            if advance(gpu.slow, worse, samples, start, end, w, m):
-                events.append((_as_now(gpu), SLOW_EV, not gpu.slow.flagged))
-            gpu.ints = None
+        alive = [g for g in gpus if not g.lost.flagged]
+        pending = [g for g in alive if g.ints]
+        if not pending:
+            return events
+        for gpu in pending:  # the latest clock of each GPU, for the others' medians
+            gpu.sm = next((b[3] for b in reversed(gpu.ints) if b[3] is not None), gpu.sm)
+        medians = others_medians({id(g): (g.model, g.util, g.sm) for g in alive}, [id(g) for g in pending])
+        for gpu in pending:
+            for start, end, samples, sm, ecc_c, ecc_u in gpu.ints:
+                gpu.sm = sm if sm is not None else gpu.sm
+                gpu.ecc_c = ecc_c if ecc_c is not None else gpu.ecc_c
+                if ecc_u is not None:
+                    gpu.ecc_u = ecc_u
+                    if gpu.ecc_first is None:
+                        gpu.ecc_first = ecc_u
+                    if ecc_step(gpu.ecc, ecc_u, samples, start, end, w, m):
+                        events.append((_as_now(gpu), ECC_EV, False))
+                gpu.slow.median = medians[id(gpu)]
+                if advance(gpu.slow, is_slow(sm, gpu.slow.median, self.threshold), samples, start, end, w, m):
+                    events.append((_as_now(gpu), SLOW_EV, not gpu.slow.flagged))
+            gpu.ints = []
         return events
 
     # what the node rule and the tables read -------------------------------------------------------
