@@ -37,6 +37,13 @@ def write_offline_run(folder: Path, run_id: str, label: str, rows: list[dict[str
     time.sleep(1.2)  # a few stats samples
     run.finish()
     (path,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    # finish() can return before wandb-core has written the log out (seen with a second offline
+    # run in one process): wait, bounded, for its exit record.
+    from ray_wandb_nodes.offline.txlog import read_run
+
+    deadline = time.monotonic() + 15
+    while read_run(str(path), strict=False).exit_code is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     return path
 
 
