@@ -84,7 +84,11 @@ class Gpu:
     @property
     def suspect(self) -> bool:
         """Flagged, or on its way to be: its node's value leaves it out (one problem, one alert)."""
-        return self.state != OK or any(s.since is not None for s in (self.slow, self.idle, self.lost))
+        slow, idle, lost = self.slow, self.idle, self.lost  # the node rule asks this of every GPU, each tick
+        return (
+            lost.flagged or self.ecc.ever or slow.flagged or idle.flagged
+            or slow.since is not None or idle.since is not None or lost.since is not None
+        )  # fmt: skip
 
 
 @dataclass
@@ -135,13 +139,13 @@ class GpuHealth:
             count = seq - node.seq if isinstance(seq, int) and isinstance(node.seq, int) and seq > node.seq else None
             node.seq = seq if isinstance(seq, int) else node.seq
             batch = (float(summary.get("t0", t)), float(t), count or int(summary.get("n") or 1))
-            for index in set(gpus) | set(node.gpus):
-                gpu = self._gpu(node_id, node, index)
-                values = gpus.get(index)
-                if values:
-                    gpu.util, gpu.mem, gpu.temp = values.get("util"), values.get("mem"), values.get("temp")
-                    gpu.power, gpu.limit = values.get("power"), values.get("limit", gpu.limit)
-                gpu.floats = (*batch, bool(values and values.get("util") is not None))
+            for index, values in gpus.items():
+                gpu = node.gpus.get(index) or self._gpu(node_id, node, index)
+                gpu.util, gpu.mem, gpu.temp = values.get("util"), values.get("mem"), values.get("temp")
+                gpu.power, gpu.limit = values.get("power"), values.get("limit", gpu.limit)
+                gpu.floats = (*batch, gpu.util is not None)
+            for index in node.gpus.keys() - gpus.keys():  # seen before, missing now
+                node.gpus[index].floats = (*batch, False)
         for ints in summary.get("gpu_ints") or ():  # oldest first; each judged in turn
             if isinstance(ints.get("t"), (int, float)) and (node.int_t is None or ints["t"] > node.int_t):
                 node.int_t = ints["t"]
