@@ -69,15 +69,13 @@ def test_the_note_on_flagging_counts_the_nodes_it_compares() -> None:
     known = RunReport(run_id="r", folder="/x", nodes=[node("head", "primary", False), node("a", "node", True),
                                                       node("b", "node", True)])  # fmt: skip
     flag(known)
-    assert known.notes == [
-        "outliers are flagged among 3 or more nodes with train workers; this run has 2 nodes with train workers"
-    ]
+    assert known.notes == ["this run has 2 nodes with train workers: outliers are flagged among 3 or more"]
     text = format_text([known])
     assert sum(line.startswith(("  head ", "  a ", "  b ")) for line in text.splitlines()) == 3
-    assert "this run has 2 nodes with train workers)" in text
+    assert "  (this run has 2 nodes with train workers: outliers are flagged among 3 or more)" in text
     unknown = RunReport(run_id="r", folder="/x", nodes=[node("a", "node", None), node("b", "node", None)])
     flag(unknown)
-    assert unknown.notes == ["outliers are flagged among 3 or more nodes; this run has 2 nodes"]
+    assert unknown.notes == ["this run has 2 nodes: outliers are flagged among 3 or more"]
 
 
 def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:

@@ -220,7 +220,7 @@ def flag(report: RunReport) -> None:
     if len(nodes) < MIN_NODES_TO_FLAG:
         if len(nodes) > 1:  # counts what it compares: the table above may list more nodes
             report.notes.append(
-                f"outliers are flagged among {MIN_NODES_TO_FLAG} or more {what}; this run has {len(nodes)} {what}"
+                f"this run has {len(nodes)} {what}: outliers are flagged among {MIN_NODES_TO_FLAG} or more"
             )
         return
     metrics: list[tuple[str, str, Any]] = [
