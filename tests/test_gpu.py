@@ -5,7 +5,7 @@ one-CPU nodes with 2, 8 and 1 scripted GPUs (``tests/support/nvml.py``). Train w
 for a GPU each (``use_gpu=True``, gloo, the model on the CPU: torch here is a CPU build), and
 each rank writes down its node and the GPU ids Ray gave it: the ground truth the assertions
 compare with. A rank changes a node's scripted GPUs at a given step to script a GPU going bad
-mid-run.
+mid-run. (A Tune trial on a GPU node: ``tests/test_tune_multinode.py``.)
 
 What this proves: what NVML says reaches the run, the node table and the straggler rule, through
 wandb's own monitor and the plugin's writers. What it cannot: what real GPUs say (that is
@@ -135,51 +135,13 @@ def final_table(run: RunRecord) -> dict[str, dict[str, Any]]:
     return {row["node"]: row for row in tables[-1]}
 
 
-def test_every_gpu_node_shows_its_own_gpus_in_the_run_and_the_table(
+def test_each_node_shows_its_own_gpus_and_one_falling_to_40_percent_is_one_straggler_alert(
     gpu_cluster: Any, nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
 ) -> None:
+    # One worker a node; gpu_device_ids=[0, 1]; the 8-GPU node's GPUs fall from 95 to 40 % at
+    # the fifth report, the other two nodes stay busy (93 to 97 %).
     cluster, _ = gpu_cluster
-    name = fit(tmp_path, make_callback(straggler_window_s=1.5), reports=12, step_s=0.25)
-
-    run = run_of(backend, name)
-    labels = node_labels()
-    assert run.labels == set(labels.values())
-    for node in nodes:
-        label = labels[node.node_id]
-        series = gpu_series(run, label)
-        for i, gpu in enumerate(node.gpus):
-            for key, value in SERIES.items():
-                got = series.get(f"gpu.{i}.{key}")
-                assert got and got == [pytest.approx(value(gpu))] * len(got), (label, i, key, got)
-        assert {k.split(".")[1] for k in series} == {str(i) for i in range(len(node.gpus))}, (label, sorted(series))
-        checks = gpu_checks(run, label, table=WANDB_TABLES)
-        assert all(checks.values()) and len(checks) >= 3, checks
-    assert gpu_series(run, labels[str(cluster.head_node.node_id)]) == {}
-    # Every GPU busy (93 to 97 %): no node is a straggler.
-    assert run.alerts == []
-    if WANDB_TABLES:  # the node table's GPU columns: each node's own means (see tests.support.env)
-        table = final_table(run)
-        for node in nodes:
-            row = table[labels[node.node_id]]
-            utils = [g.util for g in node.gpus]
-            assert row["gpu_util_mean"] == pytest.approx(statistics.mean(utils), abs=0.01), row
-            assert row["gpu_util_min"] == pytest.approx(min(utils), abs=0.01), row
-            mem = statistics.mean(g.memory_allocated for g in node.gpus)
-            assert row["gpu_mem"] == pytest.approx(mem, abs=0.01), row
-            assert row["state"] == "ok"
-        head = table[labels[str(cluster.head_node.node_id)]]
-        assert (head["gpu_util_mean"], head["gpu_util_min"], head["gpu_mem"]) == (None, None, None)
-    # Each rank got a GPU of its own node, one rank a node.
-    ranks = placement(tmp_path)
-    assert sorted(r["node_id"] for r in ranks.values()) == sorted(n.node_id for n in nodes)
-    assert [row["gpu_id"] for row in user_rows(run)] == [ranks[0]["gpu_ids"][0]] * 12
-    assert_nothing_left()
-
-
-def test_one_node_s_gpus_falling_to_40_percent_is_one_straggler_alert_and_device_ids_narrow_every_node(
-    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
-) -> None:
-    slow = nodes[1]  # the 8-GPU node: every GPU from 95 to 40 % mid-run
+    slow = nodes[1]
     callback = make_callback(straggler_window_s=1.5, gpu_device_ids=[0, 1])
     script = {"step": 4, "path": str(slow.path), "values": {"util": 40}}
     name = fit(tmp_path, callback, reports=40, step_s=0.25, script=script)
@@ -187,18 +149,45 @@ def test_one_node_s_gpus_falling_to_40_percent_is_one_straggler_alert_and_device
     run = run_of(backend, name)
     labels = node_labels()
     slow_label = labels[slow.node_id]
-    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Straggler: {slow_label}", "WARN")]
-    assert "GPU utilisation" in run.alerts[0]["text"], run.alerts[0]["text"]
+    assert run.labels == set(labels.values())
     # gpu_device_ids=[0, 1]: every node's writer samples GPUs 0 and 1 only, under their own indices.
     for node in nodes:
         shown = {k.split(".")[1] for k in gpu_series(run, labels[node.node_id])}
         assert shown == {"0", "1"} & {str(i) for i in range(len(node.gpus))}, (node.node_id, shown)
+        checks = gpu_checks(run, labels[node.node_id], table=WANDB_TABLES)
+        assert all(checks.values()) and len(checks) >= 3, checks
+    # The busy nodes: each GPU's series under its node's label, with that GPU's scripted values.
+    busy = [nodes[0], nodes[2]]
+    for node in busy:
+        series = gpu_series(run, labels[node.node_id])
+        for i, gpu in enumerate(node.gpus[:2]):
+            for key, value in SERIES.items():
+                got = series.get(f"gpu.{i}.{key}")
+                assert got and got == [pytest.approx(value(gpu))] * len(got), (node.node_id, i, key, got)
+    assert gpu_series(run, labels[str(cluster.head_node.node_id)]) == {}  # the GPU-less head: none
     values = gpu_series(run, slow_label)["gpu.0.gpu"]
     assert values[0] > 90 and values[-1] == 40.0
-    if WANDB_TABLES:
-        states = {row["node"]: row["state"] for row in final_table(run).values()}
-        assert states[slow_label] == "straggler"
-        assert {s for label, s in states.items() if label != slow_label} == {"ok"}
+    # The default rule on GPU nodes: exactly one alert, naming the node that fell.
+    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Straggler: {slow_label}", "WARN")]
+    assert "GPU utilisation" in run.alerts[0]["text"], run.alerts[0]["text"]
+    if WANDB_TABLES:  # the node table's GPU columns: each node's own means (see tests.support.env)
+        table = final_table(run)
+        for node in busy:
+            row, sampled = table[labels[node.node_id]], node.gpus[:2]
+            utils = [g.util for g in sampled]
+            assert row["gpu_util_mean"] == pytest.approx(statistics.mean(utils), abs=0.01), row
+            assert row["gpu_util_min"] == pytest.approx(min(utils), abs=0.01), row
+            mem = statistics.mean(g.memory_allocated for g in sampled)
+            assert row["gpu_mem"] == pytest.approx(mem, abs=0.01), row
+            assert row["state"] == "ok"
+        assert table[slow_label]["state"] == "straggler" and table[slow_label]["gpu_util_mean"] == 40.0
+        head = table[labels[str(cluster.head_node.node_id)]]
+        assert (head["gpu_util_mean"], head["gpu_util_min"], head["gpu_mem"]) == (None, None, None)
+    # Each rank got a GPU of its own node, one rank a node.
+    ranks = placement(tmp_path)
+    assert sorted(r["node_id"] for r in ranks.values()) == sorted(n.node_id for n in nodes)
+    assert [row["gpu_id"] for row in user_rows(run)] == [ranks[0]["gpu_ids"][0]] * 40
+    assert_nothing_left()
 
 
 def test_the_all_strategy_gives_each_rank_s_run_exactly_its_gpus(
@@ -220,48 +209,6 @@ def test_the_all_strategy_gives_each_rank_s_run_exactly_its_gpus(
         util = by_node[where["node_id"]].gpus[gpu_id].util
         assert set(series[f"gpu.{gpu_id}.gpu"]) == {float(util)}
         assert [row["gpu_id"] for row in user_rows(run)] == [gpu_id] * 6
-
-
-def test_a_tune_trial_on_a_gpu_node_shows_that_node_s_gpus(
-    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
-) -> None:
-    from ray import tune
-
-    from ray_wandb_nodes import WandbNodesTuneCallback
-    from tests.support.env import FAST
-
-    name = unique("gpu-tune")
-    callback = WandbNodesTuneCallback(
-        project="gpu-tune", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
-    )
-    results = tune.Tuner(
-        tune.with_resources(gpu_trial, {"cpu": 1, "gpu": 1}),
-        param_space={"sleep": 0.5},
-        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), callbacks=[callback]),
-    ).fit()
-    assert not results.errors
-    (result,) = results
-    (run,) = [r for r in backend.runs.values() if r.group == name]
-    node = next(n for n in nodes if n.node_id == result.metrics["node_id"])
-    label = node_labels()[node.node_id]
-    assert run.labels == {label}
-    series = gpu_series(run, label)
-    for i, gpu in enumerate(node.gpus):
-        assert set(series[f"gpu.{i}.gpu"]) == {float(gpu.util)}
-        assert series[f"gpu.{i}.powerWatts"] == [pytest.approx(gpu.power_w)] * len(series[f"gpu.{i}.powerWatts"])
-    assert {k.split(".")[1] for k in series} == {str(i) for i in range(len(node.gpus))}
-    assert run.exit_codes == [0]
-
-
-def gpu_trial(config: dict[str, Any]) -> None:
-    import time
-
-    import ray
-    from ray import tune
-
-    for _ in range(6):
-        time.sleep(config["sleep"])
-        tune.report({"node_id": ray.get_runtime_context().get_node_id()})
 
 
 @pytest.mark.smoke

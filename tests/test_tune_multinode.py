@@ -1,8 +1,8 @@
 """End to end: Ray Tune experiments on a local four-node cluster with WandbNodesTuneCallback.
 
-A CPU-less head (the Tune driver) and three one-CPU nodes: trials of a function trainable
-spread over the nodes, one trial each. The real wandb client in the driver and in the node
-loggers talks to the test backend.
+A CPU-less head (the Tune driver) and three one-CPU nodes, the third with two scripted GPUs
+(``tests/support/nvml.py``): trials of a function trainable spread over the nodes, one trial
+each. The real wandb client in the driver and in the node loggers talks to the test backend.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pyarrow.fs import FSSpecHandler
 
 from tests.support.cluster import assert_nothing_left, node_labels, start_cluster, stop_cluster
 from tests.support.env import DUMMY_KEY, FAST, WANDB_TABLES, offline_backend
+from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import unique, user_rows
 from tests.support.training import train_loop
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
@@ -26,8 +27,15 @@ ITERATIONS = 4
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, 1, head_cpus=0)
+def gpu_node(tmp_path_factory: pytest.TempPathFactory) -> ScriptedGpus:
+    """The third node's two scripted GPUs (tests/support/nvml.py): a trial placed there must show them."""
+    path = tmp_path_factory.mktemp("gpus") / "gpus.txt"
+    return ScriptedGpus(path, [Gpu(util=88, power_w=410.0), Gpu(util=76, temp=71)], node="tune")
+
+
+@pytest.fixture(scope="module")
+def cluster(gpu_node: ScriptedGpus) -> Iterator[Any]:
+    c = start_cluster(1, 1, head_cpus=0, gpu_nodes=[(1, gpu_node)])
     yield c
     stop_cluster(c)
 
@@ -114,7 +122,7 @@ def experiment_runs(backend: WandbTestBackend, name: str) -> dict[str, RunRecord
 
 @pytest.mark.smoke
 def test_each_trial_gets_a_run_labelled_for_its_own_node(
-    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+    cluster: Any, gpu_node: ScriptedGpus, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     from ray import tune
 
@@ -133,6 +141,17 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
         x = result.config["x"]
         assert run.display_name.endswith(trial_id)
         assert run.labels == {labels[result.metrics["node_id"]]}
+        # The trial on the GPU node: its run holds that node's GPU series, the others none.
+        series = run.system_metrics()[labels[result.metrics["node_id"]]]
+        gpus = {k: v for k, v in series.items() if k.startswith("gpu.")}
+        if result.metrics["node_id"] == gpu_node.node_id:
+            for i, gpu in enumerate(gpu_node.gpus):
+                assert set(gpus[f"gpu.{i}.gpu"]) == {float(gpu.util)}
+                assert set(gpus[f"gpu.{i}.powerWatts"]) == {gpu.power_w}
+                assert set(gpus[f"gpu.{i}.temp"]) == {float(gpu.temp)}
+            assert {k.split(".")[1] for k in gpus} == {"0", "1"}
+        else:
+            assert gpus == {}
         assert [row["score"] for row in user_rows(run)] == [10 * x + i for i in range(ITERATIONS)]
         assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, ITERATIONS + 1))
         assert run.config["x"]["value"] == x
