@@ -248,7 +248,8 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     # the SM clock is the mean of the samples that showed it (a transaction-log block's)
     clock, median = (float(x) for x in re.findall(r"SM clock (\d+) MHz against (\d+) MHz", slow)[0])
     assert 900 <= clock < 0.7 * median and median >= 1900, slow
-    assert "250 W of 700 W" in slow and " C, " in slow, slow
+    # temperature and power as last read (the clock comes a log block later than they do)
+    assert re.search(r"at \d+ % utilisation, \d+ C, \d+ W of 700 W", slow), slow
     ecc = next(a["text"] for a in run.alerts if a["title"].startswith("GPU memory errors"))
     assert "rank 1" in ecc and "uncorrectable" in ecc and ": 2, up from 0" in ecc, ecc
     if not WANDB_TABLES:
