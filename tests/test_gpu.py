@@ -217,7 +217,10 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
 ) -> None:
     node = nodes[1]  # the 8-GPU node: four workers of one GPU and no CPU pack onto it
     events = {  # rank -> step -> what its GPU does from then on (None: back to normal)
-        "0": {"8": {"sm_clock": 900, "power_w": 250}, "24": {"sm_clock": None, "power_w": None}},  # throttles, recovers
+        "0": {
+            "8": {"sm_clock": 900, "power_w": 250},
+            "28": {"sm_clock": None, "power_w": None},
+        },  # throttles 5 s, recovers
         "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
         "2": {"8": {"state": "lost"}},  # falls off the bus
     }  # rank 3's GPU, and every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
@@ -225,7 +228,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     # Sampled every 0.25 s: wandb writes its transaction log (the SM clock and ECC counts) a
     # 32 KiB block at a time, about every 6 samples of this node's 8 GPUs.
     callback = make_callback(straggler_window_s=1.5, sampling_interval_s=0.25)
-    name = fit(tmp_path, callback, workers=4, one_per_node=False, reports=80, step_s=0.25, own=own)
+    name = fit(tmp_path, callback, workers=4, one_per_node=False, reports=104, step_s=0.25, own=own)
 
     run = run_of(backend, name)
     label = node_labels()[node.node_id]
