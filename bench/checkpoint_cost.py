@@ -58,13 +58,13 @@ def make_checkpoint(folder: str, gb: float, files: int) -> int:
 def measure(gb: float, files: int) -> dict[str, Any]:
     import pyarrow.fs as pafs
 
+    from bench._harness import test_backend
     from bench.fleet_scale import Quiet
     from ray_wandb_nodes._artifacts import checkpoint_artifact
     from ray_wandb_nodes._options import build_options
     from ray_wandb_nodes._primary import PrimaryWriter
     from ray_wandb_nodes._secrets import capture_env
     from ray_wandb_nodes._writers import primary_spec
-    from tests.support.wandb_backend import WandbTestBackend
 
     root = tempfile.mkdtemp(prefix="ray_wandb_nodes_ckpt_")
     controller = os.path.join(root, "controller")  # wandb's folders on the controller's node
@@ -79,13 +79,8 @@ def measure(gb: float, files: int) -> dict[str, Any]:
         return {"step": payload["step"]}, {}, []
 
     try:
-        with WandbTestBackend() as backend:
-            os.environ.update(
-                WANDB_BASE_URL=backend.base_url,
-                WANDB_API_KEY="b" * 40,
-                WANDB_SILENT="true",
-                WANDB_ERROR_REPORTING="false",
-                WANDB_DIR=os.path.join(controller, "run"),
+        with test_backend(os.path.join(controller, "run")) as backend:
+            os.environ.update(  # every wandb folder on the "controller's disk", to measure it
                 WANDB_DATA_DIR=os.path.join(controller, "data"),
                 WANDB_CACHE_DIR=os.path.join(controller, "cache"),
                 WANDB_ARTIFACT_DIR=os.path.join(controller, "artifacts"),
