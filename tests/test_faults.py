@@ -25,7 +25,7 @@ from tests.support.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
+from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
@@ -210,10 +210,9 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     # One "node lost" alert for the dead node, and no straggler: the node table says so too.
     assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Node lost: {victim_label}", "ERROR")]
     assert victim_label in run.alerts[0]["text"]
-    if WANDB_TABLES:
-        table = {row["node"]: row for row in run.tables("nodes")[-1]}
-        assert table[victim_label]["state"] == "lost"
-        assert table[new_label]["state"] == "ok"
+    table = {row["node"]: row for row in run.tables("nodes")[-1]}
+    assert table[victim_label]["state"] == "lost"
+    assert table[new_label]["state"] == "ok"
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, len(user_rows(run)) + 1))
     assert_one_writer_per_label(run)
     assert_nothing_left()
@@ -264,8 +263,7 @@ def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTes
     assert fit.training_error() is None
     assert run.exit_codes == [0]
     assert [a["title"] for a in run.alerts if a["title"].startswith("Node lost")] == []
-    if WANDB_TABLES:
-        assert {row["node"]: row for row in run.tables("nodes")[-1]}[new_label]["state"] == "left"
+    assert {row["node"]: row for row in run.tables("nodes")[-1]}[new_label]["state"] == "left"
     assert_one_writer_per_label(run)
     assert_nothing_left()
 

@@ -8,14 +8,17 @@ each. The real wandb client in the driver and in the node loggers talks to the t
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyarrow.fs import FSSpecHandler
 
 from tests.support.cluster import assert_nothing_left, node_labels, start_cluster, stop_cluster
-from tests.support.env import DUMMY_KEY, FAST, WANDB_TABLES, offline_backend
+from tests.support.env import DUMMY_KEY, FAST, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import unique, user_rows
 from tests.support.training import train_loop
@@ -48,6 +51,10 @@ def trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     node_id = ray.get_runtime_context().get_node_id()
+    if config.get("sampled_dir"):  # wait (bounded) for this node's writer to sample into the run
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(config["sampled_dir"], node_id)) and time.monotonic() < deadline:
+            time.sleep(0.1)
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -120,6 +127,33 @@ def experiment_runs(backend: WandbTestBackend, name: str) -> dict[str, RunRecord
     return {r.run_id: r for r in backend.runs.values() if r.group == name}
 
 
+@contextmanager
+def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Iterator[str]:
+    """A folder where a file named by a node's id appears once a run of experiment ``name`` holds
+    a sample of that node: trials given it as ``sampled_dir`` wait for their node's writer. (A
+    trial shorter than its writer's start-up may end without its node's series, a documented
+    limit; this test is about whose run each node's series land in, not about how soon.)"""
+    folder.mkdir()
+    labels = node_labels()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            with backend._lock:
+                seen = {label for run in experiment_runs(backend, name).values() for label in run.labels}
+            for node_id, label in labels.items():
+                if label in seen:
+                    (folder / node_id).touch()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield str(folder)
+    finally:
+        stop.set()
+        thread.join()
+
+
 @pytest.mark.smoke
 def test_each_trial_gets_a_run_labelled_for_its_own_node(
     cluster: Any, gpu_node: ScriptedGpus, backend: WandbTestBackend, tmp_path: Any
@@ -127,10 +161,9 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
     from ray import tune
 
     name = unique("tune-three")
-    # Trials long enough for their node writer to be placed before they end (a trial that ends
-    # first may lack its node's series: a documented limit).
-    space = {"x": tune.grid_search([0, 1, 2]), "checkpoint": True, "sleep": 1.5}
-    results = tuner(trainable, name, str(tmp_path), space, make_callback(upload_checkpoints=True)).fit()
+    with sampled_markers(backend, name, tmp_path / "sampled") as sampled:
+        space = {"x": tune.grid_search([0, 1, 2]), "checkpoint": True, "sleep": 0.5, "sampled_dir": sampled}
+        results = tuner(trainable, name, str(tmp_path), space, make_callback(upload_checkpoints=True)).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
     assert len(runs) == 3
@@ -160,10 +193,10 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
         assert os.path.basename(run.config["trial_log_path"]["value"]) == os.path.basename(result.path)
         assert "node_id" not in user_rows(run)[0]  # strings are left out, as Ray's callback does
         assert run.exit_codes == [0]
-        if WANDB_TABLES:  # each trial's run holds its node table, logged while the trial ran
-            tables = run.tables("nodes")
-            assert tables and [row["node"] for row in tables[-1]] == [labels[result.metrics["node_id"]]]
-            assert {row["state"] for table in tables for row in table} == {"ok"}
+        # Each trial's run holds its node table, logged while the trial ran.
+        tables = run.tables("nodes")
+        assert tables and [row["node"] for row in tables[-1]] == [labels[result.metrics["node_id"]]]
+        assert {row["state"] for table in tables for row in table} == {"ok"}
         # upload_checkpoints: every checkpoint's files reached W&B as a model artifact.
         assert [a.files.get("step") for a in run.models] == [str(i + 1).encode() for i in range(ITERATIONS)]
         assert {(a.name, a.type) for a in run.models} == {(f"checkpoint_trainable_{trial_id}", "model")}

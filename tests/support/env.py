@@ -36,7 +36,5 @@ def _wandb_at_least(major: int, minor: int) -> bool:
     return (int(parts[0]), int(parts[1])) >= (major, minor)
 
 
-# wandb 0.31 samples as a writer joins (0.28 and 0.29 first after one sampling interval), and its
-# Table logging is what the test backend answers (0.28/0.29 also ask ArtifactByID, which it does not).
+# wandb 0.31 samples as a writer joins (0.28 and 0.29 first after one sampling interval).
 WANDB_SAMPLES_AT_JOIN = _wandb_at_least(0, 31)
-WANDB_TABLES = _wandb_at_least(0, 31)

@@ -56,6 +56,9 @@ class ArtifactRecord:
     aliases: list[str]
     digest: str
     run_id: str | None
+    entity: str = "test-entity"
+    project: str = "uncategorized"
+    version: int = 0  # the index among the artifacts of its name (v0, v1, ...)
     files: dict[str, bytes] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
     committed: bool = False
@@ -336,6 +339,8 @@ class WandbTestBackend:
                 "UpdateArtifactManifest": self._update_artifact_manifest,
                 "CreateArtifactFiles": self._create_artifact_files,
                 "CommitArtifact": self._commit_artifact,
+                "ArtifactByID": self._artifact_by_id,
+                "FetchArtifactManifest": self._fetch_artifact_manifest,
                 "ArtifactType": lambda v, c: {"data": {"project": None}},
                 "NotifyScriptableRunAlert": self._alert,
             }.get(op or "")
@@ -454,7 +459,9 @@ class WandbTestBackend:
     # artifacts -------------------------------------------------------------------------------
     def _create_artifact(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         i = v.get("input") or v
-        artifact_id = f"artifact-{len(self.artifacts) + 1}"
+        # As W&B's: base64 of "Artifact:<n>" (wandb decodes it for a table's reference URL); six
+        # digits keep "/" and "+" out of it, so it can stand in a URL path.
+        artifact_id = base64.b64encode(f"Artifact:{len(self.artifacts) + 1:06d}".encode()).decode()
         names = i.get("artifactCollectionNames") or [i.get("artifactCollectionName") or "artifact"]
         record = ArtifactRecord(
             id=artifact_id,
@@ -463,6 +470,9 @@ class WandbTestBackend:
             aliases=[a.get("alias") if isinstance(a, dict) else a for a in i.get("aliases") or []],
             digest=i.get("digest") or "",
             run_id=i.get("runName"),
+            entity=i.get("entityName") or DEFAULT_ENTITY,
+            project=i.get("projectName") or "uncategorized",
+            version=sum(1 for a in self.artifacts.values() if a.name == names[0]),
         )
         self.artifacts[artifact_id] = record
         run = self._find_run(i.get("entityName"), i.get("projectName"), i.get("runName") or "")
@@ -514,6 +524,67 @@ class WandbTestBackend:
                 "commitArtifact": {"artifact": {"id": v.get("artifactID"), "digest": record.digest if record else ""}}
             }
         }
+
+    def _artifact_by_id(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        """What wandb 0.28 and 0.29 ask of an artifact they just saved (a ``wandb.Table`` logged
+        again under its key refers to the artifact of the previous one)."""
+        record = self.artifacts.get(v.get("id") or "")
+        if record is None:
+            return {"data": {"artifact": None}}
+        project = {"name": record.project, "entity": {"name": record.entity}}
+        return {
+            "data": {
+                "artifact": {
+                    "__typename": "Artifact",
+                    "id": record.id,
+                    "artifactSequence": {"__typename": "ArtifactSequence", "name": record.name, "project": project},
+                    "versionIndex": record.version,
+                    "artifactType": {"name": record.type},
+                    "description": None,
+                    "metadata": "{}",
+                    "ttlDurationSeconds": -1,
+                    "ttlIsInherited": True,
+                    "tags": [],
+                    "historyStep": None,
+                    "state": "COMMITTED" if record.committed else "PENDING",
+                    "size": sum(len(b) for b in record.files.values()),
+                    "digest": record.digest,
+                    "commitHash": None,
+                    "fileCount": len(record.files),
+                    "createdAt": "2026-01-01T00:00:00",
+                    "updatedAt": None,
+                    "aliases": [
+                        {
+                            "__typename": "ArtifactAlias",
+                            "id": f"{record.id}-{alias}",
+                            "alias": alias,
+                            "artifactCollection": {
+                                "__typename": "ArtifactSequence",
+                                "name": record.name,
+                                "project": project,
+                            },
+                        }
+                        for alias in record.aliases
+                    ],
+                }
+            }
+        }
+
+    def _fetch_artifact_manifest(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
+        """Where wandb 0.28 and 0.29 download the manifest of an artifact they just saved."""
+        artifact_id = v.get("id") or ""
+        if artifact_id not in self.artifacts:
+            return {"data": {"artifact": None}}
+        url = f"{self.base_url}/artifact-manifest-of/{artifact_id}"
+        return {"data": {"artifact": {"currentManifest": {"file": {"directUrl": url}}}}}
+
+    def artifact_manifest(self, path: str) -> dict[str, Any] | None:
+        """The manifest a ``GET /artifact-manifest-of/<artifact id>`` asks for (None: no such artifact)."""
+        if not path.startswith("/artifact-manifest-of/"):
+            return None
+        with self._lock:
+            record = self.artifacts.get(path.split("/", 2)[2])
+            return None if record is None else record.manifest
 
     def artifact_upload(self, path: str, data: bytes) -> bool:
         with self._lock:
@@ -653,4 +724,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         with self.owner._lock:
             self.owner.requests.append(("GET", self.path, None))
+        manifest = self.owner.artifact_manifest(self.path.split("?", 1)[0])
+        if manifest is not None:
+            self._reply(200, manifest)
+            return
         self._not_found(self.command)
