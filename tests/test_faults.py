@@ -27,6 +27,7 @@ from tests.support.cluster import (
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import trainer
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -81,24 +82,34 @@ class Fit(threading.Thread):
     """``trainer.fit()`` in a thread: ``Cluster.add_node`` must run on the main thread."""
 
     def __init__(
-        self, name: str, callback: Any, storage: str, *, steps: int, sleep: float, entries: str = "", **run_config: Any
+        self,
+        name: str,
+        callback: Any,
+        storage: str,
+        *,
+        steps: int,
+        sleep: float,
+        entries: str = "",
+        torch: bool = False,
+        **run_config: Any,
     ) -> None:
         super().__init__(daemon=True)
         self.name, self.callback, self.storage = name, callback, storage
         self.loop_config = {"steps": steps, "sleep": sleep, "entries": entries}
         self.run_config = run_config
+        self.torch = torch  # see tests.support.training.trainer
         self.result: Any = None
         self.error: BaseException | None = None
         self.seconds = 0.0
 
     def run(self) -> None:
         from ray.train import RunConfig, ScalingConfig
-        from ray.train.torch import TorchTrainer
 
         started = time.monotonic()
         try:
-            self.result = TorchTrainer(
+            self.result = trainer(
                 slow_loop,
+                torch=self.torch,
                 train_loop_config=self.loop_config,
                 scaling_config=ScalingConfig(num_workers=2),
                 run_config=RunConfig(
@@ -175,7 +186,16 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     failure = FailureConfig(max_failures=2)
     entries = tmp_path / "entries"
     entries.mkdir()
-    fit = Fit(name, make_callback(), str(tmp_path), steps=14, sleep=0.6, entries=str(entries), failure_config=failure)
+    fit = Fit(
+        name,
+        make_callback(),
+        str(tmp_path),
+        steps=14,
+        sleep=0.6,
+        entries=str(entries),
+        torch=True,
+        failure_config=failure,
+    )
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 3, 90, "three reports")
     run = run_of(backend, name)

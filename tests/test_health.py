@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.cluster import node_labels, session_log_text, start_cluster, stop_cluster
 from tests.support.runs import run_of, unique
-from tests.support.training import make_callback
+from tests.support.training import make_callback, trainer
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -51,15 +51,14 @@ def health_loop(config: dict[str, Any]) -> None:
 
 def fit(name: str, callback: Any, storage: str, **config: Any) -> Any:
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(
+    result = trainer(
         health_loop,
+        torch=False,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=3),
         run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    )
-    result = trainer.fit()
+    ).fit()
     assert result.error is None
     return result
 

@@ -17,6 +17,7 @@ import pytest
 from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, start_cluster, stop_cluster
 from tests.support.env import FAST
 from tests.support.runs import run_of, unique, user_rows
+from tests.support.training import trainer
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -33,10 +34,10 @@ def cluster() -> Iterator[Any]:
 
 def fit(name: str, callback: Any, storage: str, loop: Any, config: dict[str, Any] | None = None) -> Any:
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    return TorchTrainer(
+    return trainer(
         loop,
+        torch=False,
         train_loop_config=config or {},
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),

@@ -18,7 +18,7 @@ import pytest
 from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count, start_cluster, stop_cluster
 from tests.support.env import FAST
 from tests.support.runs import unique, user_rows
-from tests.support.training import report
+from tests.support.training import report, trainer
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -55,13 +55,13 @@ def loop(config: dict[str, Any]) -> None:
 
 def fit(tmp_path: Path, callback: Any, *, checkpoint: bool = False, run_config: dict[str, Any] | None = None) -> str:
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     name = unique("strategy")
     placement = tmp_path / "placement"
     placement.mkdir(exist_ok=True)
-    result = TorchTrainer(
+    result = trainer(
         loop,
+        torch=False,
         train_loop_config={"placement_dir": str(placement), "checkpoint": checkpoint},
         scaling_config=ScalingConfig(num_workers=WORKERS),
         run_config=RunConfig(

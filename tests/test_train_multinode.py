@@ -67,7 +67,7 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     cluster: Any, gpu_nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     name = unique("every-node")
-    result = fit(name, make_callback(tags=["e2e"]), str(tmp_path))
+    result = fit(name, make_callback(tags=["e2e"]), str(tmp_path), torch=True)
     assert result.error is None
 
     run = run_of(backend, name)
@@ -118,7 +118,7 @@ def test_every_node_is_sampled_before_its_workers_enter_the_train_function(
     entries.mkdir()
     # The default sampling interval (15 s): a writer samples as it joins, and the start waits for it.
     callback = WandbNodesCallback(project="e2e", init_timeout_s=30, finish_timeout_s=30, settings=FAST)
-    result = fit(name, callback, str(tmp_path), entries=str(entries))
+    result = fit(name, callback, str(tmp_path), entries=str(entries), torch=True)
     assert result.error is None
 
     run = run_of(backend, name)
@@ -141,7 +141,7 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     name = unique("fails")
     result = None
     try:
-        result = fit(name, make_callback(), str(tmp_path), fail_at=2)
+        result = fit(name, make_callback(), str(tmp_path), fail_at=2, torch=True)
     except Exception as e:  # noqa: BLE001 - fit() raises the training error
         error: BaseException | None = e
     else:
@@ -196,7 +196,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         callback = make_callback(mode="offline", offline_transfer="storage", straggler_window_s=1)
         lost = {"step": 8, "path": str(gpu_nodes[0].path), "index": 1, "values": {"state": "lost"}}
         try:
-            result = fit(name, callback, str(tmp_path), step_sleep_s=0.5, reports=32, gpu_script=lost)
+            result = fit(name, callback, str(tmp_path), step_sleep_s=0.5, reports=32, gpu_script=lost, torch=True)
         finally:
             gpu_nodes[0].write()  # back, for the next tests' writers
         assert result.error is None

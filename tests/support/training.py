@@ -1,5 +1,5 @@
-"""The standard Train run of the end-to-end tests: two workers of a small torch model that report
-``REPORTS`` times, with ``WandbNodesCallback`` set for short runs.
+"""The standard Train run of the end-to-end tests: two workers of a small model that report
+``REPORTS`` times, with ``WandbNodesCallback`` set for short runs, and the trainer every test builds.
 
 Ray workers import ``train_loop`` by this module's name (``tests.support.training``): the
 clusters' processes have the repository root on their ``PYTHONPATH`` (see ``tests/conftest.py``).
@@ -19,22 +19,16 @@ def train_loop(config: dict[str, Any]) -> None:
 
     import ray
     import ray.train
-    import torch
 
     rank = ray.train.get_context().get_world_rank()
+    step_loss = torch_model(config["lr"]) if config.get("torch") else plain_model(config["lr"])
     if config.get("entries"):  # when this worker entered the train function, and where
         import os
 
         entered = f"{ray.get_runtime_context().get_node_id()}-{rank}-{time.time()!r}"
         open(os.path.join(config["entries"], entered), "w").close()
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
-    x, y = torch.randn(32, 4), torch.randn(32, 1)
     for step in range(config.get("reports", REPORTS)):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = step_loss()
         if config.get("fail_at") == step and rank == 0:
             raise ValueError("training blew up on purpose")
         script = config.get("gpu_script")  # {"step", "path", "index", "values"}: a scripted GPU changes
@@ -46,13 +40,60 @@ def train_loop(config: dict[str, Any]) -> None:
             "step": step,
             "rank": rank,
             "score": 100 * rank + step,
-            "loss": float(loss),
+            "loss": loss,
             "nested": {"depth": step},
         }
         time.sleep(config.get("step_sleep_s", 0))
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
+
+
+def torch_model(lr: float) -> Any:
+    """One SGD step of a small torch model per call; returns its loss."""
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+
+    def step() -> float:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    return step
+
+
+def plain_model(lr: float) -> Any:
+    """The same without torch: one gradient step of a line fitted to four points per call."""
+    points = [(0.0, 1.0), (1.0, 3.0), (2.0, 5.0), (3.0, 7.0)]
+    w = [0.0, 0.0]
+
+    def step() -> float:
+        errors = [w[0] * x + w[1] - y for x, y in points]
+        w[0] -= lr * 2 * sum(e * x for e, (x, _) in zip(errors, points, strict=True)) / len(points)
+        w[1] -= lr * 2 * sum(errors) / len(points)
+        return sum(e * e for e in errors) / len(points)
+
+    return step
+
+
+def trainer(loop: Any, *, torch: bool, **kwargs: Any) -> Any:
+    """A Train V2 trainer of ``loop``. ``torch``: a ``TorchTrainer``, for what torch is part of:
+    the smoke set (which CI runs on each end of the supported Ray range), the GPU and framework
+    tests. Else Train V2's ``DataParallelTrainer``, which ``TorchTrainer`` extends: the same
+    controller, worker group and callbacks, without torch's import and process group in every
+    worker, which is most of a short fit here (``python -m bench.test_trainers``)."""
+    if torch:
+        from ray.train.torch import TorchTrainer
+
+        return TorchTrainer(loop, **kwargs)
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    return DataParallelTrainer(loop, **kwargs)
 
 
 def report(metrics: dict[str, Any], *, checkpoint_step: int | None = None) -> None:
@@ -72,17 +113,17 @@ def report(metrics: dict[str, Any], *, checkpoint_step: int | None = None) -> No
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-def fit(name: str, callback: Any, storage: str, **loop_config: Any) -> Any:
+def fit(name: str, callback: Any, storage: str, *, torch: bool = False, **loop_config: Any) -> Any:
+    """``train_loop`` on two workers (see :func:`trainer` for ``torch``)."""
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(
+    return trainer(
         train_loop,
-        train_loop_config={"lr": 0.05, **loop_config},
+        torch=torch,
+        train_loop_config={"lr": 0.05, "torch": torch, **loop_config},
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    )
-    return trainer.fit()
+    ).fit()
 
 
 def make_callback(**kwargs: Any) -> Any:
