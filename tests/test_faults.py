@@ -25,21 +25,12 @@ from tests.support.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
+from tests.support.env import FAST, RAY_2_50, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import trainer
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-
-def _ray_2_50() -> bool:
-    import ray
-
-    return ray.__version__.startswith("2.50.")
-
-
-RAY_2_50 = _ray_2_50()
 
 
 @pytest.fixture(scope="module")
