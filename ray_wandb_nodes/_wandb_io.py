@@ -36,11 +36,32 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
             )
     if spec.api_key is not None:
         settings["api_key"] = spec.api_key.reveal()
+    share_host_with_process(wandb, settings)
     kwargs = {**spec.init_kwargs, **overrides}
     run = wandb.init(**kwargs, reinit="create_new", settings=wandb.Settings(**settings))
     run.define_metric(spec.step_metric)
     run.define_metric("*", step_metric=spec.step_metric)
     return run
+
+
+def share_host_with_process(wandb: Any, settings: dict[str, Any]) -> None:
+    """Make the writer's W&B host and key the process's too.
+
+    Some of what a run does reads the process's wandb settings, not the run's: on wandb 0.28 and
+    0.29 each table logged again under its key (the node and GPU tables are) asks the host in
+    ``WANDB_BASE_URL`` for its version and looks the previous table's artifact up with the
+    process's settings. A Ray worker inherits none of the driver's W&B environment, so those calls
+    went to the default W&B host, without a key, and retried until they timed out while the
+    writer's thread waited on them (a self-hosted server's run asked the public one). A process
+    whose own ``WANDB_BASE_URL`` names another host (a driver whose runs were sent elsewhere by
+    the callback's settings) keeps it.
+    """
+    base_url = settings.get("base_url")
+    if not base_url or os.environ.get("WANDB_BASE_URL", base_url) != base_url:
+        return
+    os.environ["WANDB_BASE_URL"] = base_url
+    shared = {k: settings[k] for k in ("base_url", "api_key") if settings.get(k)}
+    wandb.setup(settings=wandb.Settings(**shared))
 
 
 def raylet_tree_settings(settings_cls: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from tests.support.cluster import (
     start_cluster,
     stop_cluster,
 )
-from tests.support.env import FAST, RAY_2_50, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
+from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import trainer
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
@@ -238,11 +238,8 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     assert [row["training_iteration"] for row in user_rows(run)] == list(range(1, len(user_rows(run)) + 1))
     assert_one_writer_per_label(run)
     assert_nothing_left()
-    # The run's end, last: after a node was killed, Ray 2.50 with wandb 0.28 has twice ended fit()
-    # in CI without the run's exit code reaching W&B (it passes alone; a known bug, README Limits).
+    # The run's end, last: its exit code is sent once every node writer is done.
     wait_until(lambda: run.exit_codes != [], 30, "the run's exit code", fail=False)
-    if run.exit_codes == [] and not graceful and RAY_2_50:
-        pytest.xfail("known bug: Ray 2.50, a killed node: the run's exit code did not reach W&B")
     assert run.exit_codes == [0]
 
 

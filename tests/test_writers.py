@@ -1,4 +1,5 @@
-"""The exact wandb.init arguments and settings each writer gets (pure)."""
+"""The exact wandb.init arguments and settings each writer gets (pure), and one writer started
+the way a Ray worker starts it: in a process with none of the driver's W&B environment."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from ray_wandb_nodes._health.reader import BUFFER_SAMPLES
 from ray_wandb_nodes._options import build_options
 from ray_wandb_nodes._secrets import CapturedEnv, Secret
 from ray_wandb_nodes._writers import node_dir, node_spec, primary_spec
+from tests.support.env import DUMMY_KEY, WANDB_TABLES
+from tests.support.wandb_backend import WandbTestBackend
 
 ENV = CapturedEnv(base_url="http://127.0.0.1:9", project="env-proj", entity="env-ent", api_key=Secret("k" * 40))
 
@@ -131,3 +134,58 @@ def test_importing_the_package_needs_neither_ray_nor_wandb_loaded() -> None:
     code = "import sys, ray_wandb_nodes; print('ray' in sys.modules, 'wandb' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+# A writer as a Train controller or a node logger starts it: its spec carries the driver's host
+# and key; the process's environment has no W&B setting, its home no netrc or wandb settings.
+_LONE_WRITER = """
+import sys, time, warnings
+import wandb
+from ray_wandb_nodes._options import build_options
+from ray_wandb_nodes._secrets import CapturedEnv, Secret
+from ray_wandb_nodes._wandb_io import health_table, init_writer
+from ray_wandb_nodes._writers import primary_spec
+
+base_url, key, run_id, folder = sys.argv[1:]
+env = CapturedEnv(base_url=base_url, project="lone", entity=None, api_key=Secret(key))
+options = build_options(sampling_interval_s=1, finish_timeout_s=20, wandb_init_kwargs={})
+spec = primary_spec(options, env, mode="online", run_id=run_id, label="node-lone-aaaaaa", display_name=run_id,
+                    group=None, config={}, default_dir=folder)
+run = init_writer(spec)
+process = wandb.setup().settings
+print("process host", process.base_url, "key", process.api_key == key)
+started = time.monotonic()
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # a table that cannot be logged is a warning from wandb
+    for step in range(3):
+        run.log({"nodes": health_table(["node", "state"], [["node-lone-aaaaaa", "ok"]]), "step": step})
+run.finish(exit_code=0)
+print("logged and finished in", round(time.monotonic() - started, 1), "s")
+"""
+
+
+def test_a_writer_in_a_process_without_w_and_b_environment_sends_every_call_to_its_own_host(
+    backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    """wandb looks artifacts up (0.28 and 0.29: each table logged again) with the process's
+    settings: with the writer's host not made the process's, they went to the default W&B host and
+    the table log waited for a timeout, holding the writer's thread (a Ray 2.50 CI failure)."""
+    run_id = f"lone-{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), WANDB_SILENT="true", WANDB_ERROR_REPORTING="false")
+    started = len(backend.requests)
+    out = subprocess.run(
+        [sys.executable, "-c", _LONE_WRITER, backend.base_url, DUMMY_KEY, run_id, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"process host {backend.base_url} key True" in out.stdout
+    run = next(r for r in backend.runs.values() if r.run_id == run_id)
+    assert run.exit_codes == [0]
+    assert len(run.tables("nodes")) == 3 or not WANDB_TABLES
+    # The artifact lookups wandb made (0.28, 0.29; 0.31 makes none for a table) reached this backend.
+    ops = [op for _, _, op in backend.requests[started:]]
+    assert ops.count("ArtifactByID") >= (0 if WANDB_TABLES else 1), ops

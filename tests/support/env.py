@@ -41,15 +41,3 @@ def _wandb_at_least(major: int, minor: int) -> bool:
 # previous table's artifact, which RunRecord.tables does not follow).
 WANDB_SAMPLES_AT_JOIN = _wandb_at_least(0, 31)
 WANDB_TABLES = _wandb_at_least(0, 31)
-
-
-def _ray_2_50() -> bool:
-    try:
-        import ray
-    except ImportError:
-        return False
-    return str(ray.__version__).startswith("2.50.")
-
-
-# Ray 2.50, the oldest of the range (a known bug there: README Limits).
-RAY_2_50 = _ray_2_50()
