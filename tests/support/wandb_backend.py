@@ -452,7 +452,13 @@ class WandbTestBackend:
     def _alert(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         run = self._get_run(v.get("entityName"), v.get("projectName"), str(v.get("runName")))
         run.alerts.append(
-            {"title": v.get("title"), "text": v.get("text"), "severity": v.get("severity"), "client": client_id}
+            {
+                "title": v.get("title"),
+                "text": v.get("text"),
+                "severity": v.get("severity"),
+                "client": client_id,
+                "received": time.time(),
+            }
         )
         return {"data": {"notifyScriptableRunAlert": {"success": True}}}
 
