@@ -54,14 +54,17 @@ def share_host_with_process(wandb: Any, settings: dict[str, Any]) -> None:
     went to the default W&B host, without a key, and retried until they timed out while the
     writer's thread waited on them (a self-hosted server's run asked the public one). A process
     whose own ``WANDB_BASE_URL`` names another host (a driver whose runs were sent elsewhere by
-    the callback's settings) keeps it.
+    the callback's settings) keeps it. A writer with no host of its own (the default W&B host)
+    still gives the process its key.
     """
     base_url = settings.get("base_url")
-    if not base_url or os.environ.get("WANDB_BASE_URL", base_url) != base_url:
+    if base_url and os.environ.get("WANDB_BASE_URL", base_url) != base_url:
         return
-    os.environ["WANDB_BASE_URL"] = base_url
+    if base_url:
+        os.environ["WANDB_BASE_URL"] = base_url
     shared = {k: settings[k] for k in ("base_url", "api_key") if settings.get(k)}
-    wandb.setup(settings=wandb.Settings(**shared))
+    if shared:  # with no host of its own, the default W&B host: the key still goes with it
+        wandb.setup(settings=wandb.Settings(**shared))
 
 
 def raylet_tree_settings(settings_cls: Any) -> dict[str, Any]:

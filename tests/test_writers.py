@@ -189,3 +189,36 @@ def test_a_writer_in_a_process_without_w_and_b_environment_sends_every_call_to_i
     # The artifact lookups wandb made (0.28, 0.29; 0.31 makes none for a table) reached this backend.
     ops = [op for _, _, op in backend.requests[started:]]
     assert ops.count("ArtifactByID") >= (0 if WANDB_TABLES else 1), ops
+
+
+_SHARE = """
+import os, sys, wandb
+from ray_wandb_nodes._wandb_io import share_host_with_process
+
+share_host_with_process(wandb, dict(eval(sys.argv[1])))
+print(os.environ.get("WANDB_BASE_URL"), wandb.setup().settings.base_url, wandb.setup().settings.api_key)
+"""
+
+
+def shared_with_process(settings: dict[str, Any], **environ: str) -> list[str]:
+    """What a fresh process's wandb holds after ``share_host_with_process(settings)``:
+    [WANDB_BASE_URL, the process settings' base_url, their api_key]."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", **environ)  # offline: no service call
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARE, repr(settings)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def test_the_process_gets_the_writer_s_host_and_key_unless_it_has_a_host_of_its_own(tmp_path: Path) -> None:
+    home = str(tmp_path)  # no netrc, no wandb settings file
+    mine = {"base_url": "http://127.0.0.1:9", "api_key": DUMMY_KEY}
+    assert shared_with_process(mine, HOME=home) == ["http://127.0.0.1:9", "http://127.0.0.1:9", DUMMY_KEY]
+    # No host of its own (the default W&B host): the key still reaches the process.
+    env_url, url, key = shared_with_process({"api_key": DUMMY_KEY}, HOME=home)
+    assert env_url == "None" and url != "http://127.0.0.1:9" and key == DUMMY_KEY
+    # A process whose WANDB_BASE_URL names another host keeps its host and key.
+    other = shared_with_process(mine, HOME=home, WANDB_BASE_URL="http://127.0.0.1:7")
+    assert other[:2] == ["http://127.0.0.1:7", "http://127.0.0.1:7"] and other[2] != DUMMY_KEY
