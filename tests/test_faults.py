@@ -127,12 +127,10 @@ class Fit(threading.Thread):
         return self.error or (self.result.error if self.result is not None else None)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, *, fail: bool = True) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            if not fail:
-                return
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.2)
 
@@ -239,7 +237,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     assert_one_writer_per_label(run)
     assert_nothing_left()
     # The run's end, last: its exit code is sent once every node writer is done.
-    wait_until(lambda: run.exit_codes != [], 30, "the run's exit code", fail=False)
+    wait_until(lambda: run.exit_codes != [], 30, "the run's exit code")
     assert run.exit_codes == [0]
 
 

@@ -109,6 +109,7 @@ def test_a_slow_rank_raises_one_alert_naming_its_node_and_none_while_balanced(
     assert 95 <= table[slow]["others_median"] <= 110
     for label in {label_of_rank(run, 0), label_of_rank(run, 2)}:
         assert table[label]["state"] == "ok"
+    assert all(row["value"] is not None for row in table.values() if row["ranks"])
     head = labels[str(cluster.head_node.node_id)]
     assert table[head]["ranks"] == "" and table[head]["state"] == "ok"
     for row in table.values():

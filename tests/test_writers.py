@@ -136,6 +136,12 @@ def test_importing_the_package_needs_neither_ray_nor_wandb_loaded() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
+def without_wandb_env(**extra: str) -> dict[str, str]:
+    """This process's environment less every W&B setting (as a Ray worker has it), silenced, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return {**env, "WANDB_SILENT": "true", **extra}
+
+
 # A writer as a Train controller or a node logger starts it: its spec carries the driver's host
 # and key; the process's environment has no W&B setting, its home no netrc or wandb settings.
 _LONE_WRITER = """
@@ -171,8 +177,7 @@ def test_a_writer_in_a_process_without_w_and_b_environment_sends_every_call_to_i
     settings: with the writer's host not made the process's, they went to the default W&B host and
     the table log waited for a timeout, holding the writer's thread (a Ray 2.50 CI failure)."""
     run_id = f"lone-{os.getpid()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), WANDB_SILENT="true", WANDB_ERROR_REPORTING="false")
+    env = without_wandb_env(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), WANDB_ERROR_REPORTING="false")
     started = len(backend.requests)
     out = subprocess.run(
         [sys.executable, "-c", _LONE_WRITER, backend.base_url, DUMMY_KEY, run_id, str(tmp_path)],
@@ -203,8 +208,7 @@ print(os.environ.get("WANDB_BASE_URL"), wandb.setup().settings.base_url, wandb.s
 def shared_with_process(settings: dict[str, Any], **environ: str) -> list[str]:
     """What a fresh process's wandb holds after ``share_host_with_process(settings)``:
     [WANDB_BASE_URL, the process settings' base_url, their api_key]."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", **environ)  # offline: no service call
+    env = without_wandb_env(WANDB_MODE="offline", **environ)  # offline: no service call
     out = subprocess.run(
         [sys.executable, "-c", _SHARE, repr(settings)], capture_output=True, text=True, env=env, timeout=60
     )
