@@ -215,12 +215,19 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     new_label = node_labels()[new_node.node_id]
     assert new_label in run.labels
     joined = first_event_time(run, new_label)
-    assert joined is not None and joined - added_at < 30
-    # The workers the restart placed on the new node entered the train function after its
-    # writer's first sample: the restart's set-up there is seen.
+    assert joined is not None
+    # The replacement's writer joined as part of the restart: the workers the restart placed on
+    # the new node entered the train function after its first sample (wandb 0.31 samples as a
+    # writer joins; 0.28 and 0.29 one sampling interval later, 0.5 s here, hence their slack).
+    # How long after the node was added that is depends on Ray, not on the plugin: a killed
+    # node is known dead only once its heartbeats are missed (over 30 s on a loaded CI machine).
     entered = [float(p.name.split("-", 2)[2]) for p in entries.iterdir() if p.name.startswith(new_node.node_id)]
-    assert entered and (joined <= min(entered) or not WANDB_SAMPLES_AT_JOIN), (joined, entered)
-    print(f"replacement node's first sample {joined - added_at:.1f}s after it was added; fit {fit.seconds:.1f}s")
+    slack = 0.0 if WANDB_SAMPLES_AT_JOIN else 5.0
+    assert entered and joined <= min(entered) + slack, (joined, entered)
+    print(
+        f"replacement node's first sample {joined - added_at:.1f}s after it was added, "
+        f"{min(entered) - joined:.1f}s before its workers entered; fit {fit.seconds:.1f}s"
+    )
     # The dead node's writer is retired: nothing carries its label after the node went.
     late = [
         r for r in run.events if any(k.endswith(f"/l:{victim_label}") for k in r) and r["_timestamp"] > removed_at + 5
