@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +42,9 @@ def cluster() -> Iterator[Any]:
 
 
 def slow_loop(config: dict[str, Any]) -> None:
-    """Reports every ``sleep`` seconds, rank 0 checkpoints, resumes from its checkpoint."""
+    """Reports every ``sleep`` seconds, rank 0 checkpoints, resumes from its checkpoint. With a
+    ``stop`` folder, the ranks end together, before ``steps``, once the test has asked for it
+    there: rank 0 answers the request before a report, and every rank sees the answer after it."""
     import os
     import tempfile
     import time
@@ -57,8 +60,11 @@ def slow_loop(config: dict[str, Any]) -> None:
     if checkpoint is not None:
         with checkpoint.as_directory() as d, open(os.path.join(d, "step")) as f:
             start = int(f.read())
+    stop = config.get("stop")
     for step in range(start, config["steps"]):
         time.sleep(config["sleep"])
+        if stop and rank == 0 and os.path.exists(os.path.join(stop, "requested")):
+            open(os.path.join(stop, "stop"), "w").close()
         metrics = {"step": step, "rank": rank}
         if rank == 0:
             with tempfile.TemporaryDirectory() as d:
@@ -67,6 +73,8 @@ def slow_loop(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
+        if stop and os.path.exists(os.path.join(stop, "stop")):
+            break
     if config.get("entries") and rank == 0:  # when training ended
         open(os.path.join(config["entries"], f"done-{time.time()!r}"), "w").close()
 
@@ -91,11 +99,14 @@ class Fit(threading.Thread):
         sleep: float,
         entries: str = "",
         torch: bool = False,
+        stoppable: bool = False,
         **run_config: Any,
     ) -> None:
         super().__init__(daemon=True)
         self.name, self.callback, self.storage = name, callback, storage
-        self.loop_config = {"steps": steps, "sleep": sleep, "entries": entries}
+        self.loop_config: dict[str, Any] = {"steps": steps, "sleep": sleep, "entries": entries}
+        if stoppable:  # see slow_loop; ``steps`` stays the bound
+            self.loop_config["stop"] = tempfile.mkdtemp(prefix="stop-", dir=storage)
         self.run_config = run_config
         self.torch = torch  # see tests.support.training.trainer
         self.result: Any = None
@@ -122,6 +133,10 @@ class Fit(threading.Thread):
         except BaseException as e:  # noqa: BLE001 - the test inspects it
             self.error = e
         self.seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        """Ask a ``stoppable`` fit's ranks to end after their next report."""
+        open(os.path.join(self.loop_config["stop"], "requested"), "w").close()
 
     def training_error(self) -> BaseException | None:
         return self.error or (self.result.error if self.result is not None else None)
@@ -273,7 +288,7 @@ def test_node_dies_without_replacement_fails_the_run_without_hanging(
 
 def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("node-joins")
-    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=50, sleep=0.5)
+    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=50, sleep=0.5, stoppable=True)
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
     new_node = cluster.add_node(num_cpus=0)
@@ -289,6 +304,7 @@ def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTes
     cluster.remove_node(new_node)
     wait_until(lambda: len(plugin_leftovers()[1]) < groups, 15, "the fleet to retire the removed node's logger")
     assert fit.is_alive()  # seen gone while the run goes on
+    fit.stop()
     fit.join(300)
     assert fit.training_error() is None
     assert run.exit_codes == [0]
@@ -303,7 +319,7 @@ def test_a_killed_logger_process_comes_back_with_its_label(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     name = unique("logger-killed")
-    fit = Fit(name, make_callback(), str(tmp_path), steps=30, sleep=0.5)
+    fit = Fit(name, make_callback(), str(tmp_path), steps=30, sleep=0.5, stoppable=True)
     fit.start()
     wait_until(lambda: len(alive_logger_pids()) == 2 and rows_of(backend, name) >= 2, 90, "two node loggers")
     run = run_of(backend, name)
@@ -314,10 +330,15 @@ def test_a_killed_logger_process_comes_back_with_its_label(
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
     wait_until(lambda: bool(label_clients(run, label) - before), 45, "the restarted logger to rejoin")
+
+    def samples_after_the_kill() -> list[dict[str, Any]]:
+        return [r for r in run.events if any(k.endswith(f"/l:{label}") for k in r) and r["_timestamp"] > killed_at + 1]
+
+    wait_until(lambda: bool(samples_after_the_kill()), 30, "the node's samples after its logger was killed")
+    fit.stop()
     fit.join(300)
     assert fit.training_error() is None
-    after = [r for r in run.events if any(k.endswith(f"/l:{label}") for k in r) and r["_timestamp"] > killed_at + 1]
-    assert after, "the node stopped reporting after its logger was killed"
+    assert samples_after_the_kill(), "the node stopped reporting after its logger was killed"
     assert run.exit_codes == [0]  # never a second complete
     assert "restarted; its writers rejoin" in session_log_text(cluster)
     assert_nothing_left()

@@ -143,10 +143,21 @@ def test_main_strategy_one_run_no_node_writer_and_every_rank_prefixed(
     assert run.exit_codes == [0] and len(run.client_ids) == 1
 
 
-def test_reduce_logs_the_reductions_of_what_the_ranks_reported(
+def test_reduce_logs_the_reductions_and_local_checkpoints_are_uploaded_with_best_at_the_best(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path
 ) -> None:
-    name = fit(tmp_path, make_callback(rank_metrics="reduce"))
+    # One fit for both: checkpoints add no history row, and the best alias is scored on what
+    # rank 0 reported (Ray's checkpoint_score_attribute), not on the reduced row.
+    from ray.train import CheckpointConfig
+
+    name = fit(
+        tmp_path,
+        make_callback(rank_metrics="reduce", upload_checkpoints=True),
+        checkpoint=True,
+        run_config={
+            "checkpoint_config": CheckpointConfig(checkpoint_score_attribute="score", checkpoint_score_order="max")
+        },
+    )
     run = next(r for r in backend.runs.values() if r.display_name == name)
     rows = user_rows(run)
     assert len(rows) == REPORTS
@@ -162,22 +173,7 @@ def test_reduce_logs_the_reductions_of_what_the_ranks_reported(
         assert row["phase"] == "train"
         assert "score" not in row
     assert run.labels == set(node_labels().values())
-
-
-def test_local_checkpoints_are_uploaded_and_best_points_at_the_best(
-    cluster: Any, backend: WandbTestBackend, tmp_path: Path
-) -> None:
-    from ray.train import CheckpointConfig
-
-    name = fit(
-        tmp_path,
-        make_callback(upload_checkpoints=True),
-        checkpoint=True,
-        run_config={
-            "checkpoint_config": CheckpointConfig(checkpoint_score_attribute="score", checkpoint_score_order="max")
-        },
-    )
-    run = next(r for r in backend.runs.values() if r.display_name == name)
+    # Every checkpoint uploaded, the best alias on the best one.
     arts = run.models
     assert [a.files.get("step") for a in arts] == [str(s).encode() for s in range(REPORTS)]
     assert all(a.type == "model" and a.committed and a.name == f"checkpoint-{run.run_id}" for a in arts)

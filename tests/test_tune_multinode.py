@@ -215,18 +215,8 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
 def test_a_failing_trial_fails_its_run_while_the_others_finish(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
+    # (An experiment whose every trial fails: the first fit of test_restored_experiment_....)
     from ray import tune
-
-    name = unique("tune-fail")
-    results = tuner(
-        trainable, name, str(tmp_path), {"x": tune.grid_search([0, 1]), "fail_at": 2}, make_callback()
-    ).fit()
-    assert len(results.errors) == 2  # both raise at iteration 2
-    runs = experiment_runs(backend, name)
-    assert len(runs) == 2
-    for run in runs.values():
-        assert len(user_rows(run)) == 2
-        assert len(run.completes) == 1 and run.exit_codes[0] not in (0, None)
 
     name = unique("tune-mixed")
     results = tuner(
@@ -276,9 +266,12 @@ def test_restored_experiment_writes_to_the_same_runs(cluster: Any, backend: Wand
     name = unique("tune-restore")
     space = {"x": tune.grid_search([0, 1]), "checkpoint": True, "fail_once_at": 2, "marker_dir": str(tmp_path)}
     first = tuner(trainable, name, str(tmp_path), space, make_callback()).fit()
-    assert len(first.errors) == 2
+    assert len(first.errors) == 2  # both raise at iteration 2: each trial's run ends failed
     runs_before = set(experiment_runs(backend, name))
     assert len(runs_before) == 2
+    for run in experiment_runs(backend, name).values():
+        assert len(user_rows(run)) == 2
+        assert len(run.completes) == 1 and run.exit_codes[0] not in (0, None)
 
     restored = tune.Tuner.restore(os.path.join(str(tmp_path), name), trainable, resume_errored=True).fit()
     assert not restored.errors
