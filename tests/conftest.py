@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.support.cluster import stop_shared_cluster
 from tests.support.env import DUMMY_KEY
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -25,6 +27,30 @@ os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.2"
 os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60")
 os.environ["RAY_DEDUP_LOGS"] = "0"
 os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The unit tests first, then the end-to-end (``cluster``) modules, those that share a
+    cluster topology (``SHARED_CLUSTER``, see ``tests.support.cluster.shared_cluster``) one
+    after another, the fault tests (``slow``: nodes removed, processes killed) last of them:
+    each topology starts once, and no unit test runs beside a cluster."""
+    groups: dict[Any, int] = {}
+
+    def order(indexed: tuple[int, pytest.Item]) -> tuple[bool, int, bool, int]:
+        index, item = indexed
+        if item.get_closest_marker("cluster") is None:
+            return (False, 0, False, index)
+        shared = getattr(item.module, "SHARED_CLUSTER", None)
+        group = groups.setdefault(("shared", tuple(sorted(shared))) if shared else item.module, len(groups))
+        return (True, group, item.get_closest_marker("slow") is not None, index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=order)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_cluster_stopped() -> Iterator[None]:
+    yield
+    stop_shared_cluster()
 
 
 @pytest.fixture(scope="session")

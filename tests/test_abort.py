@@ -12,12 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, plugin_leftovers, start_cluster, stop_cluster
+from tests.support.cluster import node_labels, plugin_leftovers, shared_cluster
 from tests.support.runs import assert_one_writer_per_label, unique, user_rows
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -26,11 +25,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 def wait_for(predicate: Any, timeout: float, what: Any) -> None:

@@ -12,7 +12,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,8 +23,7 @@ from tests.support.cluster import (
     node_labels,
     plugin_leftovers,
     session_log_text,
-    start_cluster,
-    stop_cluster,
+    shared_cluster,
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
@@ -34,11 +33,13 @@ from tests.support.wandb_backend import RunRecord, WandbTestBackend
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 def slow_loop(config: dict[str, Any]) -> None:
@@ -205,7 +206,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
         name,
         make_callback(),
         str(tmp_path),
-        steps=14,
+        steps=11,
         sleep=0.6,
         entries=str(entries),
         torch=True,

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, start_cluster, stop_cluster
+from tests.support.cluster import assert_nothing_left, node_labels, shared_cluster
 from tests.support.env import DUMMY_KEY
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback
@@ -31,11 +30,13 @@ pytestmark = [
 ]
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 # the train functions (Ray's workers import them from this module) ------------------------------

@@ -8,12 +8,11 @@ alert is checked in ``test_faults`` (a node killed mid-run).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, session_log_text, start_cluster, stop_cluster
+from tests.support.cluster import node_labels, session_log_text, shared_cluster
 from tests.support.env import WANDB_TABLES
 from tests.support.runs import run_of, unique
 from tests.support.training import make_callback, trainer
@@ -22,11 +21,13 @@ from tests.support.wandb_backend import WandbTestBackend
 pytestmark = pytest.mark.cluster
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 def health_loop(config: dict[str, Any]) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, start_cluster, stop_cluster
+from tests.support.cluster import node_labels, shared_cluster
 from tests.support.env import FAST
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.wandb_backend import WandbTestBackend
@@ -30,11 +29,13 @@ except ImportError:
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, 1, head_cpus=0)  # two nodes for the two workers, one spare
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:  # two nodes for the two workers, one spare
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 def until_stopped(config: dict[str, Any]) -> None:

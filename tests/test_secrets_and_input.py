@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, start_cluster, stop_cluster
+from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, shared_cluster
 from tests.support.env import FAST
 from tests.support.runs import run_of, unique, user_rows
 from tests.support.training import trainer
@@ -25,11 +24,13 @@ pytestmark = pytest.mark.cluster
 SECRET = "s3cr3t" + "q" * 40
 
 
+# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
+SHARED_CLUSTER = (1, 1)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(1, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
+def cluster() -> Any:
+    return shared_cluster(*SHARED_CLUSTER)
 
 
 def fit(name: str, callback: Any, storage: str, loop: Any, config: dict[str, Any] | None = None) -> Any:

@@ -24,10 +24,12 @@ def free_port() -> int:
 def start_cluster(*node_cpus: int, head_cpus: int = 0, gpu_nodes: Sequence[tuple[int, ScriptedGpus]] = ()) -> Any:
     """A local cluster: a head (``head_cpus``, no GPU) plus one node per entry of ``node_cpus``,
     then one per entry of ``gpu_nodes`` (CPUs, scripted GPUs): Ray's ``num_gpus`` is the GPU
-    count, and the node's raylet, so every process there, loads the scripted NVML."""
+    count, and the node's raylet, so every process there, loads the scripted NVML. The driver
+    connects to one cluster at a time: a shared cluster still up goes first."""
     import ray
     from ray.cluster_utils import Cluster
 
+    stop_shared_cluster()
     # Nodes start without any W&B setting, as on a real cluster: whatever reaches the
     # controller and the node loggers must come through the callback.
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("WANDB_")}
@@ -70,6 +72,48 @@ def stop_cluster(cluster: Any) -> None:
 
     ray.shutdown()
     cluster.shutdown()
+
+
+# The cluster that the modules naming its topology in ``SHARED_CLUSTER`` share: tests/conftest.py
+# runs such modules one after another, after the unit tests, so that each topology starts once.
+_shared: dict[str, Any] = {}
+
+
+def shared_cluster(*node_cpus: int) -> Any:
+    """A CPU-less head and one node per entry of ``node_cpus``, shared with the modules that ask
+    for the same topology. A module leaves it as it found it (one that removes a node adds one
+    back); where it did not (a failed test, or what Ray keeps of a killed controller), the nodes
+    and their free CPUs are checked here and the cluster is started afresh, so that one module's
+    leftovers do not fail the modules after it."""
+    key = tuple(sorted((0, *node_cpus)))
+    if _shared.get("key") == key and _as_found(key):
+        return _shared["cluster"]
+    stop_shared_cluster()
+    cluster = start_cluster(*node_cpus, head_cpus=0)
+    _shared.update(key=key, cluster=cluster)
+    return cluster
+
+
+def stop_shared_cluster() -> None:
+    cluster = _shared.pop("cluster", None)
+    _shared.pop("key", None)
+    if cluster is not None:
+        stop_cluster(cluster)
+
+
+def _as_found(node_cpus: tuple[int, ...]) -> bool:
+    """Whether the alive nodes have these CPUs (sorted, the head's 0 included), every one of
+    them free: what a test released may take Ray a moment to free, so this waits up to 15 s."""
+    import ray
+
+    deadline = time.monotonic() + 15
+    while True:
+        alive = tuple(sorted(int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]))
+        if alive == node_cpus and ray.available_resources().get("CPU", 0) == sum(node_cpus):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def node_labels() -> dict[str, str]:
