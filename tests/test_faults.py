@@ -45,7 +45,9 @@ def cluster() -> Any:
 def slow_loop(config: dict[str, Any]) -> None:
     """Reports every ``sleep`` seconds, rank 0 checkpoints, resumes from its checkpoint. With a
     ``stop`` folder, the ranks end together, before ``steps``, once the test has asked for it
-    there: rank 0 answers the request before a report, and every rank sees the answer after it."""
+    there: rank 0 answers the request before a report with that report's step, the last; every
+    rank has seen the answer once that report returns (it waits for rank 0), and one that sees
+    it sooner goes on to that step."""
     import os
     import tempfile
     import time
@@ -65,7 +67,10 @@ def slow_loop(config: dict[str, Any]) -> None:
     for step in range(start, config["steps"]):
         time.sleep(config["sleep"])
         if stop and rank == 0 and os.path.exists(os.path.join(stop, "requested")):
-            open(os.path.join(stop, "stop"), "w").close()
+            if not os.path.exists(os.path.join(stop, "last")):
+                with open(os.path.join(stop, "last.tmp"), "w") as f:
+                    f.write(str(step))
+                os.replace(os.path.join(stop, "last.tmp"), os.path.join(stop, "last"))
         metrics = {"step": step, "rank": rank}
         if rank == 0:
             with tempfile.TemporaryDirectory() as d:
@@ -74,8 +79,10 @@ def slow_loop(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
-        if stop and os.path.exists(os.path.join(stop, "stop")):
-            break
+        if stop and os.path.exists(os.path.join(stop, "last")):
+            with open(os.path.join(stop, "last")) as f:
+                if step >= int(f.read()):
+                    break
     if config.get("entries") and rank == 0:  # when training ended
         open(os.path.join(config["entries"], f"done-{time.time()!r}"), "w").close()
 
@@ -140,6 +147,8 @@ class Fit(threading.Thread):
         open(os.path.join(self.loop_config["stop"], "requested"), "w").close()
 
     def training_error(self) -> BaseException | None:
+        if self.is_alive():
+            return AssertionError("fit() has not returned")
         return self.error or (self.result.error if self.result is not None else None)
 
 
@@ -307,6 +316,7 @@ def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTes
     assert fit.is_alive()  # seen gone while the run goes on
     fit.stop()
     fit.join(300)
+    assert not fit.is_alive(), "fit() hung"
     assert fit.training_error() is None
     assert run.exit_codes == [0]
     assert [a["title"] for a in run.alerts if a["title"].startswith("Node lost")] == []
@@ -338,10 +348,11 @@ def test_a_killed_logger_process_comes_back_with_its_label(
     wait_until(lambda: bool(samples_after_the_kill()), 30, "the node's samples after its logger was killed")
     fit.stop()
     fit.join(300)
+    assert not fit.is_alive(), "fit() hung"
     assert fit.training_error() is None
     assert samples_after_the_kill(), "the node stopped reporting after its logger was killed"
     assert run.exit_codes == [0]  # never a second complete
-    assert "restarted; its writers rejoin" in session_log_text(cluster)
+    assert f"the node logger on {label} restarted; its writers rejoin" in session_log_text(cluster)
     assert_nothing_left()
 
 

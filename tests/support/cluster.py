@@ -103,13 +103,15 @@ def stop_shared_cluster() -> None:
 
 def _as_found(node_cpus: tuple[int, ...]) -> bool:
     """Whether the alive nodes have these CPUs (sorted, the head's 0 included), every one of
-    them free: what a test released may take Ray a moment to free, so this waits up to 15 s."""
+    them free, and none of the plugin's actors or placement groups is left: what a test released
+    may take Ray a moment to free, so this waits up to 15 s."""
     import ray
 
     deadline = time.monotonic() + 15
     while True:
         alive = tuple(sorted(int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]))
-        if alive == node_cpus and ray.available_resources().get("CPU", 0) == sum(node_cpus):
+        free = ray.available_resources().get("CPU", 0) == sum(node_cpus)
+        if alive == node_cpus and free and plugin_leftovers() == ([], []):
             return True
         if time.monotonic() > deadline:
             return False
