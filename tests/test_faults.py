@@ -443,14 +443,19 @@ def test_a_dead_controller_leaves_no_logger_or_placement_group(
 ) -> None:
     import ray._private.state as state
 
+    def controllers() -> dict[str, Any]:
+        return {k: a for k, a in state.actors().items() if a.get("ActorClassName") == "TrainController"}
+
+    # The cluster is shared: an earlier fit's controller may still be listed, even as alive
+    # while it shuts down. Only the controller this fit starts is killed.
+    earlier = set(controllers())
     name = unique("controller-dies")
     fit = Fit(name, make_callback(), str(tmp_path), steps=60, sleep=0.5)
     fit.start()
     wait_until(lambda: len(alive_logger_pids()) == 2, 90, "two node loggers")
-    controller = next(
-        a for a in state.actors().values() if a.get("ActorClassName") == "TrainController" and a.get("State") == "ALIVE"
-    )
-    os.kill(controller["Pid"], signal.SIGKILL)
+    ours = [a for k, a in controllers().items() if k not in earlier and a.get("State") == "ALIVE"]
+    assert len(ours) == 1, f"expected this fit's one controller, found {ours}"
+    os.kill(ours[0]["Pid"], signal.SIGKILL)
     fit.join(120)
     assert not fit.is_alive()
     assert fit.training_error() is not None
