@@ -15,6 +15,7 @@ from typing import Any
 MODES = ("online", "offline", "disabled")
 # wandb's own spellings that mean one of ours.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+_ONE_OF_MODES = f"one of {', '.join(MODES)}"
 # W&B rejects project names with these characters.
 _BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
 
@@ -68,12 +69,11 @@ def seconds(minimum: float | None = None) -> Check:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise RejectedError("a finite number of seconds greater than 0")
         if minimum is not None and value < minimum:
-            raise RejectedError(f"a finite number of seconds, at least {minimum}")
+            raise RejectedError
         return float(value)
 
-    return Check(
-        f"a number of seconds, at least {minimum}" if minimum else "a number of seconds greater than 0", normalise
-    )
+    at_least = f", at least {minimum}" if minimum is not None else " greater than 0"
+    return Check(f"a finite number of seconds{at_least}", normalise)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -140,11 +140,11 @@ GPU_IDS = Check("a list of GPU indices >= 0 (as nvidia-smi numbers them) or None
 def mode_value(value: Any, source: str = "mode") -> str:
     """One of MODES (wandb's aliases accepted); ``source`` names where the value came from."""
     if not isinstance(value, str):
-        raise invalid(source, value, f"expected one of {', '.join(MODES)}")
+        raise invalid(source, value, f"expected {_ONE_OF_MODES}")
     mode = _MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
     if mode not in MODES:
         extra = " (shared mode is what the plugin uses underneath online runs)" if mode == "shared" else ""
-        raise invalid(source, value, f"expected one of {', '.join(MODES)}{extra}")
+        raise invalid(source, value, f"expected {_ONE_OF_MODES}{extra}")
     return mode
 
 
@@ -152,7 +152,7 @@ def _mode(value: Any) -> str | None:
     return None if value is None else mode_value(value)
 
 
-MODE = Check(f"one of {', '.join(MODES)}, or None", _mode)
+MODE = Check(_ONE_OF_MODES, _mode)
 
 
 def _fraction(value: Any) -> float:
