@@ -1,122 +1,288 @@
-"""The callback's options: one frozen dataclass, validated before any resource is taken."""
+"""The callbacks' options: one table, and the frozen dataclass it validates into.
+
+``OPTIONS`` is the one place an option is written: its name, its default, its annotation as the
+callbacks' signatures show it, its validator, which callbacks take it, its docs section and one
+line of doc. The callbacks' signatures and Args sections and docs/options.md follow from it
+(``python -m ray_wandb_nodes._options_doc`` rewrites the Args sections and the page; tests/test_options.py
+holds all of them against it).
+"""
 
 from __future__ import annotations
 
-import math
 import os
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-MODES = ("online", "offline", "disabled")
+from . import _checks as c
+from ._checks import invalid, mode_value
+
+__all__ = ["OPTIONS", "Option", "Options", "build_options", "invalid", "resolve_mode"]
+
+TRAIN, TUNE = "train", "tune"
+BOTH = (TRAIN, TUNE)
 STRATEGIES = ("shared", "main", "node", "all")
 RANK_METRICS = ("rank0", "reduce", "all")
-# wandb's own spellings that mean one of ours.
-_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
-NODE_SELECTIONS = ("workers", "cluster")
-OFFLINE_TRANSFERS = ("auto", "ray", "storage")
-STRAGGLER_MODES = ("max", "min")
+_SAME = object()  # tune_default: as the Train default
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of the table."""
+
+    name: str
+    default: Any
+    annotation: str  # as the callbacks' signatures write it
+    check: c.Check
+    callbacks: tuple[str, ...]
+    section: str  # a key of SECTIONS
+    doc: str  # one line: the Args entry of each callback's docstring and the options page
+    tune_default: Any = _SAME
+    stored: bool = True  # False: a secret, kept in the captured environment, never in Options
+
+    def default_for(self, callback: str) -> Any:
+        return self.default if callback == TRAIN or self.tune_default is _SAME else self.tune_default
+
+
+# Sections of the options page, in order: key -> (title, what the section is about).
+SECTIONS = {
+    "run": ("The W&B run", "Where the run goes, what it is called and what its config holds."),
+    "logging": ("What is logged", "Which runs, which metrics and which nodes' system metrics."),
+    "checkpoints": ("Checkpoints", "Reported checkpoints as W&B artifacts."),
+    "health": ("Node health", "The live `nodes` table, the straggler rule and its alerts."),
+    "bounds": ("Bounds and scale", "How long the plugin waits, and how many writers join one run."),
+    "offline": ("Offline mode", 'With `mode="offline"` every node writes an offline run on its own disk.'),
+    "key": ("The W&B key and wandb.init", "The API key never enters the run config, `runtime_env` or a log line."),
+}
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "project", None, "str | None", c.PROJECT, BOTH, "run",
+        "the W&B project; None: ``WANDB_PROJECT``, else wandb's default project",
+    ),
+    Option(
+        "entity", None, "str | None", c.TEXT_OR_NONE, BOTH, "run",
+        "the W&B entity (team or user); None: ``WANDB_ENTITY``, else your default entity",
+    ),
+    Option(
+        "group", None, "str | None", c.TEXT_OR_NONE, BOTH, "run",
+        "the W&B group; None: the Ray run name (Train's ``node`` and ``all`` strategies) or the experiment (Tune)",
+    ),
+    Option(
+        "name", None, "str | None", c.TEXT_OR_NONE, (TRAIN,), "run",
+        "the run's display name; None: the Ray run name (``RunConfig.name``)",
+    ),
+    Option("tags", None, "list[str] | None", c.TEXT_LIST, BOTH, "run", "the run's W&B tags"),
+    Option("notes", None, "str | None", c.NOTES, BOTH, "run", "the run's W&B notes"),
+    Option(
+        "config", None, "dict[str, Any] | None", c.dict_or_none("extra run config"), (TRAIN,), "run",
+        "extra run config, merged over the train loop config",
+    ),
+    Option(
+        "log_config", True, "bool", c.BOOLEAN, BOTH, "run",
+        "log the config: the train loop config into the run config (Train), each result's ``config`` (Tune)",
+        tune_default=False,  # as Ray's WandbLoggerCallback
+    ),
+    Option(
+        "mode", None, "str | None", c.MODE, BOTH, "run",
+        "``online``, ``offline`` or ``disabled``; None: ``WANDB_MODE`` (``WANDB_DISABLED=true``: disabled), "
+        "else ``online``",
+    ),
+    Option(
+        "excludes", None, "list[str] | None", c.TEXT_LIST, BOTH, "logging",
+        "metric keys not to log: a key, or a prefix of nested keys (``opt`` drops ``opt/lr``)",
+    ),
+    Option(
+        "strategy", "shared", "str", c.choice(*STRATEGIES), (TRAIN,), "logging",
+        "``shared`` (one run that every node's writer joins), ``main`` (one run, the controller's node only), "
+        "``node`` (one run per node, grouped) or ``all`` (one run per rank, grouped)",
+    ),
+    Option(
+        "rank_metrics", "rank0", "str", c.choice(*RANK_METRICS), (TRAIN,), "logging",
+        "what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce`` (mean, min, max, "
+        "std, argmax and argmin rank of every numeric key across ranks) or ``all`` (``rank_<r>/key``)",
+    ),
+    Option(
+        "nodes", "workers", "str", c.choice("workers", "cluster"), BOTH, "logging",
+        "``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive node, "
+        "new ones included",
+    ),
+    Option(
+        "sampling_interval_s", 15.0, "float", c.seconds(minimum=0.1), BOTH, "logging",
+        "the system-metric sampling interval on every node",
+    ),
+    Option(
+        "gpu_device_ids", None, "list[int] | None", c.GPU_IDS, BOTH, "logging",
+        "the GPU indices to sample on every node; None: all",
+    ),
+    Option(
+        "video_kwargs", None, "dict[str, Any] | None", c.dict_or_none("keyword arguments"), (TUNE,), "logging",
+        "keyword arguments of ``wandb.Video`` for video arrays in results (``format`` defaults to ``gif``)",
+    ),
+    Option(
+        "image_kwargs", None, "dict[str, Any] | None", c.dict_or_none("keyword arguments"), (TUNE,), "logging",
+        "keyword arguments of ``wandb.Image`` for image arrays in results",
+    ),
+    Option(
+        "upload_checkpoints", False, "bool", c.BOOLEAN, BOTH, "checkpoints",
+        "log each reported checkpoint as an artifact (local folders uploaded, remote ones referenced), aliased "
+        "``latest`` (and ``best`` in Train)",
+    ),
+    Option(
+        "upload_timeout", 1800.0, "float", c.seconds(), BOTH, "checkpoints",  # Ray's DEFAULT_SYNC_TIMEOUT
+        "how long a run's end waits for checkpoint uploads (an abort does not wait for them)",
+    ),
+    Option(
+        "straggler_metric", None, "str | None", c.TEXT_OR_NONE, (TRAIN,), "health",
+        "the reported key (flattened: ``samples_per_s``, ``perf/tokens_per_s``) nodes are compared by, a node's "
+        "value the median of its ranks'; None: GPU utilisation, or CPU on nodes without GPUs",
+    ),
+    Option(
+        "straggler_mode", "max", "str", c.choice("max", "min"), (TRAIN,), "health",
+        "whether a higher (``max``) or a lower (``min``) ``straggler_metric`` is better",
+    ),
+    Option(
+        "straggler_threshold", 0.7, "float", c.FRACTION, BOTH, "health",
+        "a node is a straggler once its value stays worse than this fraction of the other nodes' median "
+        "(``min``: above the median / threshold)",
+    ),
+    Option(
+        "straggler_window_s", 120.0, "float", c.seconds(), BOTH, "health",
+        "for how long (and at least 3 samples) before a node counts as a straggler, or as recovered",
+    ),
+    Option(
+        "alerts", True, "bool", c.BOOLEAN, BOTH, "health",
+        "W&B alerts when a node becomes a straggler, recovers or is lost (the ``nodes`` table, the warnings and "
+        "``nodes/stragglers`` stay without)",
+    ),
+    Option(
+        "init_timeout_s", 90.0, "float", c.seconds(), BOTH, "bounds",
+        "how long a writer may take to create or join the run",
+    ),
+    Option(
+        "finish_timeout_s", 60.0, "float", c.seconds(), BOTH, "bounds",
+        "the bound on finishing the node writers, then on finishing the run",
+    ),
+    Option(
+        "max_node_writers", 256, "int", c.WRITERS, BOTH, "bounds",
+        "at most this many node writers join one shared run (W&B tests about 300 a run); past it, each kind of "
+        "node, the lowest ranks and any straggler write, the other nodes are in the ``nodes`` table only, and one "
+        "warning says so",
+    ),
+    Option(
+        "offline_transfer", "auto", "str", c.choice("auto", "ray", "storage"), BOTH, "offline",
+        "how each node's offline run reaches the driver side at the end: ``ray`` (through Ray, up to 2 GiB a "
+        "node), ``storage`` (the run's storage path, which every node must reach) or ``auto`` (the storage unless "
+        "it is this machine's local file system, else Ray); a node that cannot use the storage falls back to Ray",
+    ),
+    Option(
+        "api_key", None, "str | None", c.API_KEY, BOTH, "key",
+        "the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside the "
+        "callback, never through ``runtime_env`` or the run config",
+        stored=False,
+    ),
+    Option(
+        "api_key_file", None, "str | None", c.KEY_FILE, BOTH, "key",
+        "a file holding the W&B API key (give this or ``api_key``, not both)",
+        stored=False,
+    ),
+    Option(
+        "wandb_init_kwargs", None, "Any", c.INIT_KWARGS, BOTH, "key",
+        "passed on to the primary's ``wandb.init`` (``job_type``, ``resume``, ``dir``, ...); ``settings`` (a dict "
+        "or ``wandb.Settings``) applies to every writer, less the fields that decide each writer's role",
+    ),
+)  # fmt: skip
+BY_NAME = {o.name: o for o in OPTIONS}
+VAR_KEYWORD = "wandb_init_kwargs"  # the callbacks' ``**wandb_init_kwargs``
+# Arguments a caller may give by position: Tune's in the order of Ray's WandbLoggerCallback.
+POSITIONAL = {
+    TRAIN: ("project",),
+    TUNE: (
+        "project", "group", "api_key_file", "api_key", "excludes", "log_config", "upload_checkpoints",
+        "upload_timeout", "video_kwargs", "image_kwargs",
+    ),
+}  # fmt: skip
+
+
+def options_of(callback: str) -> list[Option]:
+    """The options ``callback`` takes, in its signature's order."""
+    mine = [o for o in OPTIONS if callback in o.callbacks]
+    first = POSITIONAL[callback]
+    return sorted(mine, key=lambda o: (first.index(o.name) if o.name in first else len(first), OPTIONS.index(o)))
+
 
 # wandb.init parameters the plugin sets itself; the user sets them through the named options.
-_OWNED_INIT_KWARGS = {
-    "mode": "mode",
-    "project": "project",
-    "entity": "entity",
-    "group": "group",
-    "name": "name",
-    "tags": "tags",
-    "notes": "notes",
-    "config": "config",
+_OWNED_INIT_KWARGS: dict[str, str | None] = {
+    **{k: k for k in ("mode", "project", "entity", "group", "name", "tags", "notes", "config")},
     "reinit": None,
 }
 # Settings fields that decide each writer's role; the plugin owns them.
 OWNED_SETTINGS = ("mode", "x_primary", "x_label", "x_update_finish_state", "api_key")
-# W&B rejects project names with these characters.
-_BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
 
 
 @dataclass(frozen=True)
 class Options:
-    """Validated options of :class:`~ray_wandb_nodes.WandbNodesCallback`."""
+    """Validated options of either callback (the table's stored options, normalised)."""
 
-    project: str | None = None
-    entity: str | None = None
-    group: str | None = None
-    name: str | None = None
-    tags: tuple[str, ...] = ()
-    notes: str | None = None
-    config: Mapping[str, Any] = field(default_factory=dict)
-    log_config: bool = True
-    excludes: tuple[str, ...] = ()
-    mode: str | None = None  # None: from WANDB_MODE at construction, else online
-    nodes: str = "workers"
-    sampling_interval_s: float = 15.0
-    gpu_device_ids: tuple[int, ...] | None = None
-    init_timeout_s: float = 90.0
-    finish_timeout_s: float = 60.0
-    offline_transfer: str = "auto"
-    strategy: str = "shared"
-    rank_metrics: str = "rank0"
-    upload_checkpoints: bool = False
-    upload_timeout_s: float = 1800.0
-    wandb_init_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    # live node health (see _health/)
-    straggler_metric: str | None = None
-    straggler_mode: str = "max"
-    straggler_threshold: float = 0.7
-    straggler_window_s: float = 120.0
-    alerts: bool = True
-    max_node_writers: int = 256  # node writers of one shared run (see _fleet/cap.py)
-
-
-def invalid(option: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"ray_wandb_nodes: invalid {option}={value!r}; {allowed}")
+    project: str | None
+    entity: str | None
+    group: str | None
+    name: str | None
+    tags: tuple[str, ...]
+    notes: str | None
+    config: Mapping[str, Any]
+    log_config: bool
+    mode: str  # resolved: the option, else WANDB_MODE, else online
+    excludes: tuple[str, ...]
+    strategy: str
+    rank_metrics: str
+    nodes: str
+    sampling_interval_s: float
+    gpu_device_ids: tuple[int, ...] | None
+    video_kwargs: Mapping[str, Any]
+    image_kwargs: Mapping[str, Any]
+    upload_checkpoints: bool
+    upload_timeout: float
+    straggler_metric: str | None
+    straggler_mode: str
+    straggler_threshold: float
+    straggler_window_s: float
+    alerts: bool
+    init_timeout_s: float
+    finish_timeout_s: float
+    max_node_writers: int  # node writers of one shared run (see _fleet/cap.py)
+    offline_transfer: str
+    wandb_init_kwargs: Mapping[str, Any]
+    settings: Mapping[str, Any]  # from wandb_init_kwargs' ``settings``
 
 
 def resolve_mode(mode: str | None, env_mode: str | None) -> str:
     """The effective mode: the option, else ``WANDB_MODE``, else online."""
     if mode is not None:
-        source, value = "mode", mode
-    elif env_mode:
-        source, value = "WANDB_MODE", env_mode
-    else:
-        return "online"
-    if not isinstance(value, str):
-        raise invalid(source, value, f"expected one of {', '.join(MODES)}")
-    value = _MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
-    if value not in MODES:
-        extra = " (shared mode is what the plugin uses underneath online runs)" if value == "shared" else ""
-        raise invalid(source, value if source == "mode" else env_mode, f"expected one of {', '.join(MODES)}{extra}")
-    return value
+        return mode_value(mode)
+    return mode_value(env_mode, "WANDB_MODE") if env_mode else "online"
 
 
-def _positive_seconds(option: str, value: Any, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise invalid(option, value, "expected a finite number of seconds greater than 0")
-    if value < minimum:
-        raise invalid(option, value, f"expected a finite number of seconds, at least {minimum}")
-    return float(value)
+def build_options(
+    *, env_mode: str | None = None, init_params: Sequence[str] | None = None, callback: str = TRAIN, **values: Any
+) -> Options:
+    """Validate every option by the table; raise ValueError naming the option, the value and what is allowed.
 
-
-def _str_or_none(option: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise invalid(option, value, "expected a non-empty string or None")
-    return value
-
-
-def _str_tuple(option: str, value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise invalid(option, value, "expected a list of strings")
-    items = tuple(value)
-    if not all(isinstance(v, str) and v for v in items):
-        raise invalid(option, value, "expected a list of non-empty strings")
-    return items
+    Options not given take ``callback``'s defaults. ``init_params`` are the parameter names of
+    ``wandb.init`` (when wandb is importable), used to reject misspelled ``**wandb_init_kwargs`` early.
+    """
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise TypeError(f"build_options() got unknown options: {', '.join(unknown)}")
+    checked = {o.name: o.check(o.name, values.get(o.name, o.default_for(callback))) for o in OPTIONS}
+    if checked["api_key"] is not None and checked["api_key_file"] is not None:
+        raise ValueError(
+            "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
+            "(the key itself is not shown here)"
+        )
+    checked["mode"] = resolve_mode(checked["mode"], env_mode)
+    checked["wandb_init_kwargs"], checked["settings"] = _init_kwargs(checked["wandb_init_kwargs"], init_params)
+    return Options(**{k: v for k, v in checked.items() if k not in BY_NAME or BY_NAME[k].stored})
 
 
 def _settings_dict(value: Any) -> dict[str, Any]:
@@ -140,178 +306,8 @@ def _settings_dict(value: Any) -> dict[str, Any]:
     return out
 
 
-def build_options(
-    *,
-    project: Any = None,
-    entity: Any = None,
-    group: Any = None,
-    name: Any = None,
-    tags: Any = None,
-    notes: Any = None,
-    config: Any = None,
-    log_config: Any = True,
-    excludes: Any = None,
-    mode: Any = None,
-    env_mode: str | None = None,
-    nodes: Any = "workers",
-    sampling_interval_s: Any = 15.0,
-    gpu_device_ids: Any = None,
-    init_timeout_s: Any = 90.0,
-    finish_timeout_s: Any = 60.0,
-    offline_transfer: Any = "auto",
-    api_key: Any = None,
-    api_key_file: Any = None,
-    strategy: Any = "shared",
-    rank_metrics: Any = "rank0",
-    upload_checkpoints: Any = False,
-    upload_timeout: Any = 1800.0,
-    wandb_init_kwargs: Mapping[str, Any] | None = None,
-    init_params: Sequence[str] | None = None,
-    **health: Any,
-) -> Options:
-    """Validate every option; raise ValueError naming the option, the value and what is allowed.
-
-    ``init_params`` are the parameter names of ``wandb.init`` (when wandb is importable), used
-    to reject misspelled ``**wandb_init_kwargs`` early; ``health`` are the node-health options.
-    """
-    if project is not None:
-        _str_or_none("project", project)
-        if len(project) > 128 or _BAD_PROJECT_CHARS.search(project):
-            raise invalid("project", project, "W&B project names are at most 128 characters without / \\ # ? % :")
-    _check_choices(
-        nodes=nodes,
-        offline_transfer=offline_transfer,
-        log_config=log_config,
-        strategy=strategy,
-        rank_metrics=rank_metrics,
-        upload_checkpoints=upload_checkpoints,
-        config=config,
-    )
-    gpu_device_ids = _gpu_ids(gpu_device_ids)
-    _check_key(api_key, api_key_file)
-    kwargs, settings = _init_kwargs(wandb_init_kwargs, init_params)
-
-    return Options(
-        project=project,
-        entity=_str_or_none("entity", entity),
-        group=_str_or_none("group", group),
-        name=_str_or_none("name", name),
-        tags=_str_tuple("tags", tags),
-        notes=notes if notes is None else str(notes),
-        config=dict(config or {}),
-        log_config=log_config,
-        excludes=_str_tuple("excludes", excludes),
-        mode=resolve_mode(mode, env_mode),
-        nodes=nodes,
-        sampling_interval_s=_positive_seconds("sampling_interval_s", sampling_interval_s, minimum=0.1),
-        gpu_device_ids=gpu_device_ids,
-        init_timeout_s=_positive_seconds("init_timeout_s", init_timeout_s),
-        finish_timeout_s=_positive_seconds("finish_timeout_s", finish_timeout_s),
-        offline_transfer=offline_transfer,
-        strategy=strategy,
-        rank_metrics=rank_metrics,
-        upload_checkpoints=upload_checkpoints,
-        upload_timeout_s=_positive_seconds("upload_timeout", upload_timeout),
-        wandb_init_kwargs=kwargs,
-        settings=settings,
-        **fleet_options(**health),
-    )
-
-
-def fleet_options(
-    *,
-    straggler_metric: Any = None,
-    straggler_mode: Any = "max",
-    straggler_threshold: Any = 0.7,
-    straggler_window_s: Any = 120.0,
-    alerts: Any = True,
-    max_node_writers: Any = 256,
-) -> dict[str, Any]:
-    """The node-health options (the straggler rule and W&B alerts) and the writer cap, validated."""
-    m = max_node_writers
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise invalid(
-            "max_node_writers", m, "expected a whole number of node writers, at least 1 (W&B tests 300 a run)"
-        )
-    if straggler_mode not in STRAGGLER_MODES:
-        raise invalid("straggler_mode", straggler_mode, "expected 'max' (higher is better) or 'min' (lower is better)")
-    t = straggler_threshold
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 < t <= 1:
-        raise invalid("straggler_threshold", t, "expected a number in (0, 1]: the fraction of the other nodes' median")
-    if not isinstance(alerts, bool):
-        raise invalid("alerts", alerts, "expected True or False")
-    return {
-        "straggler_metric": _str_or_none("straggler_metric", straggler_metric),
-        "straggler_mode": straggler_mode,
-        "straggler_threshold": float(t),
-        "straggler_window_s": _positive_seconds("straggler_window_s", straggler_window_s),
-        "alerts": alerts,
-        "max_node_writers": m,
-    }
-
-
-def _check_choices(
-    *,
-    nodes: Any,
-    offline_transfer: Any,
-    log_config: Any,
-    strategy: Any,
-    rank_metrics: Any,
-    upload_checkpoints: Any,
-    config: Any,
-) -> None:
-    if nodes not in NODE_SELECTIONS:
-        raise invalid("nodes", nodes, f"expected one of {', '.join(repr(n) for n in NODE_SELECTIONS)}")
-    if offline_transfer not in OFFLINE_TRANSFERS:
-        raise invalid(
-            "offline_transfer", offline_transfer, f"expected one of {', '.join(repr(t) for t in OFFLINE_TRANSFERS)}"
-        )
-    if not isinstance(log_config, bool):
-        raise invalid("log_config", log_config, "expected True or False")
-    if strategy not in STRATEGIES:
-        raise invalid("strategy", strategy, f"expected one of {', '.join(repr(s) for s in STRATEGIES)}")
-    if rank_metrics not in RANK_METRICS:
-        raise invalid("rank_metrics", rank_metrics, f"expected one of {', '.join(repr(r) for r in RANK_METRICS)}")
-    if not isinstance(upload_checkpoints, bool):
-        raise invalid("upload_checkpoints", upload_checkpoints, "expected True or False")
-    if config is not None and not isinstance(config, Mapping):
-        raise invalid("config", config, "expected a dict of extra run config or None")
-
-
-def _gpu_ids(gpu_device_ids: Any) -> tuple[int, ...] | None:
-    if gpu_device_ids is not None:
-        ids = (
-            tuple(gpu_device_ids)
-            if isinstance(gpu_device_ids, Iterable) and not isinstance(gpu_device_ids, str)
-            else None
-        )
-        if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-            raise invalid(
-                "gpu_device_ids",
-                gpu_device_ids,
-                "expected a list of GPU indices >= 0 (as nvidia-smi numbers them) or None",
-            )
-        gpu_device_ids = ids
-    return gpu_device_ids  # type: ignore[no-any-return]
-
-
-def _check_key(api_key: Any, api_key_file: Any) -> None:
-    if api_key is not None and api_key_file is not None:
-        raise ValueError(
-            "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
-            "(the key itself is not shown here)"
-        )
-    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-        raise ValueError("ray_wandb_nodes: invalid api_key (not shown); expected a non-empty string")
-    if api_key_file is not None and (not isinstance(api_key_file, str) or not api_key_file):
-        raise invalid("api_key_file", api_key_file, "expected the path of a file holding the W&B API key")
-
-
-def _init_kwargs(
-    wandb_init_kwargs: Mapping[str, Any] | None, init_params: Sequence[str] | None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _init_kwargs(kwargs: dict[str, Any], init_params: Sequence[str] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``**wandb_init_kwargs`` to pass on, and the user's ``settings`` fields, validated."""
-    kwargs = dict(wandb_init_kwargs or {})
     for key in kwargs:
         if key in _OWNED_INIT_KWARGS:
             use = _OWNED_INIT_KWARGS[key]
@@ -323,5 +319,5 @@ def _init_kwargs(
         kwargs["dir"] = os.path.abspath(kwargs["dir"])  # the driver's working directory, not a node's
     settings = _settings_dict(kwargs.pop("settings", None))
     if "id" in kwargs:
-        _str_or_none("id", kwargs["id"])
+        c.TEXT_OR_NONE("id", kwargs["id"])
     return kwargs, settings

@@ -66,7 +66,7 @@ def abort_uploads_warning(bound: float, dropped: list[str], last: str | None) ->
         parts.append(f"the upload of {last}, the last one logged, is cut short if W&B has not finished it")
     return (
         f"the run was aborted: it ends within {bound:.0f}s without waiting for checkpoint uploads "
-        f"(upload_timeout_s bounds a run's end, not an abort): {'; '.join(parts)}"
+        f"(upload_timeout bounds a run's end, not an abort): {'; '.join(parts)}"
     )
 
 
@@ -254,12 +254,12 @@ class TrainRun:
     def finish(self, exit_code: int, timeout: float, *, abort: bool = False) -> None:
         """Every run (node writers first, then the primary, or each run of its own), then every
         actor, all within one bound on the controller's event loop: ``timeout``, raised to
-        ``upload_timeout_s`` for checkpoint uploads unless it is an ``abort``."""
+        ``upload_timeout`` for checkpoint uploads unless it is an ``abort``."""
         if self._finished:  # an abort is seen by two hooks on some Ray releases
             return
         self._finished = True
         o = self.options
-        wait = max(timeout, o.upload_timeout_s) if o.upload_checkpoints and not abort else timeout
+        wait = max(timeout, o.upload_timeout) if o.upload_checkpoints and not abort else timeout
         stop = time.monotonic() + wait  # every wait below ends by then
         end = stop - min(1.0, wait / 10)  # the runs' end; the rest stops the fleet
         writers = wait - min(wait / 4, _FLEET_SLACK_S)  # node writers first; the primary has the rest

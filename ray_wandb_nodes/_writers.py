@@ -49,7 +49,7 @@ def _common_settings(options: Options, env: CapturedEnv) -> dict[str, Any]:
     settings = dict(options.settings)
     # wandb's own finish bound; artifacts uploading at the end get upload_timeout.
     finish = (
-        max(options.finish_timeout_s, options.upload_timeout_s)
+        max(options.finish_timeout_s, options.upload_timeout)
         if options.upload_checkpoints
         else options.finish_timeout_s
     )

@@ -43,55 +43,60 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     writer (rank 0's reports, config, checkpoints, final state) and every other node hosting
     train workers gets a ``NodeLogger`` actor that joins the same run in W&B shared mode, so
     each node's GPU, CPU, memory, disk and network metrics appear in the run, labelled
-    ``node-<hostname>-<node id>``.
+    ``node-<hostname>-<node id>``. The shared and main runs hold a ``nodes`` table (every
+    minute and at the end) with each node's latest samples and its state.
 
     Args:
-        project, entity, group, name, tags, notes: as in ``wandb.init``. ``project`` and
-            ``entity`` default to ``WANDB_PROJECT``/``WANDB_ENTITY``; ``name`` to the Ray
-            run name; ``group`` (node and all strategies) to the Ray run name.
-        config: extra run config, merged over the train loop config.
-        log_config: put ``train_loop_config`` into the run config (default True).
-        excludes: metric keys not to log (exact, or a ``/`` prefix of nested keys).
-        mode: ``"online"``, ``"offline"`` or ``"disabled"``; default ``WANDB_MODE``, else online.
-        nodes: ``"workers"`` (nodes hosting train workers, default) or ``"cluster"`` (every
-            alive node).
-        strategy: ``"shared"`` (one run, every node's writer joins it), ``"main"`` (one run,
-            the controller's node only), ``"node"`` (one run per node, grouped) or ``"all"``
-            (one run per rank, grouped).
-        rank_metrics: what the shared or main run logs of each report: ``"rank0"``,
-            ``"reduce"`` (mean, min, max, std, argmax and argmin rank of every numeric key
-            across ranks) or ``"all"`` (``rank_<r>/key``).
-        upload_checkpoints: log every reported checkpoint as a ``model`` artifact (local
-            folders uploaded, remote ones referenced), aliased ``latest`` and ``best``.
-        upload_timeout: how long the end of the run waits for artifact uploads.
-        sampling_interval_s: system-metric sampling interval (default 15 s, at least 0.1).
-        gpu_device_ids: GPU indices to sample on every node (default all).
-        init_timeout_s, finish_timeout_s: bounds on joining and finishing the run.
-        offline_transfer: how, in offline mode, each node's offline run reaches the driver
-            side at the end: ``"ray"`` (through Ray in chunks, up to 2 GiB a node),
-            ``"storage"`` (through the run's ``storage_path``, which every node must reach)
-            or ``"auto"`` (default: the storage unless it is this machine's local file
-            system, else Ray). A node that cannot use the storage falls back to Ray.
-        straggler_metric, straggler_mode: the reported key (flattened, e.g.
-            ``"samples_per_s"``) by which nodes are compared, and whether higher (``"max"``)
-            or lower (``"min"``) is better; a node's value is the median of its ranks'. None
-            (default): GPU utilisation (low is worse), or CPU on nodes without GPUs (high is
-            worse). The shared and main runs hold a ``nodes`` table (every minute and at the
-            end) with each node's latest samples and state.
-        straggler_threshold: a node is a straggler once its value stays worse than this
-            fraction of the other nodes' median (``"min"``: above the median / threshold).
-        straggler_window_s: for how long (and at least 3 samples) before it counts.
-        alerts: raise a W&B alert when a node becomes a straggler, recovers, or is lost
-            (default True; the table, the warnings and ``nodes/stragglers`` stay without).
-        max_node_writers: at most this many node writers join the shared run (default 256;
-            W&B tests about 300 writers a run). Past it, each kind of node, the lowest ranks
-            and any straggler write; the other nodes are observed only (their latest samples in
-            the ``nodes`` table), and one warning says so.
-        api_key, api_key_file: the W&B key (default ``WANDB_API_KEY``, then the netrc
-            entry); it reaches every node inside the callback, never through
-            ``runtime_env`` or the run config.
-        **wandb_init_kwargs: passed on to the primary's ``wandb.init`` (``settings`` apply
-            to every writer, less the fields that decide each writer's role).
+        project: the W&B project; None: ``WANDB_PROJECT``, else wandb's default project
+        entity: the W&B entity (team or user); None: ``WANDB_ENTITY``, else your default entity
+        group: the W&B group; None: the Ray run name (Train's ``node`` and ``all`` strategies) or the experiment
+            (Tune)
+        name: the run's display name; None: the Ray run name (``RunConfig.name``)
+        tags: the run's W&B tags
+        notes: the run's W&B notes
+        config: extra run config, merged over the train loop config
+        log_config: log the config: the train loop config into the run config (Train), each result's ``config``
+            (Tune)
+        mode: ``online``, ``offline`` or ``disabled``; None: ``WANDB_MODE`` (``WANDB_DISABLED=true``: disabled),
+            else ``online``
+        excludes: metric keys not to log: a key, or a prefix of nested keys (``opt`` drops ``opt/lr``)
+        strategy: ``shared`` (one run that every node's writer joins), ``main`` (one run, the controller's node
+            only), ``node`` (one run per node, grouped) or ``all`` (one run per rank, grouped)
+        rank_metrics: what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce``
+            (mean, min, max, std, argmax and argmin rank of every numeric key across ranks) or ``all``
+            (``rank_<r>/key``)
+        nodes: ``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive
+            node, new ones included
+        sampling_interval_s: the system-metric sampling interval on every node
+        gpu_device_ids: the GPU indices to sample on every node; None: all
+        upload_checkpoints: log each reported checkpoint as an artifact (local folders uploaded, remote ones
+            referenced), aliased ``latest`` (and ``best`` in Train)
+        upload_timeout: how long a run's end waits for checkpoint uploads (an abort does not wait for them)
+        straggler_metric: the reported key (flattened: ``samples_per_s``, ``perf/tokens_per_s``) nodes are
+            compared by, a node's value the median of its ranks'; None: GPU utilisation, or CPU on nodes without
+            GPUs
+        straggler_mode: whether a higher (``max``) or a lower (``min``) ``straggler_metric`` is better
+        straggler_threshold: a node is a straggler once its value stays worse than this fraction of the other
+            nodes' median (``min``: above the median / threshold)
+        straggler_window_s: for how long (and at least 3 samples) before a node counts as a straggler, or as
+            recovered
+        alerts: W&B alerts when a node becomes a straggler, recovers or is lost (the ``nodes`` table, the
+            warnings and ``nodes/stragglers`` stay without)
+        init_timeout_s: how long a writer may take to create or join the run
+        finish_timeout_s: the bound on finishing the node writers, then on finishing the run
+        max_node_writers: at most this many node writers join one shared run (W&B tests about 300 a run); past
+            it, each kind of node, the lowest ranks and any straggler write, the other nodes are in the
+            ``nodes`` table only, and one warning says so
+        offline_transfer: how each node's offline run reaches the driver side at the end: ``ray`` (through Ray,
+            up to 2 GiB a node), ``storage`` (the run's storage path, which every node must reach) or ``auto``
+            (the storage unless it is this machine's local file system, else Ray); a node that cannot use the
+            storage falls back to Ray
+        api_key: the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside
+            the callback, never through ``runtime_env`` or the run config
+        api_key_file: a file holding the W&B API key (give this or ``api_key``, not both)
+        **wandb_init_kwargs: passed on to the primary's ``wandb.init`` (``job_type``, ``resume``, ``dir``, ...);
+            ``settings`` (a dict or ``wandb.Settings``) applies to every writer, less the fields that decide
+            each writer's role
     """
 
     def __init__(
@@ -105,60 +110,30 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         notes: str | None = None,
         config: dict[str, Any] | None = None,
         log_config: bool = True,
-        excludes: list[str] | None = None,
         mode: str | None = None,
-        nodes: str = "workers",
+        excludes: list[str] | None = None,
         strategy: str = "shared",
         rank_metrics: str = "rank0",
-        upload_checkpoints: bool = False,
-        upload_timeout: float = 1800.0,
+        nodes: str = "workers",
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
-        init_timeout_s: float = 90.0,
-        finish_timeout_s: float = 60.0,
-        offline_transfer: str = "auto",
+        upload_checkpoints: bool = False,
+        upload_timeout: float = 1800.0,
         straggler_metric: str | None = None,
         straggler_mode: str = "max",
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
+        init_timeout_s: float = 90.0,
+        finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,
+        offline_transfer: str = "auto",
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=True)
-        self.options, self._env = configure(
-            project=project,
-            entity=entity,
-            group=group,
-            name=name,
-            tags=tags,
-            notes=notes,
-            config=config,
-            log_config=log_config,
-            excludes=excludes,
-            mode=mode,
-            nodes=nodes,
-            strategy=strategy,
-            rank_metrics=rank_metrics,
-            upload_checkpoints=upload_checkpoints,
-            upload_timeout=upload_timeout,
-            sampling_interval_s=sampling_interval_s,
-            gpu_device_ids=gpu_device_ids,
-            init_timeout_s=init_timeout_s,
-            finish_timeout_s=finish_timeout_s,
-            offline_transfer=offline_transfer,
-            straggler_metric=straggler_metric,
-            straggler_mode=straggler_mode,
-            straggler_threshold=straggler_threshold,
-            straggler_window_s=straggler_window_s,
-            alerts=alerts,
-            max_node_writers=max_node_writers,
-            api_key=api_key,
-            api_key_file=api_key_file,
-            wandb_init_kwargs=wandb_init_kwargs,
-        )
+        self.options, self._env = configure("train", locals())  # the arguments above, by the table
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
         self._run: TrainRun | None = None

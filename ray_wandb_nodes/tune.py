@@ -28,8 +28,6 @@ from ._warn import Warner, guarded
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
-DEFAULT_UPLOAD_TIMEOUT_S = 1800.0  # as Ray's WandbLoggerCallback (DEFAULT_SYNC_TIMEOUT)
-
 
 class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     """One W&B run per Tune trial, with the system metrics of every node the trial uses.
@@ -38,17 +36,55 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     trial's run has the trial id as id, the trial name as name, the experiment as group and
     the trial config as run config; results are logged against ``training_iteration``.
 
-    The arguments Ray's ``WandbLoggerCallback`` has keep its names and meaning (``project``,
-    ``group``, ``api_key_file``, ``api_key``, ``excludes``, ``log_config``,
-    ``upload_checkpoints``, ``upload_timeout``, ``video_kwargs``, ``image_kwargs``,
-    ``**wandb_init_kwargs``); ``entity``, ``tags``, ``notes``, ``mode``, ``nodes``,
-    ``sampling_interval_s``, ``gpu_device_ids``, ``init_timeout_s``, ``finish_timeout_s`` and
-    ``offline_transfer`` (through the experiment's storage) are as in
-    :class:`~ray_wandb_nodes.WandbNodesCallback`. ``nodes="workers"`` (default) covers the
-    nodes a trial uses; ``nodes="cluster"`` every alive node. Each trial's run holds the
-    ``nodes`` table of its nodes; ``max_node_writers`` caps its node writers;
-    ``straggler_threshold``, ``straggler_window_s`` and ``alerts`` apply by the system-metric
-    rule (a trial reports as one process, so there are no ranks to compare by a metric).
+    The arguments Ray's ``WandbLoggerCallback`` has keep its names, order and meaning; the
+    others are as in :class:`~ray_wandb_nodes.WandbNodesCallback`, for a trial's nodes: each
+    trial's run holds the ``nodes`` table of its nodes, and the straggler rule compares them by
+    system metrics (a trial reports as one process, so there are no ranks to compare by a metric).
+    ``offline_transfer="storage"`` goes through the experiment's storage.
+
+    Args:
+        project: the W&B project; None: ``WANDB_PROJECT``, else wandb's default project
+        group: the W&B group; None: the Ray run name (Train's ``node`` and ``all`` strategies) or the experiment
+            (Tune)
+        api_key_file: a file holding the W&B API key (give this or ``api_key``, not both)
+        api_key: the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside
+            the callback, never through ``runtime_env`` or the run config
+        excludes: metric keys not to log: a key, or a prefix of nested keys (``opt`` drops ``opt/lr``)
+        log_config: log the config: the train loop config into the run config (Train), each result's ``config``
+            (Tune)
+        upload_checkpoints: log each reported checkpoint as an artifact (local folders uploaded, remote ones
+            referenced), aliased ``latest`` (and ``best`` in Train)
+        upload_timeout: how long a run's end waits for checkpoint uploads (an abort does not wait for them)
+        video_kwargs: keyword arguments of ``wandb.Video`` for video arrays in results (``format`` defaults to
+            ``gif``)
+        image_kwargs: keyword arguments of ``wandb.Image`` for image arrays in results
+        entity: the W&B entity (team or user); None: ``WANDB_ENTITY``, else your default entity
+        tags: the run's W&B tags
+        notes: the run's W&B notes
+        mode: ``online``, ``offline`` or ``disabled``; None: ``WANDB_MODE`` (``WANDB_DISABLED=true``: disabled),
+            else ``online``
+        nodes: ``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive
+            node, new ones included
+        sampling_interval_s: the system-metric sampling interval on every node
+        gpu_device_ids: the GPU indices to sample on every node; None: all
+        straggler_threshold: a node is a straggler once its value stays worse than this fraction of the other
+            nodes' median (``min``: above the median / threshold)
+        straggler_window_s: for how long (and at least 3 samples) before a node counts as a straggler, or as
+            recovered
+        alerts: W&B alerts when a node becomes a straggler, recovers or is lost (the ``nodes`` table, the
+            warnings and ``nodes/stragglers`` stay without)
+        init_timeout_s: how long a writer may take to create or join the run
+        finish_timeout_s: the bound on finishing the node writers, then on finishing the run
+        max_node_writers: at most this many node writers join one shared run (W&B tests about 300 a run); past
+            it, each kind of node, the lowest ranks and any straggler write, the other nodes are in the
+            ``nodes`` table only, and one warning says so
+        offline_transfer: how each node's offline run reaches the driver side at the end: ``ray`` (through Ray,
+            up to 2 GiB a node), ``storage`` (the run's storage path, which every node must reach) or ``auto``
+            (the storage unless it is this machine's local file system, else Ray); a node that cannot use the
+            storage falls back to Ray
+        **wandb_init_kwargs: passed on to the primary's ``wandb.init`` (``job_type``, ``resume``, ``dir``, ...);
+            ``settings`` (a dict or ``wandb.Settings``) applies to every writer, less the fields that decide
+            each writer's role
     """
 
     def __init__(
@@ -60,7 +96,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         excludes: list[str] | None = None,
         log_config: bool = False,
         upload_checkpoints: bool = False,
-        upload_timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
+        upload_timeout: float = 1800.0,
         video_kwargs: dict[str, Any] | None = None,
         image_kwargs: dict[str, Any] | None = None,
         *,
@@ -71,49 +107,22 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         nodes: str = "workers",
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
-        init_timeout_s: float = 90.0,
-        finish_timeout_s: float = 60.0,
-        offline_transfer: str = "auto",
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
+        init_timeout_s: float = 90.0,
+        finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,
+        offline_transfer: str = "auto",
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=False)
         for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
             if owned in wandb_init_kwargs:
                 raise invalid(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
-        for option, value in (("video_kwargs", video_kwargs), ("image_kwargs", image_kwargs)):
-            if value is not None and not isinstance(value, dict):
-                raise invalid(option, value, "expected a dict of keyword arguments or None")
-        self.options, self._env = configure(
-            project=project,
-            entity=entity,
-            group=group,
-            tags=tags,
-            notes=notes,
-            log_config=log_config,
-            excludes=excludes,
-            mode=mode,
-            nodes=nodes,
-            sampling_interval_s=sampling_interval_s,
-            gpu_device_ids=gpu_device_ids,
-            init_timeout_s=init_timeout_s,
-            finish_timeout_s=finish_timeout_s,
-            offline_transfer=offline_transfer,
-            straggler_threshold=straggler_threshold,
-            straggler_window_s=straggler_window_s,
-            alerts=alerts,
-            max_node_writers=max_node_writers,
-            api_key=api_key,
-            api_key_file=api_key_file,
-            upload_checkpoints=upload_checkpoints,
-            upload_timeout=upload_timeout,
-            wandb_init_kwargs=wandb_init_kwargs,
-        )
-        self.video_kwargs = dict(video_kwargs or {})
-        self.image_kwargs = dict(image_kwargs or {})
+        self.options, self._env = configure("tune", locals())  # the arguments above, by the table
+        self.video_kwargs = dict(self.options.video_kwargs)
+        self.image_kwargs = dict(self.options.image_kwargs)
         self._api_key_file = api_key_file
         self._driver_cwd = os.getcwd()
         self._warner = Warner()
@@ -126,7 +135,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
 
     @property
     def upload_timeout(self) -> float:
-        return self.options.upload_timeout_s
+        return self.options.upload_timeout
 
     def __repr__(self) -> str:
         o = self.options

@@ -1,14 +1,206 @@
-"""Option validation and the callback object itself (no cluster, no W&B)."""
+"""The table of options and what follows from it, option validation, and the callback object itself
+(no cluster, no W&B)."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import pickle
+import re
 from typing import Any
 
 import pytest
 
-from ray_wandb_nodes import WandbNodesCallback
-from ray_wandb_nodes._options import build_options, resolve_mode
+from ray_wandb_nodes import WandbNodesCallback, WandbNodesTuneCallback
+from ray_wandb_nodes import _options_doc as gen
+from ray_wandb_nodes._options import (
+    BY_NAME,
+    OPTIONS,
+    POSITIONAL,
+    SECTIONS,
+    TRAIN,
+    TUNE,
+    VAR_KEYWORD,
+    Option,
+    Options,
+    build_options,
+    options_of,
+    resolve_mode,
+)
+
+CLASSES = {TRAIN: WandbNodesCallback, TUNE: WandbNodesTuneCallback}
+
+# the table ------------------------------------------------------------------------------------------
+
+
+def expected_params(callback: str) -> list[tuple[str, Any, Any, str]]:
+    """(name, kind, default, annotation) of each ``__init__`` parameter after self, from the table alone:
+    the callback's positional arguments in their order, then its other options in the table's order."""
+    mine = [o for o in OPTIONS if callback in o.callbacks]
+    first = [BY_NAME[n] for n in POSITIONAL[callback]]
+    rest = [o for o in mine if o.name not in POSITIONAL[callback]]
+    out = [(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, o.default_for(callback), o.annotation) for o in first]
+    for o in rest:
+        if o.name == VAR_KEYWORD:
+            out.append((o.name, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty, o.annotation))
+        else:
+            out.append((o.name, inspect.Parameter.KEYWORD_ONLY, o.default_for(callback), o.annotation))
+    return out
+
+
+@pytest.mark.parametrize("callback", [TRAIN, TUNE])
+def test_each_callbacks_signature_is_the_tables(callback: str) -> None:
+    params = list(inspect.signature(CLASSES[callback].__init__).parameters.values())[1:]
+    got = [(p.name, p.kind, p.default, p.annotation) for p in params]
+    assert got == expected_params(callback), "run: python -m ray_wandb_nodes._options_doc"
+    assert [name for name, *_ in got] == [o.name for o in options_of(callback)]
+
+
+def args_entries(doc: str) -> list[tuple[str, str]]:
+    """The (name, text) entries of a Google-style Args section, whitespace collapsed."""
+    lines = inspect.cleandoc(doc).splitlines()
+    start = lines.index("Args:") + 1
+    entries: list[tuple[str, str]] = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        entry = re.match(r"^    (\**\w+): (.*)$", line)
+        if entry:
+            entries.append((entry.group(1), entry.group(2)))
+        else:
+            assert line.startswith(" " * 8), f"not an Args line: {line!r}"
+            entries[-1] = (entries[-1][0], f"{entries[-1][1]} {line.strip()}")
+    return entries
+
+
+@pytest.mark.parametrize("callback", [TRAIN, TUNE])
+def test_each_callbacks_docstring_documents_each_of_its_options_by_the_table(callback: str) -> None:
+    doc = CLASSES[callback].__doc__
+    assert doc is not None
+    want = [(("**" if o.name == VAR_KEYWORD else "") + o.name, " ".join(o.doc.split())) for o in options_of(callback)]
+    assert args_entries(doc) == want, "run: python -m ray_wandb_nodes._options_doc"
+
+
+@pytest.mark.parametrize("callback", [TRAIN, TUNE])
+def test_the_docs_site_reads_the_same_args_statically(callback: str) -> None:
+    # mkdocstrings reads docstrings from the source with griffe, never from the imported object.
+    griffe = pytest.importorskip("griffe")
+    path, class_name = gen.CALLBACKS[callback]
+    pkg = griffe.load("ray_wandb_nodes", search_paths=[str(path.parent.parent)], allow_inspection=False)
+    sections = pkg[f"{path.stem}.{class_name}"].docstring.parse("google")
+    (params,) = [s.value for s in sections if s.kind.value == "parameters"]
+    assert [(p.name, " ".join(p.description.split())) for p in params] == args_entries(CLASSES[callback].__doc__ or "")
+
+
+@pytest.mark.parametrize("callback", [TRAIN, TUNE])
+def test_the_generator_leaves_the_callbacks_source_as_it_is(callback: str) -> None:
+    path, _ = gen.CALLBACKS[callback]
+    source = path.read_text()
+    assert gen.rewrite(source, callback) == source, "run: python -m ray_wandb_nodes._options_doc"
+
+
+def test_the_options_page_is_the_generated_one() -> None:
+    assert gen.PAGE.read_text() == gen.page(), "run: python -m ray_wandb_nodes._options_doc"
+    assert gen.main(["--check"]) == 0
+
+
+def test_the_options_page_has_each_option_once_in_its_section() -> None:
+    text = gen.page()
+    assert "python -m ray_wandb_nodes._options_doc" in text.split("\n## ")[0]  # how to regenerate, on top
+    for key, (title, _) in SECTIONS.items():
+        body = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+        rows = re.findall(r"^\| `\**(\w+)` \|", body, flags=re.M)
+        assert rows == [o.name for o in OPTIONS if o.section == key]
+    assert "| `log_config` | Train, Tune | `True` (Train), `False` (Tune) |" in text
+
+
+def test_options_fields_are_the_tables_stored_options() -> None:
+    stored = [o.name for o in OPTIONS if o.stored]
+    assert [f.name for f in dataclasses.fields(Options)] == [*stored, "settings"]
+    assert {o.name for o in OPTIONS if not o.stored} == {"api_key", "api_key_file"}  # secrets: the captured env
+    assert all(o.section in SECTIONS and set(o.callbacks) <= {TRAIN, TUNE} and o.callbacks for o in OPTIONS)
+
+
+def test_the_abort_warning_names_a_real_option() -> None:
+    from ray_wandb_nodes._train_run import abort_uploads_warning
+
+    text = abort_uploads_warning(10.0, ["checkpoint-r"], None)
+    named = re.findall(r"\(([a-z_]+) bounds a run's end", text)
+    assert named == ["upload_timeout"] and named[0] in BY_NAME
+
+
+# One value each option does not take; every option of the table has one, but ``notes``, which
+# takes any value as its str() (as wandb.init does).
+ANY_VALUE = {"notes"}
+BAD = {
+    "project": "a/b",
+    "entity": "",
+    "group": 3,
+    "name": " ",
+    "tags": "one",
+    "config": [1, 2],
+    "log_config": "yes",
+    "mode": "fast",
+    "excludes": [1],
+    "strategy": "rank",
+    "rank_metrics": "mean",
+    "nodes": "all",
+    "sampling_interval_s": 0.05,
+    "gpu_device_ids": [0, -1],
+    "video_kwargs": [1],
+    "image_kwargs": "gif",
+    "upload_checkpoints": 1,
+    "upload_timeout": 0,
+    "straggler_metric": "",
+    "straggler_mode": "mean",
+    "straggler_threshold": 1.5,
+    "straggler_window_s": float("inf"),
+    "alerts": "on",
+    "init_timeout_s": -1,
+    "finish_timeout_s": "10",
+    "max_node_writers": 0,
+    "offline_transfer": "s3",
+    "api_key": "",
+    "api_key_file": 3,
+    "wandb_init_kwargs": {"reinit": True},
+}
+
+
+def test_every_option_has_a_bad_value_case() -> None:
+    assert set(BAD) | ANY_VALUE == set(BY_NAME) and not set(BAD) & ANY_VALUE
+    assert build_options(notes=3).notes == "3"
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.name not in ANY_VALUE], ids=lambda o: o.name)
+def test_every_option_rejects_a_bad_value_naming_it_and_what_is_allowed(option: Option) -> None:
+    value = BAD[option.name]
+    callback = TRAIN if TRAIN in option.callbacks else TUNE
+    kwargs = dict(value) if option.name == VAR_KEYWORD else {option.name: value}
+    with pytest.raises(ValueError) as info:
+        CLASSES[callback](**kwargs)
+    text = str(info.value)
+    if option.name == "api_key":  # a key is never shown, not even a bad one
+        assert "invalid api_key (not shown)" in text
+    elif option.name == VAR_KEYWORD:
+        assert "reinit=True" in text
+    else:
+        assert f"invalid {option.name}={value!r}; expected " in text
+        # the generic words are the page's "allowed" column; some checks say the case more closely
+        assert option.check.allowed in text or option.name in ("project", "tags", "excludes")
+
+
+def test_the_tune_callback_keeps_rays_log_config_default() -> None:
+    assert build_options(callback=TUNE).log_config is False
+    assert build_options(callback=TRAIN).log_config is True
+    assert WandbNodesTuneCallback(project="p").options.log_config is False
+
+
+def test_build_options_rejects_a_name_not_in_the_table() -> None:
+    with pytest.raises(TypeError, match="upload_timeout_s"):
+        build_options(upload_timeout_s=10)
+
+
+# validation -------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

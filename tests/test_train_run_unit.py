@@ -89,7 +89,7 @@ def test_an_aborts_warning_names_each_pending_checkpoint_once() -> None:
 
     text = abort_uploads_warning(10.0, ["checkpoint-r", "checkpoint-r", "checkpoint-t"], "checkpoint-r")
     assert text == (
-        "the run was aborted: it ends within 10s without waiting for checkpoint uploads (upload_timeout_s "
+        "the run was aborted: it ends within 10s without waiting for checkpoint uploads (upload_timeout "
         "bounds a run's end, not an abort): 3 checkpoint(s) not yet handed to W&B are dropped "
         "(checkpoint-r x2, checkpoint-t); the upload of checkpoint-r, the last one logged, is cut short "
         "if W&B has not finished it"
