@@ -58,6 +58,27 @@ def test_every_relative_link_points_to_a_file_that_exists() -> None:
     assert not broken, "links to files that do not exist:\n  " + "\n  ".join(broken)
 
 
+def anchors(page: Path) -> set[str]:
+    """The heading ids of a page, made as Python-Markdown's toc makes them."""
+    headings = re.findall(r"^#+\s+(.+?)\s*$", FENCE.sub("", page.read_text(encoding="utf-8")), re.MULTILINE)
+    slugs = set()
+    for heading in headings:
+        text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+        slugs.add(re.sub(r"[-\s]+", "-", text))
+    return slugs
+
+
+def test_every_link_into_a_page_names_a_heading_it_has() -> None:
+    broken = []
+    for page in pages():
+        for target in relative_links(page):
+            file, _, fragment = target.partition("#")
+            linked = page.parent / file
+            if fragment and file.endswith(".md") and linked.exists() and fragment not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, "links to headings that do not exist:\n  " + "\n  ".join(broken)
+
+
 def test_the_link_check_sees_links_and_skips_code(tmp_path: Path) -> None:
     sample = tmp_path / "sample.md"
     text = '[a](a.md) ![b](img/b.png "t") [c](https://x.org) [d](#top) `[e](e.md)`\n```\n[f](f.md)\n```\n'
