@@ -15,6 +15,7 @@ from ray_wandb_nodes._fleet.retire import Retirement, advance_all
 from ray_wandb_nodes._fleet.targets import StandaloneTarget
 from ray_wandb_nodes._warn import Warner
 from ray_wandb_nodes._writers import WriterSpec
+from tests.support.fakes import logger_status, summary
 
 
 def retirement(run_id: str, **fields: Any) -> Retirement:
@@ -147,9 +148,7 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
     logger = NodeLogger()
     logger._runs = {"trial-a": Writer(90.0), "trial-b": Writer(5.0)}
     logger.read_samples()
-    summaries = logger.summaries()
-    status = {"pid": 1, "runs": ["trial-a", "trial-b"], "errors": {}, "summaries": summaries}
-    status["summary"] = next(iter(summaries.values()))
+    status = logger_status("n1", 1, ["trial-a", "trial-b"], summaries=logger.summaries())
     node = NodeInfo("n1", "host-1", "10.0.0.1")
     pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
     pool.start([node])
@@ -226,9 +225,8 @@ def test_one_runs_last_check_leaves_the_new_samples_for_the_other_runs() -> None
     health = FleetHealth(Warner())
     alive = {"n1": node}
     health.check(targets, pool, alive)  # both runs know the node; no samples yet
-    summaries = {run_id: {"t": 1.0, "n": 1, "seq": 1, "cpu": 40.0, "age_s": 0.5} for run_id in targets}
-    status = {"pid": 1, "runs": sorted(targets), "errors": {}, "summaries": summaries}
-    pool.check_status(handle, {**status, "summary": summaries["trial-a"]})  # a ping brings them
+    summaries = {run_id: summary(1.0, seq=1, cpu=40.0, age_s=0.5) for run_id in targets}
+    pool.check_status(handle, logger_status("n1", 1, sorted(targets), summaries=summaries))  # a ping brings them
     health.check({"trial-a": targets["trial-a"]}, pool, alive, only="trial-a", final=True)  # trial A ends first
     health.check({"trial-b": targets["trial-b"]}, pool, alive)  # trial B, at the next tick
     for target in targets.values():

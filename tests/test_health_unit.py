@@ -8,10 +8,20 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._health import HealthMonitor, HealthOptions, StragglerRule, summarize
-from ray_wandb_nodes._health.monitor import COLUMNS
+from ray_wandb_nodes._health import (
+    COLUMNS,
+    GpuIntBatch,
+    GpuInts,
+    GpuSummary,
+    HealthMonitor,
+    HealthOptions,
+    NodeSummary,
+    StragglerRule,
+    gpu_ints,
+    summarize,
+)
 from ray_wandb_nodes._health.rule import NodeStreak, judge
-from ray_wandb_nodes._health.summary import gpu_ints
+from tests.support.fakes import summary
 
 # Each case: rule, and a series of ticks {node: value} one second apart (every node fresh each
 # tick, one sample each); the events expected as (tick index, node, event).
@@ -126,27 +136,24 @@ def test_a_summary_of_kept_samples_is_small_and_only_new() -> None:
         "disk./.usagePercent": [(at(1), float("nan"))],
     }
     s = summarize(series)
-    assert s == {
-        "t0": at(0).timestamp(),
-        "t": at(1).timestamp(),
-        "n": 2,  # sampling intervals: the most points of one series
-        "cpu": 20.0,
-        "mem": 50.0,
-        "rss_mb": 700.0,
-        "net_sent": 3000.0,  # a counter: the newest
-        "gpus": {  # by NVML index
-            0: {"util": 90.0, "mem": 25.0, "temp": 60.0, "power": 450.0, "limit": 650.0},
-            1: {"util": 40.0, "mem": 75.0},
+    assert s == NodeSummary(
+        t0=at(0).timestamp(),
+        t=at(1).timestamp(),
+        n=2,  # sampling intervals: the most points of one series
+        cpu=20.0,
+        mem=50.0,
+        rss_mb=700.0,
+        net_sent=3000.0,  # a counter: the newest
+        gpus={  # by NVML index
+            0: GpuSummary(util=90.0, mem=25.0, temp=60.0, power=450.0, limit=650.0),
+            1: GpuSummary(util=40.0, mem=75.0),
         },
-    }
-    assert list(s["gpus"]) == [0, 1]
+    )
+    assert s is not None and list(s.gpus) == [0, 1]
     assert summarize(series, since=at(1).timestamp()) is None
-    assert summarize({"cpu": [(at(2), 5.0), ("bad",), (at(3), True)]}, since=at(1).timestamp()) == {
-        "t0": at(2).timestamp(),
-        "t": at(2).timestamp(),
-        "n": 1,
-        "cpu": 5.0,
-    }
+    assert summarize({"cpu": [(at(2), 5.0), ("bad",), (at(3), True)]}, since=at(1).timestamp()) == NodeSummary(
+        t0=at(2).timestamp(), t=at(2).timestamp(), n=1, cpu=5.0
+    )
 
 
 def test_gpu_records_sent_apart_from_the_system_ones_count_one_interval_each() -> None:
@@ -155,7 +162,8 @@ def test_gpu_records_sent_apart_from_the_system_ones_count_one_interval_each() -
         "cpu": [(at(0), 10.0), (at(1), 10.0), (at(2), 10.0)],
         "gpu.0.gpu": [(at(0.01), 90.0), (at(1.01), 90.0), (at(2.01), 90.0)],
     }
-    assert summarize(series)["n"] == 3
+    s = summarize(series)
+    assert s is not None and s.n == 3
 
 
 def test_the_integer_gpu_series_come_from_stats_records() -> None:
@@ -164,12 +172,9 @@ def test_the_integer_gpu_series_come_from_stats_records() -> None:
         (11.0, {"gpu.0.smClock": 1000, "gpu.0.uncorrectedMemoryErrors": 3, "gpu.1.smClock": 1900, "cpu": 5.0}),
         (12.0, {"gpu.99.smClock": "n/a", "gpu.1.memoryClock": 2619}),
     ]
-    assert gpu_ints(stats) == {
-        "t0": 10.0,
-        "t": 11.0,
-        "n": 2,
-        "by": {0: {"sm": 1490.0, "ecc_u": 3.0, "ecc_c": 2.0}, 1: {"sm": 1900.0}},
-    }
+    assert gpu_ints(stats) == GpuIntBatch(
+        t0=10.0, t=11.0, n=2, by={0: GpuInts(sm=1490.0, ecc_u=3.0, ecc_c=2.0), 1: GpuInts(sm=1900.0)}
+    )
     assert gpu_ints([(1.0, {"cpu": 3.0})]) is None
 
 
@@ -214,10 +219,10 @@ def test_the_system_rule_compares_gpus_with_gpus_and_cpus_with_cpus() -> None:
     for i in range(5):
         clock.now += 1
         t = clock.now
-        m.summary("n0", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 95.0}, 1: {"util": 97.0}}})
-        m.summary("n1", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 20.0}, 1: {"util": 30.0}}})
-        m.summary("n2", {"t": t, "n": 1, "seq": i + 1, "cpu": 400.0})  # no GPU: not compared with GPUs
-        m.summary("head", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 0.0}}})  # no ranks: left out
+        m.summary("n0", summary(t, seq=i + 1, gpus={0: GpuSummary(util=95.0), 1: GpuSummary(util=97.0)}))
+        m.summary("n1", summary(t, seq=i + 1, gpus={0: GpuSummary(util=20.0), 1: GpuSummary(util=30.0)}))
+        m.summary("n2", summary(t, seq=i + 1, cpu=400.0))  # no GPU: not compared with GPUs
+        m.summary("head", summary(t, seq=i + 1, gpus={0: GpuSummary(util=0.0)}))  # no ranks: left out
         result = m.tick()
         if i < 2:
             assert result.alerts == []
@@ -324,9 +329,9 @@ def test_an_idle_node_that_leaves_without_ever_hosting_a_rank_is_left_not_lost()
 def test_ages_never_set_a_nodes_clock_against_the_monitors() -> None:
     m, clock = monitor()
     # n0's clock runs an hour ahead of the monitor's: its sample was 2 s old when it was sent.
-    m.summary("n0", {"t": clock.now + 3600, "n": 1, "seq": 1, "cpu": 10.0, "age_s": 2.0})
+    m.summary("n0", summary(clock.now + 3600, seq=1, cpu=10.0, age_s=2.0))
     # n1's runs an hour behind, and says no age: its age counts from its arrival.
-    m.summary("n1", {"t": clock.now - 3600, "n": 1, "seq": 1, "cpu": 10.0})
+    m.summary("n1", summary(clock.now - 3600, seq=1, cpu=10.0))
     clock.now += 5
     ages = {row[0]: row[COLUMNS.index("last_sample_age_s")] for row in m.table()}
     assert (ages["node-h0-aaaaaa"], ages["node-h1-bbbbbb"], ages["node-h2-cccccc"]) == (7.0, 5.0, None)
@@ -338,6 +343,6 @@ def test_ages_never_set_a_nodes_clock_against_the_monitors() -> None:
 def test_a_summary_says_its_age_on_the_clock_that_took_it() -> None:
     from ray_wandb_nodes._health.reader import aged
 
-    assert aged({"t": 100.0, "cpu": 1.0}, now=103.5) == {"t": 100.0, "cpu": 1.0, "age_s": 3.5}
-    assert aged({"t": 100.0}, now=99.0) == {"t": 100.0, "age_s": 0.0}  # never negative
-    assert aged(None) is None and aged({"cpu": 1.0}) == {"cpu": 1.0}
+    assert aged(summary(100.0, cpu=1.0), now=103.5) == summary(100.0, cpu=1.0, age_s=3.5)
+    assert aged(summary(100.0), now=99.0) == summary(100.0, age_s=0.0)  # never negative
+    assert aged(None) is None
