@@ -34,6 +34,7 @@ import time
 import tracemalloc
 from typing import Any
 
+from ray_wandb_nodes._fleet.commands import AddRun, Poll, Prestart
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.targets import SharedTarget
 from ray_wandb_nodes._fleet.wire import LoggerStatus
@@ -212,7 +213,7 @@ def run_minutes(fleet: NodeFleet, sim: SimCluster, minutes: int, churn: float, j
                 joined[sim.join()] = sim.clock.now
             sim.clock.now += POLL_S
             t0 = time.process_time()
-            fleet.step("poll", None)
+            fleet.step(Poll())
             cpu += time.process_time() - t0
     return cpu
 
@@ -240,7 +241,7 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
     fleet = NodeFleet(init_timeout_s=90.0, warner=warner, list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
     t0 = time.process_time()
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     run_minutes(fleet, sim, 1, 0.0, {})  # warm-up: N loggers started, every writer added
     out["start_cpu_s"] = time.process_time() - t0
     for phase, rate in (("steady", 0.0), ("churn", churn)):
@@ -257,8 +258,8 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
             "planned_within_s": max(planned) if planned else None,
             "not_planned": len(joined) - len(planned),
         }
-    out["members"] = sum(1 for h in fleet._pool.handles() if target.run_id in h.runs)
-    out["loggers"] = len(fleet._pool.handles())
+    out["members"] = sum(1 for h in fleet.worker.pool.handles() if target.run_id in h.runs)
+    out["loggers"] = len(fleet.worker.pool.handles())
     out["warnings"] = warner.said[:3]
     if keep:
         out["fleet"] = (fleet, target, sim)  # alive while the caller reads the traced memory
@@ -281,11 +282,11 @@ def prestart(n: int, workers: int, gpus_per_worker: float, busy: float) -> dict[
     fleet = NodeFleet(**kwargs)
     target = make_target(clock)
     target.selection, target.ready = "workers", False  # a Train run whose W&B run is being created
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     per_worker = {"CPU": 1.0, "GPU": gpus_per_worker}
-    fleet.step("prestart", (True, None, workers, per_worker))  # what TrainRun asks at the controller's start
+    fleet.step(Prestart(True, None, workers, per_worker))  # what TrainRun asks at the controller's start
     job_nodes = -(-int(workers * gpus_per_worker) // 8)
-    return {"nodes": n, "workers": workers, "job_nodes": job_nodes, "loggers": len(fleet._pool.handles())}
+    return {"nodes": n, "workers": workers, "job_nodes": job_nodes, "loggers": len(fleet.worker.pool.handles())}
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._fleet.collect import CollectJob, OfflineCollection
+from ray_wandb_nodes._fleet.commands import AddRun, Poll, RankReport
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.plan import RunWants
 from ray_wandb_nodes._fleet.pool import LoggerHandle, LoggerPool
@@ -66,7 +67,7 @@ def simulated_fleet(n: int, cap: int = 256) -> tuple[Any, Any, Any]:
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
     target.max_writers = cap
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     return fleet, sim, target
 
 
@@ -75,10 +76,10 @@ def test_the_node_listing_is_read_at_most_once_a_poll_whatever_the_commands() ->
 
     fleet, sim, target = simulated_fleet(20)
     for _ in range(200):  # a burst of rank reports: each one a turn of the fleet thread
-        fleet.step("ranks", (target.run_id, [{"x": 1.0}], 0.0))
+        fleet.step(RankReport(target.run_id, [{"x": 1.0}], 0.0))
     assert sim.listings == 1
     sim.clock.now += POLL_S
-    fleet.step("poll", None)
+    fleet.step(Poll())
     assert sim.listings == 2
 
 
@@ -88,12 +89,12 @@ def test_pings_go_in_bounded_batches_and_reach_every_logger() -> None:
 
     n = 3 * PING_BATCH + 10
     fleet, sim, _ = simulated_fleet(n)
-    pool = fleet._pool
+    pool = fleet.worker.pool
     calls: list[int] = []
     for _ in range(6):
         before = sum(h.pinged > 0 for h in pool.handles())
         sim.clock.now += POLL_S
-        fleet.step("poll", None)
+        fleet.step(Poll())
         calls.append(sum(h.pinged > 0 for h in pool.handles()) - before)
     assert max(calls) <= PING_BATCH
     assert all(h.pinged > 0 for h in pool.handles())  # every logger within ceil(n / batch) ticks
@@ -105,7 +106,7 @@ def test_past_the_cap_members_and_observers_cover_every_node_and_one_warning_say
 
     fleet, sim, target = simulated_fleet(300, cap=40)
     run_minutes(fleet, sim, 1, 0.0, {})
-    hosted = {h.node.node_id: set(h.runs) for h in fleet._pool.handles()}
+    hosted = {h.node.node_id: set(h.runs) for h in fleet.worker.pool.handles()}
     members = {n for n, runs in hosted.items() if target.run_id in runs}
     observers = {n for n, runs in hosted.items() if f"{target.run_id}--observer" in runs}
     assert len(members) == 40 and len(observers) == 260 and not members & observers
