@@ -232,3 +232,37 @@ def test_one_runs_last_check_leaves_the_new_samples_for_the_other_runs() -> None
     health.check({"trial-b": targets["trial-b"]}, pool, alive)  # trial B, at the next tick
     for target in targets.values():
         assert target.health is not None and target.health.table()[0][8] == 40.0  # the cpu column
+
+
+def test_a_node_s_unreadable_transaction_log_is_one_warning_naming_the_node_and_the_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ray_wandb_nodes._health import Degradation, ReadProblem
+
+    class Actors:
+        def group_prefix(self) -> str:
+            return "g-"
+
+        def create(self, node_id: str, name: str) -> tuple[None, None]:
+            return None, None
+
+        def result(self, ref: Any) -> Any:
+            return ref
+
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
+    pool.start([node])
+    handle = pool.get("n1")
+    assert handle is not None
+    bad = ReadProblem(
+        Degradation.LOG_UNREADABLE, "checksum mismatch", "/x/run-a.wandb: checksum mismatch at byte offset 32768"
+    )
+    for ping in range(3):  # every ping carries it: said once
+        status = logger_status(
+            "n1", 1, ["run-a"], summaries={"run-a": summary(float(ping), cpu=5.0)}, problems={"run-a": (bad,)}
+        )
+        pool.check_status(handle, status)
+    said = [r.getMessage() for r in caplog.records if "transaction log" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"the node writer on {node.label} cannot be read" in said[0] and "checksum mismatch" in said[0]
+    assert "slow-GPU and memory-error alerts" in said[0]

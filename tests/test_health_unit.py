@@ -346,3 +346,54 @@ def test_a_summary_says_its_age_on_the_clock_that_took_it() -> None:
     assert aged(summary(100.0, cpu=1.0), now=103.5) == summary(100.0, cpu=1.0, age_s=3.5)
     assert aged(summary(100.0), now=99.0) == summary(100.0, age_s=0.0)  # never negative
     assert aged(None) is None
+
+
+# degradation: what node health cannot see, said once --------------------------------------------
+@pytest.mark.parametrize(
+    ("expects_gpu", "intervals", "gpu_seen", "said"),
+    [
+        (True, 5, False, True),  # GPUs from Ray, five intervals and no GPU: no NVML there
+        (True, 4, False, False),  # too soon: the first samples may hold no GPU yet
+        (True, 50, True, False),  # it reported GPUs
+        (False, 50, False, False),  # a CPU job's node
+    ],
+)
+def test_a_gpu_job_s_node_reporting_no_gpu_is_told_apart(
+    expects_gpu: bool, intervals: int, gpu_seen: bool, said: bool
+) -> None:
+    from ray_wandb_nodes._health.degradation import reports_no_gpu
+
+    assert reports_no_gpu(expects_gpu, intervals, gpu_seen) is said
+
+
+def test_a_gpu_job_s_node_without_nvml_is_one_notice_naming_it_and_the_cause() -> None:
+    clock = Clock()
+    m = HealthMonitor(HealthOptions(window_s=2, table_every_s=60), clock=clock)
+    m.set_nodes(NODES, RANKS, (), {0: ("0",), 1: ("0",), 2: ("0",), 3: ("1",)})  # every rank got a GPU
+    notices = []
+    for i in range(8):
+        clock.now += 1
+        m.summary("n0", summary(clock.now, seq=i + 1, cpu=10.0, gpus={0: GpuSummary(util=95.0)}))
+        m.summary("n1", summary(clock.now, seq=i + 1, cpu=10.0))  # no GPU ever: NVML missing there
+        notices += m.tick().notices
+    (notice,) = notices  # once, not every tick
+    assert notice.node_id == "n1" and notice.kind == "no-gpu"
+    assert "node-h1-bbbbbb (host h1, rank 1)" in notice.text and "no libnvidia-ml.so.1" in notice.text
+    assert "judges it by its CPU share" in notice.text
+
+
+def test_a_log_that_is_not_wandb_s_format_is_a_problem_the_reader_keeps(tmp_path: Any) -> None:
+    import os
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._health import Degradation, SummaryReader
+
+    log = tmp_path / "run-x.wandb"
+    log.write_bytes(os.urandom(3 * 32 * 1024))  # three blocks of bytes that are not the format
+    run = SimpleNamespace(_system_metrics={"cpu": [(at(0), 10.0)]}, settings=SimpleNamespace(sync_file=str(log)))
+    reader = SummaryReader()
+    got = reader.read(run)
+    assert got is not None and got.cpu == 10.0  # the kept samples still come
+    (problem,) = reader.problems.values()
+    assert problem.kind is Degradation.LOG_UNREADABLE
+    assert problem.cause == "not a W&B transaction log (no ':W&B' header)" and str(log) in problem.detail
