@@ -15,9 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ._health import NodeSummary, ReadProblem
-from ._health.monitor import COLUMNS, GPU_COLUMNS, Alert
-from ._health.reader import SummaryReader, aged
+from ._health import COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
 from ._wandb_io import health_table, init_writer

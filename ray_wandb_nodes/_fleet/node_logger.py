@@ -22,9 +22,7 @@ import threading
 from typing import Any
 
 from .. import _ray
-from .._health.kinds import Degradation
-from .._health.messages import NodeSummary, ReadProblem
-from .._health.reader import SummaryReader, aged
+from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
 from .._metrics import Stepper
 from .._wandb_io import init_writer
 from .._warn import describe

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._health.degradation import read_warning
-from .._health.messages import NodeSummary
+from .._health import NodeSummary, read_warning
 from .._warn import Warner, describe
 from .._writers import WriterSpec
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors

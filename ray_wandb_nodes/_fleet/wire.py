@@ -1,7 +1,7 @@
 """What crosses between the driver side and a node's logger actor, defined once: the logger's
 status (the answer to every ping, join and finish). It rides every ping, so it stays small: a
 slotted frozen dataclass, pickled as one tuple, with each writer's summary (``_health``'s
-:class:`~.._health.messages.NodeSummary`) and what kept its reader from reading."""
+:class:`~ray_wandb_nodes._health.NodeSummary`) and what kept its reader from reading."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._health.messages import NodeSummary, ReadProblem
+from .._health import NodeSummary, ReadProblem
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ alerts to raise and what the tables (``table``) hold; ``alerts`` and ``degradati
 words. The names below are what other packages use.
 """
 
-from .alerts import Alert
+from .alerts import Alert, gpu_finding, gpu_name
 from .degradation import read_warning
 from .gpus import GpuEvent, GpuHealth
 from .kinds import Degradation, EventKind, GpuState, NodeState
@@ -43,7 +43,9 @@ __all__ = [
     "SummaryReader",
     "TickResult",
     "aged",
+    "gpu_finding",
     "gpu_ints",
+    "gpu_name",
     "read_warning",
     "summarize",
 ]

@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._health import EventKind, GpuHealth, gpu_ints, summarize
-from .._health.alerts import gpu_finding, gpu_name
+from .._health import EventKind, GpuHealth, gpu_finding, gpu_ints, gpu_name, summarize
 
 DEFAULT_THRESHOLD, DEFAULT_WINDOW_S = 0.7, 120.0
 
