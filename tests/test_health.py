@@ -66,7 +66,7 @@ def corrupt_node_log(base: str) -> None:
     from ray_wandb_nodes._naming import node_label
 
     label = node_label(socket.gethostname(), ray.get_runtime_context().get_node_id())
-    (path,) = glob.glob(os.path.join(base, "ray_wandb_nodes", label, "wandb", "*", "*.wandb"))
+    (path,) = glob.glob(os.path.join(base, "ray_wandb_nodes", label, "wandb", "run-*", "run-*.wandb"))
     size = os.path.getsize(path)
     os.rename(path, path + ".kept")
     with open(path + ".tmp", "wb") as f:
