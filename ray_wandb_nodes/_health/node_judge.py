@@ -138,7 +138,7 @@ class NodeJudge:
         return events
 
     def alert(self, node: TrackedNode, kind: EventKind, gpus: GpuHealth, now: float) -> Alert:
-        """The alert of a node event (``"straggler"``, ``"recovered"``, ``"lost"``)."""
+        """The alert of a node event (``STRAGGLER``, ``RECOVERED`` or ``NODE_LOST``)."""
         who = node_who(node.label, node.hostname, node.ranks or node.had_ranks)
         if kind is EventKind.NODE_LOST:
             return lost_alert(node.label, who, node.age(now))
