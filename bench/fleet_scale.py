@@ -7,8 +7,10 @@ This machine cannot start 1,000 raylets, so the real ``NodeFleet`` (its plan, lo
 pings, node health and writer cap, the code a Train run uses) is driven tick by tick with
 simulated answers: ``ray.nodes()`` listings of N nodes (8 GPUs and 96 CPUs each, as Ray returns
 them, built afresh for every call), and logger actors that answer at once, each status carrying
-a node summary. The run selects every node (``nodes="cluster"``) with the default cap of 256
-node writers, so past 256 nodes the rest are observers. A clock stands in for time: a tick is
+a busy 8-GPU node's summary (``tests/support/fakes.py``, built from the plugin's own message
+types: every GPU's readings and SM clocks, so the GPU rules run on every node as they would).
+The run selects every node (``nodes="cluster"``) with the default cap of 256 node writers, so
+past 256 nodes the rest are observers. A clock stands in for time: a tick is
 the fleet's 3 s poll, a minute 20 ticks.
 
 For each N, two phases after a warm-up minute (the first start of N loggers, reported apart):
@@ -32,13 +34,16 @@ import time
 import tracemalloc
 from typing import Any
 
+from ray_wandb_nodes._fleet.commands import AddRun, Poll, Prestart
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.targets import SharedTarget
+from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
 from ray_wandb_nodes._options import build_options
 from ray_wandb_nodes._primary import PrimaryWriter
 from ray_wandb_nodes._secrets import CapturedEnv
 from ray_wandb_nodes._writers import primary_spec
+from tests.support.fakes import busy_node, logger_status
 
 TICKS_PER_MINUTE = int(60 / POLL_S)
 
@@ -71,6 +76,7 @@ class SimActor:
 
     def __init__(self, sim: SimCluster, node_id: str) -> None:
         self._sim, self.node_id = sim, node_id
+        self.index = int(node_id, 16)
         self.runs: set[str] = set()
         self.pid = sim.rnd.randint(1000, 1 << 22)
         self._seq = 0
@@ -87,27 +93,13 @@ class SimActor:
             self.runs.discard(args[0])
         return Ref(self._status())
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> LoggerStatus:
+        # A busy 8-GPU node (tests/support/fakes.py: the plugin's own types), six samples of 0.5 s
+        # since the last ping, and the transaction-log block they filled (SM clocks, ECC counts).
         self._seq += 6
-        rnd = self._sim.rnd
-        return {
-            "pid": self.pid,
-            "restarted": False,
-            "runs": sorted(self.runs),
-            "errors": {},
-            "summary": {
-                "t": self._sim.clock.now,
-                "n": 6,
-                "seq": self._seq,
-                "cpu": rnd.uniform(5, 60),
-                "mem": 40.0,
-                "rss_mb": 4000.0,
-                "net_sent": 1e9,
-                "net_recv": 1e9,
-                "gpu": [rnd.uniform(85, 99) for _ in range(8)],
-                "gpu_mem": [70.0] * 8,
-            },
-        }
+        t = self._sim.clock.now
+        summary = busy_node(self._sim.rnd, self.index, t, seq=self._seq, t0=t - 2.5, batches=[(t - 2.5, t, 6)])
+        return logger_status(self.node_id, self.pid, self.runs, summaries=dict.fromkeys(self.runs, summary))
 
 
 class SimCluster:
@@ -221,7 +213,7 @@ def run_minutes(fleet: NodeFleet, sim: SimCluster, minutes: int, churn: float, j
                 joined[sim.join()] = sim.clock.now
             sim.clock.now += POLL_S
             t0 = time.process_time()
-            fleet.step("poll", None)
+            fleet.step(Poll())
             cpu += time.process_time() - t0
     return cpu
 
@@ -249,7 +241,7 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
     fleet = NodeFleet(init_timeout_s=90.0, warner=warner, list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
     t0 = time.process_time()
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     run_minutes(fleet, sim, 1, 0.0, {})  # warm-up: N loggers started, every writer added
     out["start_cpu_s"] = time.process_time() - t0
     for phase, rate in (("steady", 0.0), ("churn", churn)):
@@ -266,8 +258,8 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
             "planned_within_s": max(planned) if planned else None,
             "not_planned": len(joined) - len(planned),
         }
-    out["members"] = sum(1 for h in fleet._pool.handles() if target.run_id in h.runs)
-    out["loggers"] = len(fleet._pool.handles())
+    out["members"] = sum(1 for h in fleet.worker.pool.handles() if target.run_id in h.runs)
+    out["loggers"] = len(fleet.worker.pool.handles())
     out["warnings"] = warner.said[:3]
     if keep:
         out["fleet"] = (fleet, target, sim)  # alive while the caller reads the traced memory
@@ -290,11 +282,11 @@ def prestart(n: int, workers: int, gpus_per_worker: float, busy: float) -> dict[
     fleet = NodeFleet(**kwargs)
     target = make_target(clock)
     target.selection, target.ready = "workers", False  # a Train run whose W&B run is being created
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     per_worker = {"CPU": 1.0, "GPU": gpus_per_worker}
-    fleet.step("prestart", (True, None, workers, per_worker))  # what TrainRun asks at the controller's start
+    fleet.step(Prestart(True, None, workers, per_worker))  # what TrainRun asks at the controller's start
     job_nodes = -(-int(workers * gpus_per_worker) // 8)
-    return {"nodes": n, "workers": workers, "job_nodes": job_nodes, "loggers": len(fleet._pool.handles())}
+    return {"nodes": n, "workers": workers, "job_nodes": job_nodes, "loggers": len(fleet.worker.pool.handles())}
 
 
 def main() -> None:

@@ -42,8 +42,7 @@ def main() -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    from ray_wandb_nodes._health.reader import BUFFER_SAMPLES, SummaryReader
-    from ray_wandb_nodes._health.summary import summarize
+    from ray_wandb_nodes._health import BUFFER_SAMPLES, SummaryReader, summarize
 
     run = wandb.init(
         mode="offline",
@@ -62,16 +61,16 @@ def main() -> None:
             time.sleep(args.interval)
             t0 = time.process_time()
             fresh = summarize(run._system_metrics or {}, since)
-            since = fresh["t"] if fresh else since
+            since = fresh.t if fresh else since
             t1 = time.process_time()
-            summary = reader.read(run) or {}
+            summary = reader.read(run)
             t2 = time.process_time()
             cpu["buffer only"].append(t1 - t0)
             cpu["with the log"].append(t2 - t1)
-            for batch in summary.get("gpu_ints") or ():
-                if batch["t"] not in seen_t:
-                    seen_t.add(batch["t"])
-                    late.append(time.time() - batch["t"])
+            for batch in summary.gpu_ints if summary is not None else ():
+                if batch.t not in seen_t:
+                    seen_t.add(batch.t)
+                    late.append(time.time() - batch.t)
     finally:
         run.finish()
     minutes = (time.monotonic() - started) / 60

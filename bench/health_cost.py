@@ -7,7 +7,8 @@ Everything the controller does for node health in one minute, for ``N`` simulate
 makes anyway; only its reply grows by the summary):
 
 - 20 pings a node (one per fleet poll of 3 s): unpickling each logger's status *with* its
-  summary, less the same status without one (what the summary adds to the reply);
+  summary, less the same status without one (what the summary adds to the reply); both built by
+  ``tests/support/fakes.py`` from the plugin's own message types;
 - feeding each summary to the run's monitor and judging the straggler rule and the GPU rules
   (slow, idle, memory errors, lost: every GPU against the job's others) on every poll
   (``_fleet.health.feed`` and ``publish``, the code the fleet runs). Each summary carries, per
@@ -32,9 +33,10 @@ from typing import Any
 
 from ray_wandb_nodes._fleet import health as fleet_health
 from ray_wandb_nodes._fleet.nodes import NodeInfo
-from ray_wandb_nodes._health import HealthMonitor, HealthOptions
-from ray_wandb_nodes._health.monitor import COLUMNS, GPU_COLUMNS
+from ray_wandb_nodes._fleet.wire import LoggerStatus
+from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, HealthMonitor, HealthOptions
 from ray_wandb_nodes._wandb_io import health_table
+from tests.support.fakes import busy_node, logger_status
 
 POLLS_PER_MINUTE = 20  # the fleet pings each logger every 3 s
 POLL_S = 3.0
@@ -42,63 +44,29 @@ SAMPLES_PER_BLOCK = 6  # samples of 8 GPUs a 32 KiB transaction-log block holds 
 RECENT_S = 10.0  # a reader's summary carries the blocks it read in the last 10 s
 
 
-def status(node: int, poll: int, gpus: int, summary: bool, interval: float = 3.0) -> dict[str, Any]:
+def status(node: int, poll: int, gpus: int, summary: bool, interval: float = 3.0) -> LoggerStatus:
     """A logger's status reply as the fleet receives it (the summary as a node's reader makes it,
     for a writer sampling every ``interval`` seconds: the same summary until the next sample)."""
-    s: dict[str, Any] = {
-        "pid": 1000 + node,
-        "restarted": False,
-        "hostname": f"host{node}",
-        "node_id": f"{node:056x}",
-        "runs": ["run-abc"],
-        "labels": {"run-abc": f"node-host{node}-{node:06x}"},
-        "logged": {},
-        "errors": {},
-        "summary": None,
-    }
-    if summary:
-        sample = int(poll * POLL_S // interval)  # the writer's newest sample at this poll
-        per = max(1, round(interval / POLL_S))
-        rnd = random.Random(node * 7919 + sample)
-        t = 1.8e9 + sample * interval
-        block = sample // SAMPLES_PER_BLOCK  # the newest complete transaction-log block
-        blocks = [b for b in (block - 1, block) if (sample - b * SAMPLES_PER_BLOCK) * interval <= RECENT_S]
-        s["summary"] = {
-            "t0": t - (per - 1) * POLL_S,
-            "t": t,
-            "n": 1,
-            "seq": sample + 1,
-            "cpu": rnd.uniform(5, 90),
-            "mem": rnd.uniform(20, 60),
-            "rss_mb": rnd.uniform(500, 9000),
-            "net_sent": 1e9 + sample * 1e6,
-            "net_recv": 2e9 + sample * 1e6,
-            "gpus": {
-                i: {
-                    "util": rnd.uniform(90, 100),
-                    "mem": rnd.uniform(30, 90),
-                    "temp": rnd.uniform(50, 80),
-                    "power": rnd.uniform(400, 700),
-                    "limit": 700.0,
-                }
-                for i in range(gpus)
-            },
-            # as a reader sends them: the log blocks it read in the last 10 s
-            "gpu_ints": [
-                {
-                    "t0": 1.8e9 + (b * SAMPLES_PER_BLOCK - SAMPLES_PER_BLOCK + 1) * interval,
-                    "t": 1.8e9 + b * SAMPLES_PER_BLOCK * interval,
-                    "n": SAMPLES_PER_BLOCK,
-                    "by": {i: {"sm": rnd.uniform(1900, 1980), "ecc_c": 0.0, "ecc_u": 0.0} for i in range(gpus)},
-                }
-                for b in blocks
-            ],
-            "gpu_info": {
-                "models": ["NVIDIA H100 80GB HBM3"] * gpus,
-                "uuids": [f"GPU-{node:08x}-{i}" for i in range(gpus)],
-            },
-        }
-    return s
+    node_id = f"{node:056x}"
+    if not summary:
+        return logger_status(node_id, 1000 + node, ["run-abc"], hostname=f"host{node}")
+    sample = int(poll * POLL_S // interval)  # the writer's newest sample at this poll
+    per = max(1, round(interval / POLL_S))
+    t = 1.8e9 + sample * interval
+    block = sample // SAMPLES_PER_BLOCK  # the newest complete transaction-log block
+    blocks = [b for b in (block - 1, block) if (sample - b * SAMPLES_PER_BLOCK) * interval <= RECENT_S]
+    # as a reader sends them: the log blocks it read in the last 10 s
+    spans = [
+        (
+            1.8e9 + (b * SAMPLES_PER_BLOCK - SAMPLES_PER_BLOCK + 1) * interval,
+            1.8e9 + b * SAMPLES_PER_BLOCK * interval,
+            SAMPLES_PER_BLOCK,
+        )
+        for b in blocks
+    ]
+    rnd = random.Random(node * 7919 + sample)
+    s = busy_node(rnd, node, t, t0=t - (per - 1) * POLL_S, seq=sample + 1, gpu_count=gpus, batches=spans)
+    return logger_status(node_id, 1000 + node, ["run-abc"], hostname=f"host{node}", summaries={"run-abc": s})
 
 
 def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any], interval: float = 3.0) -> dict[str, float]:
@@ -117,7 +85,7 @@ def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any], interval: 
         batch = replies[p * n : (p + 1) * n]
         t0 = time.process_time()
         for i, (with_summary, _) in enumerate(batch):
-            pool.handles[state["ids"][i]].summaries = {"run-abc": pickle.loads(with_summary)["summary"]}
+            pool.handles[state["ids"][i]].summaries = {"run-abc": pickle.loads(with_summary).summary}
         t1 = time.process_time()
         for _, without in batch:
             pickle.loads(without)

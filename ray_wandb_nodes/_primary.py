@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ._health.monitor import COLUMNS, GPU_COLUMNS, Alert
-from ._health.reader import SummaryReader, aged
+from ._health import COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
 from ._wandb_io import health_table, init_writer
@@ -112,10 +111,15 @@ class PrimaryWriter:
         self._queue.put((_HEALTH, (stragglers, table, gpu_table)))
 
     @property
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> NodeSummary | None:
         """The latest summary of this writer's own node's samples (None before the first), with
         its age (``age_s``) on this node's clock."""
         return aged(self._reader.summary)
+
+    @property
+    def read_problems(self) -> tuple[ReadProblem, ...]:
+        """What kept this writer's reader from its samples (empty: nothing)."""
+        return tuple(self._reader.problems.values())
 
     @property
     def ready(self) -> bool:

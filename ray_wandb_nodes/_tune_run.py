@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import _handoff, _ray
 from ._fleet import NodeFleet, SharedTarget
 from ._fleet.nodes import NodeInfo
-from ._health import HealthMonitor, HealthOptions, TickResult
-from ._health.monitor import STRAGGLING
+from ._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
 from ._primary import PrimaryWriter
@@ -172,19 +171,19 @@ class TrialHealth(HealthMonitor):
     once its nodes are known, again as each has sampled (and, as every run, with each alert and
     every ``table_every_s``); its end logs one only when a node's state changed since the last."""
 
-    _shown: tuple[frozenset[tuple[str, str]], frozenset[str]] | None = None
+    _shown: tuple[frozenset[tuple[str, NodeState]], frozenset[str]] | None = None
 
     def tick(self, now: float | None = None, final: bool = False) -> TickResult:
         out = super().tick(now, final=final)
-        nodes = list(self._nodes.values())
-        shape = (frozenset((n.node_id, n.state) for n in nodes), frozenset(n.node_id for n in nodes if n.summary))
+        nodes = self.nodes()
+        shape = (frozenset((n.node_id, n.state) for n in nodes), frozenset(n.node_id for n in nodes if n.sampled))
         if out.table is not None:
             if final and not out.alerts and self._shown is not None and shape[0] == self._shown[0]:
                 out.table = out.gpu_table = None  # the end says what the last table said
         elif nodes and shape != self._shown and not final:
             out.table = self.table(now)
-            out.gpu_table = self.gpus.rows({n.node_id: (n.label, n.hostname) for n in nodes}) or None
-            out.stragglers = sum(n.state == STRAGGLING for n in nodes)
+            out.gpu_table = self.gpu_table()
+            out.stragglers = len(self.straggler_nodes())
         if out.table is not None:
             self._shown = shape
         return out

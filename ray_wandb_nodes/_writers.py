@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._health.reader import BUFFER_SAMPLES
+from ._health import BUFFER_SAMPLES
 from ._options import Options
 from ._secrets import CapturedEnv, Secret
 from .offline.index import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index

@@ -366,11 +366,11 @@ def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_r
     actor = ray.remote(NodeLogger).options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
     try:
         first = ray.get(actor.status.remote(), timeout=60)
-        assert first["restarted"] is False
-        os.kill(first["pid"], signal.SIGKILL)
+        assert first.restarted is False
+        os.kill(first.pid, signal.SIGKILL)
         second = ray.get(actor.status.remote(), timeout=60)
-        assert second["pid"] != first["pid"]
-        assert second["restarted"] is True
+        assert second.pid != first.pid
+        assert second.restarted is True
     finally:
         ray.kill(actor, no_restart=True)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._fleet.collect import CollectJob, OfflineCollection
+from ray_wandb_nodes._fleet.commands import AddRun, Poll, RankReport
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.plan import RunWants
 from ray_wandb_nodes._fleet.pool import LoggerHandle, LoggerPool
@@ -15,6 +16,7 @@ from ray_wandb_nodes._fleet.retire import Retirement, advance_all
 from ray_wandb_nodes._fleet.targets import StandaloneTarget
 from ray_wandb_nodes._warn import Warner
 from ray_wandb_nodes._writers import WriterSpec
+from tests.support.fakes import logger_status, summary
 
 
 def retirement(run_id: str, **fields: Any) -> Retirement:
@@ -65,7 +67,7 @@ def simulated_fleet(n: int, cap: int = 256) -> tuple[Any, Any, Any]:
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
     target.max_writers = cap
-    fleet.step("add", target)
+    fleet.step(AddRun(target))
     return fleet, sim, target
 
 
@@ -74,10 +76,10 @@ def test_the_node_listing_is_read_at_most_once_a_poll_whatever_the_commands() ->
 
     fleet, sim, target = simulated_fleet(20)
     for _ in range(200):  # a burst of rank reports: each one a turn of the fleet thread
-        fleet.step("ranks", (target.run_id, [{"x": 1.0}], 0.0))
+        fleet.step(RankReport(target.run_id, [{"x": 1.0}], 0.0))
     assert sim.listings == 1
     sim.clock.now += POLL_S
-    fleet.step("poll", None)
+    fleet.step(Poll())
     assert sim.listings == 2
 
 
@@ -87,12 +89,12 @@ def test_pings_go_in_bounded_batches_and_reach_every_logger() -> None:
 
     n = 3 * PING_BATCH + 10
     fleet, sim, _ = simulated_fleet(n)
-    pool = fleet._pool
+    pool = fleet.worker.pool
     calls: list[int] = []
     for _ in range(6):
         before = sum(h.pinged > 0 for h in pool.handles())
         sim.clock.now += POLL_S
-        fleet.step("poll", None)
+        fleet.step(Poll())
         calls.append(sum(h.pinged > 0 for h in pool.handles()) - before)
     assert max(calls) <= PING_BATCH
     assert all(h.pinged > 0 for h in pool.handles())  # every logger within ceil(n / batch) ticks
@@ -104,7 +106,7 @@ def test_past_the_cap_members_and_observers_cover_every_node_and_one_warning_say
 
     fleet, sim, target = simulated_fleet(300, cap=40)
     run_minutes(fleet, sim, 1, 0.0, {})
-    hosted = {h.node.node_id: set(h.runs) for h in fleet._pool.handles()}
+    hosted = {h.node.node_id: set(h.runs) for h in fleet.worker.pool.handles()}
     members = {n for n, runs in hosted.items() if target.run_id in runs}
     observers = {n for n, runs in hosted.items() if f"{target.run_id}--observer" in runs}
     assert len(members) == 40 and len(observers) == 260 and not members & observers
@@ -147,9 +149,7 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
     logger = NodeLogger()
     logger._runs = {"trial-a": Writer(90.0), "trial-b": Writer(5.0)}
     logger.read_samples()
-    summaries = logger.summaries()
-    status = {"pid": 1, "runs": ["trial-a", "trial-b"], "errors": {}, "summaries": summaries}
-    status["summary"] = next(iter(summaries.values()))
+    status = logger_status("n1", 1, ["trial-a", "trial-b"], summaries=logger.summaries())
     node = NodeInfo("n1", "host-1", "10.0.0.1")
     pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
     pool.start([node])
@@ -226,10 +226,43 @@ def test_one_runs_last_check_leaves_the_new_samples_for_the_other_runs() -> None
     health = FleetHealth(Warner())
     alive = {"n1": node}
     health.check(targets, pool, alive)  # both runs know the node; no samples yet
-    summaries = {run_id: {"t": 1.0, "n": 1, "seq": 1, "cpu": 40.0, "age_s": 0.5} for run_id in targets}
-    status = {"pid": 1, "runs": sorted(targets), "errors": {}, "summaries": summaries}
-    pool.check_status(handle, {**status, "summary": summaries["trial-a"]})  # a ping brings them
+    summaries = {run_id: summary(1.0, seq=1, cpu=40.0, age_s=0.5) for run_id in targets}
+    pool.check_status(handle, logger_status("n1", 1, sorted(targets), summaries=summaries))  # a ping brings them
     health.check({"trial-a": targets["trial-a"]}, pool, alive, only="trial-a", final=True)  # trial A ends first
     health.check({"trial-b": targets["trial-b"]}, pool, alive)  # trial B, at the next tick
     for target in targets.values():
         assert target.health is not None and target.health.table()[0][8] == 40.0  # the cpu column
+
+
+def test_a_node_s_unreadable_transaction_log_is_one_warning_naming_the_node_and_the_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ray_wandb_nodes._health import Degradation, ReadProblem
+
+    class Actors:
+        def group_prefix(self) -> str:
+            return "g-"
+
+        def create(self, node_id: str, name: str) -> tuple[None, None]:
+            return None, None
+
+        def result(self, ref: Any) -> Any:
+            return ref
+
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
+    pool.start([node])
+    handle = pool.get("n1")
+    assert handle is not None
+    bad = ReadProblem(
+        Degradation.LOG_UNREADABLE, "checksum mismatch", "/x/run-a.wandb: checksum mismatch at byte offset 32768"
+    )
+    for ping in range(3):  # every ping carries it: said once
+        status = logger_status(
+            "n1", 1, ["run-a"], summaries={"run-a": summary(float(ping), cpu=5.0)}, problems={"run-a": (bad,)}
+        )
+        pool.check_status(handle, status)
+    said = [r.getMessage() for r in caplog.records if "transaction log" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"the node writer on {node.label} cannot be read" in said[0] and "checksum mismatch" in said[0]
+    assert "slow-GPU and memory-error alerts" in said[0]

@@ -15,6 +15,7 @@ wandb's own monitor and the plugin's writers. What it cannot: what real GPUs say
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, start_gpu_cluster, stop_cluster
+from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, start_gpu_cluster, stop_cluster
 from tests.support.env import WANDB_TABLES
 from tests.support.nvml import ScriptedGpus
 from tests.support.runs import gpu_checks, run_of, unique, user_rows
@@ -273,3 +274,29 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         f"GPU {i} {state}" for i, state in sorted([(gpu[1], "memory errors"), (gpu[2], "lost")])
     )
     assert row["state"] == "ok"  # one problem, one alert: the node is no straggler for it
+
+
+def test_a_gpu_job_on_a_node_where_nvml_finds_no_driver_is_one_warning_naming_it(
+    gpu_cluster: Any, nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    # The 1-GPU node's NVML stand-in loses its GPU file: its init then fails as NVML's does
+    # without NVIDIA's driver, so wandb's monitor there reports no GPU while Ray gives its rank one.
+    cluster, _ = gpu_cluster
+    bare = nodes[2]
+    os.replace(bare.path, bare.path.with_name(bare.path.name + ".hidden"))
+    try:
+        name = fit(tmp_path, make_callback(), reports=20, step_s=0.5)
+    finally:
+        bare.write()
+
+    run = run_of(backend, name)
+    labels = node_labels()
+    label = labels[bare.node_id]
+    assert gpu_series(run, label) == {} and all(gpu_series(run, labels[n.node_id]) for n in nodes[:2])
+    said = session_log_text(cluster)
+    warned = re.findall(
+        r"(node-\S+) \(host [^)]*\) runs ranks that Ray gave GPUs, yet its writer's samples show no GPU.*", said
+    )
+    assert [w.split(" ")[0] for w in warned] == [label], warned  # that node, once
+    (line,) = [ln for ln in said.splitlines() if f"{label} (host " in ln and "runs ranks that Ray gave GPUs" in ln]
+    assert "no libnvidia-ml.so.1 in the container" in line and "by its CPU share" in line

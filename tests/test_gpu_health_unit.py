@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
-from ray_wandb_nodes._health import HealthMonitor, HealthOptions
+from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, GpuInts, GpuState, HealthMonitor, HealthOptions
 from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
 from ray_wandb_nodes._health.gpu_idle import idle_verdicts
 from ray_wandb_nodes._health.gpu_lost import lost_step
 from ray_wandb_nodes._health.gpu_slow import slow_verdicts
-from ray_wandb_nodes._health.gpus import GPU_COLUMNS, TABLE_CAP
-from ray_wandb_nodes._health.monitor import COLUMNS
 from ray_wandb_nodes._health.rule import NodeStreak
+from ray_wandb_nodes._health.table import TABLE_CAP
+from tests.support.fakes import clocks, gpus, inventory, summary
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 
@@ -88,13 +88,13 @@ def test_a_gpu_missing_for_the_window_is_lost_once_and_back_once() -> None:
     streak = NodeStreak()
     batches = [(True, 0), (False, 1), (False, 2), (False, 3), (False, 4), (True, 5), (True, 6), (True, 7), (True, 8)]
     said = [lost_step(streak, present, 1, t, t, window_s=2, min_samples=3) for present, t in batches]
-    assert said == [None, None, None, "lost", None, None, None, "back", None]
+    assert said == [None, None, None, GpuState.LOST, None, None, None, GpuState.OK, None]  # lost, then back
 
 
 def test_a_block_of_samples_spanning_the_window_is_judged_at_once() -> None:
     # The integer series come a transaction-log block late: one batch of 10 samples over 5 s.
     streak = NodeStreak()
-    assert lost_step(streak, False, 10, 100.0, 105.0, window_s=2, min_samples=3) == "lost"
+    assert lost_step(streak, False, 10, 100.0, 105.0, window_s=2, min_samples=3) is GpuState.LOST
 
 
 @pytest.mark.parametrize(
@@ -141,12 +141,6 @@ class Clock:
         return self.now
 
 
-def gpus_of(utils: list[float], **extra: Any) -> dict[int, dict[str, float]]:
-    return {
-        i: {"util": u, "mem": 50.0, "temp": 60.0, "power": 500.0, "limit": 700.0, **extra} for i, u in enumerate(utils)
-    }
-
-
 class Job:
     """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order."""
 
@@ -159,26 +153,24 @@ class Job:
         self.m.set_nodes(names, {n: ranks for n, (_, ranks, _) in nodes.items()}, (), rank_gpus)
         self.seq = 0
 
-    def sample(self, utils: dict[str, list[float]], ints: dict[str, dict[int, dict[str, float]]] | None = None) -> Any:
+    def sample(self, utils: dict[str, list[float]], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
         """One sampling interval of every node; ``ints``: integer series of this interval."""
         self.clock.now += 1
         self.seq += 1
         t = self.clock.now
         for node, (count, _, model) in self.nodes.items():
-            summary: dict[str, Any] = {"t0": t, "t": t, "n": 1, "seq": self.seq, "cpu": 10.0}
-            summary["gpus"] = gpus_of(utils[node]) if node in utils else {}
-            summary["gpu_info"] = {"models": [model] * count, "uuids": [f"GPU-{node}-{i}" for i in range(count)]}
-            if ints and node in ints:
-                summary["gpu_ints"] = [{"t0": t, "t": t, "n": 1, "by": ints[node]}]
-            self.m.summary(node, summary)
+            self.m.summary(
+                node,
+                summary(
+                    t,
+                    seq=self.seq,
+                    cpu=10.0,
+                    gpus=gpus(utils[node]) if node in utils else {},
+                    info=inventory(count, node, model),
+                    ints=(ints or {}).get(node),
+                ),
+            )
         return self.m.tick()
-
-
-def clocks(n: int, sm: float = 1980.0, **slow: float) -> dict[int, dict[str, float]]:
-    out = {i: {"sm": sm, "ecc_c": 0.0, "ecc_u": 0.0} for i in range(n)}
-    for index, value in slow.items():
-        out[int(index[1:])]["sm"] = value
-    return out
 
 
 def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_no_node_alert() -> None:
@@ -270,7 +262,7 @@ def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() ->
     bad = clocks(2)
     alerts = []
     for step in range(6):
-        bad[0]["ecc_u"] = 0.0 if step < 2 else float(step)  # rising from the third interval
+        bad[0] = bad[0]._replace(ecc_u=0.0 if step < 2 else float(step))  # rising from the third interval
         alerts += job.sample({"a": [97.0, 97.0], "b": [97.0, 97.0]}, {"a": clocks(2), "b": bad}).alerts
     assert [(a.title, a.level) for a in alerts] == [("GPU memory errors: node-b-abcdef GPU 0", "ERROR")]
     assert "uncorrectable" in alerts[0].text and "up from 0" in alerts[0].text and "rank 2" in alerts[0].text
@@ -286,7 +278,7 @@ def test_a_busy_noisy_job_raises_nothing() -> None:
     alerts = []
     for _ in range(20):
         utils = {n: [rnd.uniform(88, 100) for _ in range(8)] for n in "abcd"}
-        ints = {n: {i: {"sm": rnd.uniform(1850, 1980), "ecc_c": 0.0, "ecc_u": 0.0} for i in range(8)} for n in "abcd"}
+        ints = {n: {i: GpuInts(sm=rnd.uniform(1850, 1980), ecc_c=0.0, ecc_u=0.0) for i in range(8)} for n in "abcd"}
         alerts += job.sample(utils, ints).alerts
     assert alerts == []
 

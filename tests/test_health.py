@@ -40,6 +40,8 @@ def health_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     for step in range(config["reports"]):
+        if rank == config.get("corrupt_rank") and step == 2:
+            corrupt_node_log(config["wandb_dir"])
         until = time.monotonic() + config["step_s"]
         if rank == config.get("burn_rank"):
             while time.monotonic() < until:
@@ -50,6 +52,26 @@ def health_loop(config: dict[str, Any]) -> None:
         if rank == config.get("slow_rank") and step >= config.get("slow_from", 0):
             rate /= 3
         ray.train.report({"step": step, "samples_per_s": rate})
+
+
+def corrupt_node_log(base: str) -> None:
+    """Put bytes that are not wandb's format where this node's writer's transaction log is read
+    (wandb-core writes on to the real one, renamed, through its open file)."""
+    import glob
+    import os
+    import socket
+
+    import ray
+
+    from ray_wandb_nodes._naming import node_label
+
+    label = node_label(socket.gethostname(), ray.get_runtime_context().get_node_id())
+    (path,) = glob.glob(os.path.join(base, "ray_wandb_nodes", label, "wandb", "run-*", "run-*.wandb"))
+    size = os.path.getsize(path)
+    os.rename(path, path + ".kept")
+    with open(path + ".tmp", "wb") as f:
+        f.write(os.urandom(size + 2 * 32 * 1024))  # past every block the reader may have read
+    os.replace(path + ".tmp", path)
 
 
 def fit(name: str, callback: Any, storage: str, **config: Any) -> Any:
@@ -165,3 +187,24 @@ def test_past_the_writer_cap_the_table_still_lists_and_samples_every_node(
         assert table[label]["cpu"] is not None and table[label]["memory"] is not None, table[label]
     assert run.exit_codes == [0]
     assert "max_node_writers=1: 1 of them write to it" in session_log_text(cluster)
+
+
+def test_a_node_whose_transaction_log_cannot_be_read_is_one_warning_naming_it_and_the_cause(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+) -> None:
+    name = unique("bad-log")
+    wandb_dir = tmp_path / "w"
+    wandb_dir.mkdir()
+    callback = make_callback(dir=str(wandb_dir))
+    fit(name, callback, str(tmp_path), reports=20, step_s=0.5, corrupt_rank=1, wandb_dir=str(wandb_dir))
+
+    run = run_of(backend, name)
+    assert run.exit_codes == [0]  # the run goes on; its node health says what it lost
+    label = label_of_rank(run, 1)
+    said = session_log_text(cluster)
+    warning = f"wandb's transaction log of the node writer on {label} cannot be read ("
+    assert said.count(warning) == 1, said[-3000:]  # once, not every ping
+    line = said[said.index(warning) :].splitlines()[0]
+    assert "slow-GPU and memory-error alerts" in line and ("header" in line or "checksum" in line or "chunk" in line)
+    for other in {label_of_rank(run, 0), label_of_rank(run, 2)}:
+        assert f"transaction log of the node writer on {other} cannot be read" not in said

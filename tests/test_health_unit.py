@@ -8,10 +8,20 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._health import HealthMonitor, HealthOptions, StragglerRule, summarize
-from ray_wandb_nodes._health.monitor import COLUMNS
+from ray_wandb_nodes._health import (
+    COLUMNS,
+    GpuIntBatch,
+    GpuInts,
+    GpuSummary,
+    HealthMonitor,
+    HealthOptions,
+    NodeSummary,
+    StragglerRule,
+    gpu_ints,
+    summarize,
+)
 from ray_wandb_nodes._health.rule import NodeStreak, judge
-from ray_wandb_nodes._health.summary import gpu_ints
+from tests.support.fakes import summary
 
 # Each case: rule, and a series of ticks {node: value} one second apart (every node fresh each
 # tick, one sample each); the events expected as (tick index, node, event).
@@ -126,27 +136,24 @@ def test_a_summary_of_kept_samples_is_small_and_only_new() -> None:
         "disk./.usagePercent": [(at(1), float("nan"))],
     }
     s = summarize(series)
-    assert s == {
-        "t0": at(0).timestamp(),
-        "t": at(1).timestamp(),
-        "n": 2,  # sampling intervals: the most points of one series
-        "cpu": 20.0,
-        "mem": 50.0,
-        "rss_mb": 700.0,
-        "net_sent": 3000.0,  # a counter: the newest
-        "gpus": {  # by NVML index
-            0: {"util": 90.0, "mem": 25.0, "temp": 60.0, "power": 450.0, "limit": 650.0},
-            1: {"util": 40.0, "mem": 75.0},
+    assert s == NodeSummary(
+        t0=at(0).timestamp(),
+        t=at(1).timestamp(),
+        n=2,  # sampling intervals: the most points of one series
+        cpu=20.0,
+        mem=50.0,
+        rss_mb=700.0,
+        net_sent=3000.0,  # a counter: the newest
+        gpus={  # by NVML index
+            0: GpuSummary(util=90.0, mem=25.0, temp=60.0, power=450.0, limit=650.0),
+            1: GpuSummary(util=40.0, mem=75.0),
         },
-    }
-    assert list(s["gpus"]) == [0, 1]
+    )
+    assert s is not None and list(s.gpus) == [0, 1]
     assert summarize(series, since=at(1).timestamp()) is None
-    assert summarize({"cpu": [(at(2), 5.0), ("bad",), (at(3), True)]}, since=at(1).timestamp()) == {
-        "t0": at(2).timestamp(),
-        "t": at(2).timestamp(),
-        "n": 1,
-        "cpu": 5.0,
-    }
+    assert summarize({"cpu": [(at(2), 5.0), ("bad",), (at(3), True)]}, since=at(1).timestamp()) == NodeSummary(
+        t0=at(2).timestamp(), t=at(2).timestamp(), n=1, cpu=5.0
+    )
 
 
 def test_gpu_records_sent_apart_from_the_system_ones_count_one_interval_each() -> None:
@@ -155,7 +162,8 @@ def test_gpu_records_sent_apart_from_the_system_ones_count_one_interval_each() -
         "cpu": [(at(0), 10.0), (at(1), 10.0), (at(2), 10.0)],
         "gpu.0.gpu": [(at(0.01), 90.0), (at(1.01), 90.0), (at(2.01), 90.0)],
     }
-    assert summarize(series)["n"] == 3
+    s = summarize(series)
+    assert s is not None and s.n == 3
 
 
 def test_the_integer_gpu_series_come_from_stats_records() -> None:
@@ -164,12 +172,9 @@ def test_the_integer_gpu_series_come_from_stats_records() -> None:
         (11.0, {"gpu.0.smClock": 1000, "gpu.0.uncorrectedMemoryErrors": 3, "gpu.1.smClock": 1900, "cpu": 5.0}),
         (12.0, {"gpu.99.smClock": "n/a", "gpu.1.memoryClock": 2619}),
     ]
-    assert gpu_ints(stats) == {
-        "t0": 10.0,
-        "t": 11.0,
-        "n": 2,
-        "by": {0: {"sm": 1490.0, "ecc_u": 3.0, "ecc_c": 2.0}, 1: {"sm": 1900.0}},
-    }
+    assert gpu_ints(stats) == GpuIntBatch(
+        t0=10.0, t=11.0, n=2, by={0: GpuInts(sm=1490.0, ecc_u=3.0, ecc_c=2.0), 1: GpuInts(sm=1900.0)}
+    )
     assert gpu_ints([(1.0, {"cpu": 3.0})]) is None
 
 
@@ -214,10 +219,10 @@ def test_the_system_rule_compares_gpus_with_gpus_and_cpus_with_cpus() -> None:
     for i in range(5):
         clock.now += 1
         t = clock.now
-        m.summary("n0", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 95.0}, 1: {"util": 97.0}}})
-        m.summary("n1", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 20.0}, 1: {"util": 30.0}}})
-        m.summary("n2", {"t": t, "n": 1, "seq": i + 1, "cpu": 400.0})  # no GPU: not compared with GPUs
-        m.summary("head", {"t": t, "n": 1, "seq": i + 1, "gpus": {0: {"util": 0.0}}})  # no ranks: left out
+        m.summary("n0", summary(t, seq=i + 1, gpus={0: GpuSummary(util=95.0), 1: GpuSummary(util=97.0)}))
+        m.summary("n1", summary(t, seq=i + 1, gpus={0: GpuSummary(util=20.0), 1: GpuSummary(util=30.0)}))
+        m.summary("n2", summary(t, seq=i + 1, cpu=400.0))  # no GPU: not compared with GPUs
+        m.summary("head", summary(t, seq=i + 1, gpus={0: GpuSummary(util=0.0)}))  # no ranks: left out
         result = m.tick()
         if i < 2:
             assert result.alerts == []
@@ -324,9 +329,9 @@ def test_an_idle_node_that_leaves_without_ever_hosting_a_rank_is_left_not_lost()
 def test_ages_never_set_a_nodes_clock_against_the_monitors() -> None:
     m, clock = monitor()
     # n0's clock runs an hour ahead of the monitor's: its sample was 2 s old when it was sent.
-    m.summary("n0", {"t": clock.now + 3600, "n": 1, "seq": 1, "cpu": 10.0, "age_s": 2.0})
+    m.summary("n0", summary(clock.now + 3600, seq=1, cpu=10.0, age_s=2.0))
     # n1's runs an hour behind, and says no age: its age counts from its arrival.
-    m.summary("n1", {"t": clock.now - 3600, "n": 1, "seq": 1, "cpu": 10.0})
+    m.summary("n1", summary(clock.now - 3600, seq=1, cpu=10.0))
     clock.now += 5
     ages = {row[0]: row[COLUMNS.index("last_sample_age_s")] for row in m.table()}
     assert (ages["node-h0-aaaaaa"], ages["node-h1-bbbbbb"], ages["node-h2-cccccc"]) == (7.0, 5.0, None)
@@ -338,6 +343,57 @@ def test_ages_never_set_a_nodes_clock_against_the_monitors() -> None:
 def test_a_summary_says_its_age_on_the_clock_that_took_it() -> None:
     from ray_wandb_nodes._health.reader import aged
 
-    assert aged({"t": 100.0, "cpu": 1.0}, now=103.5) == {"t": 100.0, "cpu": 1.0, "age_s": 3.5}
-    assert aged({"t": 100.0}, now=99.0) == {"t": 100.0, "age_s": 0.0}  # never negative
-    assert aged(None) is None and aged({"cpu": 1.0}) == {"cpu": 1.0}
+    assert aged(summary(100.0, cpu=1.0), now=103.5) == summary(100.0, cpu=1.0, age_s=3.5)
+    assert aged(summary(100.0), now=99.0) == summary(100.0, age_s=0.0)  # never negative
+    assert aged(None) is None
+
+
+# degradation: what node health cannot see, said once --------------------------------------------
+@pytest.mark.parametrize(
+    ("expects_gpu", "intervals", "gpu_seen", "said"),
+    [
+        (True, 5, False, True),  # GPUs from Ray, five intervals and no GPU: no NVML there
+        (True, 4, False, False),  # too soon: the first samples may hold no GPU yet
+        (True, 50, True, False),  # it reported GPUs
+        (False, 50, False, False),  # a CPU job's node
+    ],
+)
+def test_a_gpu_job_s_node_reporting_no_gpu_is_told_apart(
+    expects_gpu: bool, intervals: int, gpu_seen: bool, said: bool
+) -> None:
+    from ray_wandb_nodes._health.degradation import reports_no_gpu
+
+    assert reports_no_gpu(expects_gpu, intervals, gpu_seen) is said
+
+
+def test_a_gpu_job_s_node_without_nvml_is_one_notice_naming_it_and_the_cause() -> None:
+    clock = Clock()
+    m = HealthMonitor(HealthOptions(window_s=2, table_every_s=60), clock=clock)
+    m.set_nodes(NODES, RANKS, (), {0: ("0",), 1: ("0",), 2: ("0",), 3: ("1",)})  # every rank got a GPU
+    notices = []
+    for i in range(8):
+        clock.now += 1
+        m.summary("n0", summary(clock.now, seq=i + 1, cpu=10.0, gpus={0: GpuSummary(util=95.0)}))
+        m.summary("n1", summary(clock.now, seq=i + 1, cpu=10.0))  # no GPU ever: NVML missing there
+        notices += m.tick().notices
+    (notice,) = notices  # once, not every tick
+    assert notice.node_id == "n1" and notice.kind == "no-gpu"
+    assert "node-h1-bbbbbb (host h1, rank 1)" in notice.text and "no libnvidia-ml.so.1" in notice.text
+    assert "judges it by its CPU share" in notice.text
+
+
+def test_a_log_that_is_not_wandb_s_format_is_a_problem_the_reader_keeps(tmp_path: Any) -> None:
+    import os
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._health import Degradation, SummaryReader
+
+    log = tmp_path / "run-x.wandb"
+    log.write_bytes(os.urandom(3 * 32 * 1024))  # three blocks of bytes that are not the format
+    run = SimpleNamespace(_system_metrics={"cpu": [(at(0), 10.0)]}, settings=SimpleNamespace(sync_file=str(log)))
+    reader = SummaryReader()
+    got = reader.read(run)
+    assert got is not None and got.cpu == 10.0  # the kept samples still come
+    (problem,) = reader.problems.values()
+    assert problem.kind is Degradation.LOG_UNREADABLE
+    assert problem.cause == "not a W&B transaction log (no ':W&B' header)" and str(log) in problem.detail

@@ -13,7 +13,7 @@ import wandb
 
 from ray_wandb_nodes import WandbNodesTuneCallback
 from ray_wandb_nodes._artifacts import artifact_name, checkpoint_uri
-from ray_wandb_nodes._health.monitor import COLUMNS
+from ray_wandb_nodes._health import COLUMNS
 from ray_wandb_nodes._tune_rows import tune_rows
 
 
@@ -186,6 +186,7 @@ def test_artifact_names_are_what_wandb_accepts() -> None:
 def test_a_trials_table_is_logged_while_it_runs_and_at_its_end_only_on_a_change() -> None:
     from ray_wandb_nodes._health import HealthOptions
     from ray_wandb_nodes._tune_run import TrialHealth
+    from tests.support.fakes import summary
 
     now = [1000.0]
     health = TrialHealth(HealthOptions(compare_all=True), clock=lambda: now[0])
@@ -196,7 +197,7 @@ def test_a_trials_table_is_logged_while_it_runs_and_at_its_end_only_on_a_change(
     assert started.stragglers == 0
     assert health.tick().table is None  # nothing new
     now[0] += 1
-    health.summary("n1", {"t": now[0], "cpu": 42.0, "memory_percent": 10.0})
+    health.summary("n1", summary(now[0], cpu=42.0, mem=10.0))
     sampled = health.tick()  # again once the node has sampled: its values
     assert sampled.table is not None and dict(zip(COLUMNS, sampled.table[0], strict=True))["cpu"] == 42.0
     now[0] += 1

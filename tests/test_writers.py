@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ray_wandb_nodes._health.reader import BUFFER_SAMPLES
+from ray_wandb_nodes._health import BUFFER_SAMPLES
 from ray_wandb_nodes._options import build_options
 from ray_wandb_nodes._secrets import CapturedEnv, Secret
 from ray_wandb_nodes._writers import node_dir, node_spec, primary_spec

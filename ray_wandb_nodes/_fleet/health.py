@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from .._health import read_warning
 from .._warn import Warner
 from .cap import cap_warning
 from .nodes import NodeInfo
@@ -62,6 +63,11 @@ def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
     if health is None or not target.ready:
         return
     result = health.tick(final=final)
+    for notice in result.notices:  # a node health cannot see in full: one warning each
+        warner.warn(f"{notice.kind}:{target.run_id}:{notice.node_id}", notice.text)
+    if target.covered_node:  # the primary samples its own node: its reader's problems are said here
+        for p in target.primary.read_problems:
+            warner.warn(f"{p.kind}:{target.covered_node}:{p.cause}", read_warning(target.primary.spec.label, p))
     for alert in result.alerts:
         warner.warn(f"health:{target.run_id}:{alert.kind}:{alert.node}:{len(health.raised)}", alert.text)
         if health.options.alerts:

@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from .. import _ray
-from .._health.reader import SummaryReader, aged
+from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
 from .._metrics import Stepper
 from .._wandb_io import init_writer
 from .._warn import describe
@@ -30,6 +30,7 @@ from .._writers import WriterSpec, node_dir
 from ..offline import index as _index
 from ..offline import storage as _storage
 from ..offline import transfer as _transfer
+from .wire import LoggerStatus
 
 
 class NodeLogger:
@@ -46,13 +47,13 @@ class NodeLogger:
         self._restarted = _ray.was_restarted()
         # Each writer's latest samples, read off it on a thread of their own (never in a call).
         self._readers: dict[str, SummaryReader] = {}
-        self._read_errors: dict[str, str] = {}  # a writer whose samples could not be read, and why
+        self._read_errors: dict[str, ReadProblem] = {}  # a writer whose samples could not be read, and why
         self._sample_s = 15.0
         self._sampler: threading.Thread | None = None
         for spec in specs or []:
             self.add_writer(spec)
 
-    def add_writer(self, spec: WriterSpec) -> dict[str, Any]:
+    def add_writer(self, spec: WriterSpec) -> LoggerStatus:
         """Start ``spec``'s writer (idempotent per run id); returns :meth:`status`."""
         if spec.run_id in self._runs:
             return self.status()
@@ -89,9 +90,9 @@ class NodeLogger:
             try:
                 self._readers.setdefault(run_id, SummaryReader()).read(run)
             except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others'
-                self._read_errors[run_id] = describe(e)
+                self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
 
-    def summaries(self, now: float | None = None) -> dict[str, dict[str, Any]]:
+    def summaries(self, now: float | None = None) -> dict[str, NodeSummary]:
         """Each writer's latest summary (by writer key), with its age on this node's clock."""
         out = {}
         for run_id, reader in list(self._readers.items()):
@@ -138,25 +139,29 @@ class NodeLogger:
         except Exception as e:  # noqa: BLE001
             self._errors[run_id] = f"artifact failed: {describe(e)}"
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LoggerStatus:
         import ray
 
-        summaries = self.summaries()
-        return {
-            "pid": os.getpid(),
-            "restarted": self._restarted,
-            "hostname": socket.gethostname(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "runs": sorted(self._runs),
-            "labels": dict(self._labels),
-            "logged": dict(self._logged),
-            "errors": dict(self._errors),
-            "summary": next(iter(summaries.values()), None),  # the node's, from any writer
-            "summaries": summaries,
-            "read_errors": dict(self._read_errors),
-        }
+        problems: dict[str, tuple[ReadProblem, ...]] = {}
+        for run_id, reader in list(self._readers.items()):
+            if reader.problems:
+                problems[run_id] = tuple(reader.problems.values())
+        for run_id, problem in self._read_errors.items():
+            problems[run_id] = (*problems.get(run_id, ()), problem)
+        return LoggerStatus(
+            pid=os.getpid(),
+            node_id=ray.get_runtime_context().get_node_id(),
+            hostname=socket.gethostname(),
+            restarted=self._restarted,
+            runs=tuple(sorted(self._runs)),
+            labels=dict(self._labels),
+            logged=dict(self._logged),
+            errors=dict(self._errors),
+            summaries=self.summaries(),
+            problems=problems,
+        )
 
-    def finish(self, run_id: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
+    def finish(self, run_id: str | None = None, exit_code: int | None = None) -> LoggerStatus:
         """Finish one writer, or all when ``run_id`` is None.
 
         Only a writer that is its own run (``role="run"``) sends a final state, with

@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._health import NodeSummary, read_warning
 from .._warn import Warner, describe
 from .._writers import WriterSpec
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
 from .plan import run_of
+from .wire import LoggerStatus
 
 __all__ = ["BUNDLE", "JOIN_GRACE_S", "PG_NAME_PREFIX", "PING_BATCH", "LoggerHandle", "LoggerPool"]
 
@@ -44,9 +46,9 @@ class LoggerHandle:
     ping: Any = None  # an outstanding status() call
     pinged: float = 0.0
     pid: int | None = None  # of the logger's process, to notice a restart
-    summary: dict[str, Any] | None = None  # its node's latest samples, as the last ping brought
+    summary: NodeSummary | None = None  # its node's latest samples, as the last ping brought
     # Each writer's latest samples by run id (a Tune trial's writer samples its own processes).
-    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summaries: dict[str, NodeSummary] = field(default_factory=dict)
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
 
@@ -173,9 +175,9 @@ class LoggerPool:
             )
             return
         if handle.pid is None:
-            handle.pid = status.get("pid")
+            handle.pid = status.pid
         self._took_summary(handle, status)
-        for rid, error in status.get("errors", {}).items():
+        for rid, error in status.errors.items():
             if run_id is None or rid == run_id:
                 self._warner.warn(
                     f"node-init:{handle.node.node_id}:{rid}",
@@ -228,15 +230,16 @@ class LoggerPool:
         self._took_summary(handle, status)
         self._rejoin(handle, status, spec_for)
 
-    def _took_summary(self, handle: LoggerHandle, status: dict[str, Any]) -> None:
-        summary = status.get("summary")
-        if summary and summary is not handle.summary:
+    def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
+        summary = status.summary
+        if summary is not None and summary is not handle.summary:
             handle.summary = summary
             self._updated.add(handle.node.node_id)
-            by_writer = status.get("summaries")
-            if by_writer is None:  # a logger that keeps one summary for its node
-                by_writer = dict.fromkeys(status.get("runs", ()), summary)
-            handle.summaries = {run_of(key)[0]: s for key, s in by_writer.items()}
+            handle.summaries = {run_of(key)[0]: s for key, s in status.summaries.items()}
+        if status.problems:  # rare: said once per node and cause (the warner keeps what it said)
+            for problems in status.problems.values():
+                for p in problems:
+                    self._warner.warn(f"{p.kind}:{handle.node.node_id}:{p.cause}", read_warning(handle.node.label, p))
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""
@@ -248,14 +251,14 @@ class LoggerPool:
         return set(self._updated)
 
     def _rejoin(
-        self, handle: LoggerHandle, status: dict[str, Any], spec_for: Callable[[str, NodeInfo], WriterSpec | None]
+        self, handle: LoggerHandle, status: LoggerStatus, spec_for: Callable[[str, NodeInfo], WriterSpec | None]
     ) -> None:
         # A new pid, or Ray's own count: a call in flight when the process died is retried
         # on the new one, so the first status seen may already come from it.
-        restarted = (handle.pid is not None and status.get("pid") != handle.pid) or bool(status.get("restarted"))
-        handle.pid = status.get("pid")
+        restarted = (handle.pid is not None and status.pid != handle.pid) or status.restarted
+        handle.pid = status.pid
         # Only writers added before the ping can be missing from its answer (calls are ordered).
-        missing = (handle.runs & handle.ping_runs) - set(status.get("runs", ())) - set(status.get("errors", {}))
+        missing = (handle.runs & handle.ping_runs) - set(status.runs) - set(status.errors)
         if restarted or missing:
             self._warner.warn(
                 f"node-restart:{handle.node.node_id}:{handle.pid}",

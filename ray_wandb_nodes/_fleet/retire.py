@@ -11,6 +11,7 @@ from typing import Any
 
 from .._warn import Warner, describe
 from .collect import CollectJob, OfflineCollection
+from .commands import Retire
 from .plan import run_of
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget
@@ -91,12 +92,11 @@ def retire(
     pool: LoggerPool,
     collection: OfflineCollection,
     warner: Warner,
-    how: tuple[Any, ...],
+    how: Retire,
 ) -> Retirement:
     """Start retiring ``run_id``: finish its writers (its observers too) with ``exit_code``, and
-    for an offline run, start collecting what its nodes wrote. ``how``: (timeout, then, exit
-    code, the event set once the writers are done)."""
-    timeout, then, exit_code, writers_done = how
+    for an offline run, start collecting what its nodes wrote, as ``how`` says."""
+    timeout, then, exit_code, writers_done = how.timeout, how.then, how.exit_code, how.done
     refs = {
         pool.finish_writer(h.node.node_id, key, exit_code): h
         for h in pool.handles()

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._metrics import to_row
 from .._warn import Warner, warn_skipped
+from .commands import LogArtifact, LogRow
 from .pool import LoggerHandle
 from .targets import StandaloneTarget
 
@@ -18,13 +19,12 @@ class RowRouter:
         self._warner = warner
         self._pending: dict[str, list[dict[str, Any]]] = {}
 
-    def deliver(self, kind: str, target: StandaloneTarget, payload: Any, host: LoggerHandle | None) -> None:
-        """A ``"log"`` (run id, metrics) or ``"artifact"`` (run id, checkpoint, name, aliases) of
-        ``target``'s run, for ``host`` (None: its writer is not placed yet)."""
-        if kind == "log":
-            self.route(target, payload[1], host)
+    def deliver(self, command: LogRow | LogArtifact, target: StandaloneTarget, host: LoggerHandle | None) -> None:
+        """A row or a checkpoint of ``target``'s run, for ``host`` (None: its writer is not placed yet)."""
+        if isinstance(command, LogRow):
+            self.route(target, command.metrics, host)
         elif host is not None:
-            host.actor.log_artifact.remote(*payload)
+            host.actor.log_artifact.remote(*command)
         else:
             self._warner.warn(
                 f"artifact:{target.run_id}", f"a checkpoint of {target.run_id} was not logged: its writer is not placed"

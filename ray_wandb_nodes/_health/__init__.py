@@ -1,12 +1,51 @@
 """Live node health: each node's latest samples, a node table, and straggler and node-lost alerts.
 
-``summary`` turns a writer's recent samples (wandb keeps them per run) into a few numbers;
-``rule`` is the straggler rule, pure; ``monitor`` holds one run's nodes and says, tick by tick,
-which alerts to raise and what the node table holds.
+``summary`` turns a writer's recent samples (wandb keeps them per run) into a
+:class:`NodeSummary` (``messages``); ``rule`` is the straggler rule, pure; ``node_judge`` and
+``gpus`` judge nodes and GPUs; ``monitor`` holds one run's nodes and says, tick by tick, which
+alerts to raise and what the tables (``table``) hold; ``alerts`` and ``degradation`` write the
+words. The names below are what other packages use.
 """
 
-from .monitor import Alert, HealthMonitor, HealthOptions, TickResult
+from .alerts import Alert, gpu_finding, gpu_name
+from .degradation import read_warning
+from .gpus import GpuEvent, GpuHealth
+from .kinds import Degradation, EventKind, GpuState, NodeState
+from .messages import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
+from .monitor import HealthMonitor, HealthOptions, NodeView, Notice, TickResult
+from .reader import BUFFER_SAMPLES, SummaryReader, aged
 from .rule import StragglerRule
-from .summary import summarize
+from .summary import gpu_ints, summarize
+from .table import COLUMNS, GPU_COLUMNS
 
-__all__ = ["Alert", "HealthMonitor", "HealthOptions", "StragglerRule", "TickResult", "summarize"]
+__all__ = [
+    "BUFFER_SAMPLES",
+    "COLUMNS",
+    "GPU_COLUMNS",
+    "Alert",
+    "Degradation",
+    "EventKind",
+    "GpuEvent",
+    "GpuHealth",
+    "GpuIntBatch",
+    "GpuInts",
+    "GpuInventory",
+    "GpuState",
+    "GpuSummary",
+    "HealthMonitor",
+    "HealthOptions",
+    "NodeState",
+    "NodeSummary",
+    "NodeView",
+    "Notice",
+    "ReadProblem",
+    "StragglerRule",
+    "SummaryReader",
+    "TickResult",
+    "aged",
+    "gpu_finding",
+    "gpu_ints",
+    "gpu_name",
+    "read_warning",
+    "summarize",
+]

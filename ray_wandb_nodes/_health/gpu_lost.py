@@ -11,16 +11,16 @@ rule's, not this one's.
 
 from __future__ import annotations
 
+from .kinds import GpuState
 from .rule import NodeStreak, advance
-
-LOST, BACK = "lost", "back"
 
 
 def lost_step(
     streak: NodeStreak, present: bool, samples: int, start: float, end: float, window_s: float, min_samples: int
-) -> str | None:
-    """One fresh batch of a node's samples, with this GPU ``present`` in it or not: ``"lost"``,
-    ``"back"`` or None. ``streak`` (flagged: lost) is updated."""
+) -> GpuState | None:
+    """One fresh batch of a node's samples, with this GPU ``present`` in it or not: its new
+    state when it changed (``LOST``, or ``OK`` once back), else None. ``streak`` (flagged: lost)
+    is updated."""
     if advance(streak, not present, samples, start, end, window_s, min_samples):
-        return LOST if streak.flagged else BACK
+        return GpuState.LOST if streak.flagged else GpuState.OK
     return None

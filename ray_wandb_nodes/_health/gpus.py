@@ -15,37 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._gpu_ids import nvml_indices
 from .gpu_ecc import EccWatch, ecc_step
 from .gpu_idle import idle_verdicts
-from .gpu_lost import LOST as LOST_EVENT
 from .gpu_lost import lost_step
 from .gpu_slow import is_slow, others_medians
+from .kinds import EventKind, GpuState
+from .messages import NodeSummary
 from .rule import NodeStreak, advance
+from .table import gpu_rows
 
-OK, SLOW, IDLE, MEMORY_ERRORS, LOST = "ok", "slow", "idle", "memory errors", "lost"
-# events: (kind, recovered?)
-SLOW_EV, IDLE_EV, ECC_EV, LOST_EV = "slow-gpu", "idle-gpu", "gpu-memory-errors", "gpu-lost"
 MIN_SAMPLES = 3
-TABLE_CAP = 512  # rows of every GPU; past it, only the GPUs that are not ok, and one row counting the rest
-GPU_COLUMNS = [
-    "node",
-    "hostname",
-    "gpu",
-    "model",
-    "ranks",
-    "state",
-    "util",
-    "memory",
-    "temp",
-    "power_w",
-    "power_limit_w",
-    "sm_clock",
-    "ecc_corrected",
-    "ecc_uncorrected",
-]
 
 
 @dataclass
@@ -72,14 +54,14 @@ class Gpu:
     ecc_first: float | None = None
 
     @property
-    def state(self) -> str:
+    def state(self) -> GpuState:
         if self.lost.flagged:
-            return LOST
+            return GpuState.LOST
         if self.ecc.ever:
-            return MEMORY_ERRORS
+            return GpuState.MEMORY_ERRORS
         if self.slow.flagged:
-            return SLOW
-        return IDLE if self.idle.flagged else OK
+            return GpuState.SLOW
+        return GpuState.IDLE if self.idle.flagged else GpuState.OK
 
     @property
     def suspect(self) -> bool:
@@ -91,6 +73,16 @@ class Gpu:
         )  # fmt: skip
 
 
+class GpuEvent(NamedTuple):
+    """A GPU rule's verdict: ``gpu`` as it was then, the rule's ``kind``, and whether the GPU
+    ``recovered`` from it (else it is flagged now). The live alert and the offline report's
+    flag are both written from it (``alerts.gpu_finding``)."""
+
+    gpu: Gpu
+    kind: EventKind
+    recovered: bool
+
+
 @dataclass
 class _NodeGpus:
     gpus: dict[int, Gpu] = field(default_factory=dict)
@@ -98,8 +90,8 @@ class _NodeGpus:
     gpu_t: float | None = None  # the newest sample with GPU readings
     seq: int | None = None  # the writer's sampling intervals as of its last summary
     int_t: float | None = None
-    uuids: list[str] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)
+    uuids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
     rank_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)  # rank -> Ray's GPU ids
     unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
 
@@ -116,43 +108,42 @@ class GpuHealth:
         node.rank_ids = {r: tuple(ids) for r, ids in rank_ids.items()}
         self._map(node)
 
-    def update(self, node_id: str, summary: Mapping[str, Any]) -> None:
+    def update(self, node_id: str, summary: NodeSummary) -> None:
         """A node's new summary: its GPUs' fresh values become batches to judge."""
         node = self._nodes.setdefault(node_id, _NodeGpus())
-        info = summary.get("gpu_info") or {}
-        if info.get("uuids") != node.uuids and info.get("uuids"):
-            node.uuids, node.models = list(info["uuids"]), list(info.get("models") or [])
+        info = summary.gpu_info
+        if info is not None and info.uuids and info.uuids != node.uuids:
+            node.uuids, node.models = info.uuids, info.models
             self._map(node)
-        gpus = summary.get("gpus") or {}
-        t = summary.get("t")
+        gpus, t = summary.gpus, summary.t
         # wandb sends the GPU readings as records of their own: samples read between the system
         # record and the GPU record of an interval hold no GPU at all, which says nothing. A GPU
         # is missing when its node's other GPUs report without it, or when none has for longer
         # than the window while the node samples on.
-        silent = not gpus and (node.gpu_t is None or not isinstance(t, (int, float)) or t - node.gpu_t <= self.window_s)
-        if isinstance(t, (int, float)) and t != node.float_t and (gpus or node.gpus) and not silent:
+        silent = not gpus and (node.gpu_t is None or t - node.gpu_t <= self.window_s)
+        if t != node.float_t and (gpus or node.gpus) and not silent:
             node.float_t = t
             if gpus:
                 node.gpu_t = t
             # ``seq`` counts the writer's sampling intervals: those between two summaries count too
-            seq = summary.get("seq")
-            count = seq - node.seq if isinstance(seq, int) and isinstance(node.seq, int) and seq > node.seq else None
-            node.seq = seq if isinstance(seq, int) else node.seq
-            batch = (float(summary.get("t0", t)), float(t), count or int(summary.get("n") or 1))
+            seq = summary.seq
+            count = seq - node.seq if seq is not None and node.seq is not None and seq > node.seq else None
+            node.seq = seq if seq is not None else node.seq
+            batch = (float(summary.t0), float(t), count or int(summary.n or 1))
             for index, values in gpus.items():
                 gpu = node.gpus.get(index) or self._gpu(node_id, node, index)
-                gpu.util, gpu.mem, gpu.temp = values.get("util"), values.get("mem"), values.get("temp")
-                gpu.power, gpu.limit = values.get("power"), values.get("limit", gpu.limit)
+                gpu.util, gpu.mem, gpu.temp = values.util, values.mem, values.temp
+                gpu.power, gpu.limit = values.power, values.limit if values.limit is not None else gpu.limit
                 gpu.floats = (*batch, gpu.util is not None)
             for index in node.gpus.keys() - gpus.keys():  # seen before, missing now
                 node.gpus[index].floats = (*batch, False)
-        for ints in summary.get("gpu_ints") or ():  # oldest first; each judged in turn
-            if isinstance(ints.get("t"), (int, float)) and (node.int_t is None or ints["t"] > node.int_t):
-                node.int_t = ints["t"]
-                span = (float(ints.get("t0", ints["t"])), float(ints["t"]), int(ints.get("n") or 1))
-                for index, values in (ints.get("by") or {}).items():
+        for ints in summary.gpu_ints:  # oldest first; each judged in turn
+            if node.int_t is None or ints.t > node.int_t:
+                node.int_t = ints.t
+                span = (float(ints.t0), float(ints.t), int(ints.n or 1))
+                for index, read in ints.by.items():
                     gpu = self._gpu(node_id, node, int(index))
-                    gpu.ints.append((*span, values.get("sm"), values.get("ecc_c"), values.get("ecc_u")))
+                    gpu.ints.append((*span, read.sm, read.ecc_c, read.ecc_u))
 
     def forget(self, node_id: str) -> None:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
@@ -162,19 +153,19 @@ class GpuHealth:
                 gpu.floats, gpu.ints = None, []
 
     # judging ------------------------------------------------------------------------------------
-    def judge(self, live: set[str]) -> list[tuple[Gpu, str, bool]]:
+    def judge(self, live: set[str]) -> list[GpuEvent]:
         """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
-        ``live`` nodes; the events: (GPU, kind, recovered)."""
-        events: list[tuple[Gpu, str, bool]] = []
+        ``live`` nodes; their verdicts."""
+        events: list[GpuEvent] = []
         gpus = [g for n, node in self._nodes.items() if n in live for g in node.gpus.values()]
         w, m = self.window_s, self.min_samples
         for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
             if gpu.floats is not None:
                 start, end, samples, present = gpu.floats
                 said = lost_step(gpu.lost, present, samples, start, end, w, m)
-                if said:
-                    events.append((gpu, LOST_EV, said != LOST_EVENT))
-                    if said == LOST_EVENT:
+                if said is not None:
+                    events.append(GpuEvent(gpu, EventKind.GPU_LOST, said is not GpuState.LOST))
+                    if said is GpuState.LOST:
                         gpu.slow, gpu.idle = NodeStreak(), NodeStreak()
         events += self._judge_ints(gpus)
         alive = [g for g in gpus if not g.lost.flagged]
@@ -186,15 +177,15 @@ class GpuHealth:
                 worse, gpu.idle.median = idle[id(gpu)]
                 start, end, samples, _ = gpu.floats
                 if advance(gpu.idle, worse, samples, start, end, w, m):
-                    events.append((gpu, IDLE_EV, not gpu.idle.flagged))
+                    events.append(GpuEvent(gpu, EventKind.IDLE_GPU, not gpu.idle.flagged))
         for gpu in gpus:
             gpu.floats = None
         return events
 
-    def _judge_ints(self, gpus: list[Gpu]) -> list[tuple[Gpu, str, bool]]:
+    def _judge_ints(self, gpus: list[Gpu]) -> list[GpuEvent]:
         """The memory-error and slow rules on every integer batch since the last call, in order,
         each GPU's against the job's other GPUs as last seen (one median list a model a call)."""
-        events: list[tuple[Gpu, str, bool]] = []
+        events: list[GpuEvent] = []
         w, m = self.window_s, self.min_samples
         alive = [g for g in gpus if not g.lost.flagged]
         pending = [g for g in alive if g.ints]
@@ -212,10 +203,10 @@ class GpuHealth:
                     if gpu.ecc_first is None:
                         gpu.ecc_first = ecc_u
                     if ecc_step(gpu.ecc, ecc_u, samples, start, end, w, m):
-                        events.append((_as_now(gpu), ECC_EV, False))
+                        events.append(GpuEvent(_as_now(gpu), EventKind.GPU_MEMORY_ERRORS, False))
                 gpu.slow.median = medians[id(gpu)]
                 if advance(gpu.slow, is_slow(sm, gpu.slow.median, self.threshold), samples, start, end, w, m):
-                    events.append((_as_now(gpu), SLOW_EV, not gpu.slow.flagged))
+                    events.append(GpuEvent(_as_now(gpu), EventKind.SLOW_GPU, not gpu.slow.flagged))
             gpu.ints = []
         return events
 
@@ -238,22 +229,25 @@ class GpuHealth:
         node = self._nodes.get(node_id)
         if node is None:
             return ""
-        return ", ".join(f"GPU {i} {g.state}" for i, g in sorted(node.gpus.items()) if g.state != OK)
+        return ", ".join(f"GPU {i} {g.state}" for i, g in sorted(node.gpus.items()) if g.state is not GpuState.OK)
 
     def unmapped(self, node_id: str) -> tuple[int, ...]:
         node = self._nodes.get(node_id)
         return node.unmapped if node else ()
 
     def rows(self, names: Mapping[str, tuple[str, str]]) -> list[list[Any]]:
-        """The ``gpus`` table (node id -> (label, hostname) names the nodes): every GPU up to
-        ``TABLE_CAP`` rows; past it the GPUs not ok, then one row that counts the others."""
-        gpus = [g for n, node in self._nodes.items() if n in names for g in node.gpus.values()]
-        gpus.sort(key=lambda g: (names[g.node_id][0], g.index))
-        shown = gpus if len(gpus) <= TABLE_CAP else [g for g in gpus if g.state != OK][:TABLE_CAP]
-        rows = [self._row(g, *names[g.node_id]) for g in shown]
-        if len(shown) < len(gpus):
-            rows.append([f"({len(gpus) - len(shown)} more GPUs, all ok)", *[None] * (len(GPU_COLUMNS) - 1)])
-        return rows
+        """The ``gpus`` table of the nodes ``names`` names (node id -> (label, hostname))."""
+        return gpu_rows(self.gpus_of(names), names)
+
+    def gpus_of(self, node_ids: Iterable[str]) -> list[Gpu]:
+        """Every GPU of these nodes (for the ``gpus`` table)."""
+        wanted = set(node_ids)
+        return [g for n, node in self._nodes.items() if n in wanted for g in node.gpus.values()]
+
+    def seen_gpus(self, node_id: str) -> bool:
+        """Whether the node has ever reported a GPU."""
+        node = self._nodes.get(node_id)
+        return node is not None and bool(node.gpus)
 
     # inside -----------------------------------------------------------------------------------------
     def _gpu(self, node_id: str, node: _NodeGpus, index: int) -> Gpu:
@@ -279,25 +273,7 @@ class GpuHealth:
             if i < len(node.models):
                 gpu.model = node.models[i]
 
-    @staticmethod
-    def _row(g: Gpu, label: str, hostname: str) -> list[Any]:
-        # A lost GPU reads nothing: no last readings shown as if current (its ECC counts stay).
-        readings = (None,) * 6 if g.lost.flagged else (g.util, g.mem, g.temp, g.power, g.limit, g.sm)
-        return [
-            label,
-            hostname,
-            g.index,
-            g.model,
-            ",".join(map(str, g.ranks)),
-            g.state,
-            *(_round(v) for v in (*readings, g.ecc_c, g.ecc_u)),
-        ]
-
 
 def _as_now(gpu: Gpu) -> Gpu:
     """``gpu`` as it is now, for an alert said later (its values and medians move on)."""
     return replace(gpu, slow=replace(gpu.slow), idle=replace(gpu.idle), lost=replace(gpu.lost))
-
-
-def _round(value: Any) -> float | None:
-    return round(float(value), 2) if isinstance(value, (int, float)) else None

@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-STRAGGLER, RECOVERED = "straggler", "recovered"
+from .kinds import EventKind
 
 
 @dataclass(frozen=True)
@@ -55,15 +55,15 @@ def judge(
     fresh: Mapping[str, int],
     now: float,
     spans: Mapping[str, tuple[float, float] | None] | None = None,
-) -> list[tuple[str, str]]:
-    """Advance every node with fresh samples; the events: ``(node, "straggler" | "recovered")``.
+) -> list[tuple[str, EventKind]]:
+    """Advance every node with fresh samples; the events: ``(node, STRAGGLER | RECOVERED)``.
 
     ``values`` holds every compared node's current value; ``fresh`` how many new samples each
     node's value stands for (nodes absent from it are not judged now); ``spans``, when a node's
     samples say when they were taken (first, last), the window is measured over those times,
     else at ``now``. ``streaks`` is updated.
     """
-    events: list[tuple[str, str]] = []
+    events: list[tuple[str, EventKind]] = []
     ordered = sorted(values.values())  # once: each node's "others" is this less its own value
     for node, count in sorted(fresh.items()):
         if node not in values or count <= 0 or len(ordered) < 2:
@@ -73,7 +73,7 @@ def judge(
         streak.median = median
         start, end = (spans or {}).get(node) or (now, now)
         if advance(streak, rule.worse(values[node], median), count, start, end, rule.window_s, rule.min_samples):
-            events.append((node, STRAGGLER if streak.flagged else RECOVERED))
+            events.append((node, EventKind.STRAGGLER if streak.flagged else EventKind.RECOVERED))
     return events
 
 

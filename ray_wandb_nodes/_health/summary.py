@@ -13,8 +13,8 @@ Two inputs, both the writer's own (no second sampler runs on the node):
 
 (Each GPU's model and UUID come once from NVML when the writer starts: ``_gpu_ids``.)
 
-The output is bounded whatever the node: a handful of numbers, and per GPU (at most
-``MAX_GPUS``, by NVML index) five floats and three integers.
+The output (a :class:`~.messages.NodeSummary`) is bounded whatever the node: a handful of
+numbers, and per GPU (at most ``MAX_GPUS``, by NVML index) five floats and three integers.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from .messages import GpuIntBatch, GpuInts, GpuSummary, NodeSummary
 
 MAX_GPUS = 64
 GPU_KEY = re.compile(r"^gpu\.(\d+)\.(\w+)$")
@@ -46,15 +48,12 @@ def _epoch(t: Any) -> float | None:
     return float(stamp()) if callable(stamp) else None
 
 
-def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | None = None) -> dict[str, Any] | None:
+def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | None = None) -> NodeSummary | None:
     """The samples newer than ``since`` (epoch seconds), averaged per key; None when there are none.
 
-    Returns ``t0``/``t`` (the oldest and newest fresh sample's time), ``n`` (how many sampling
-    intervals they span: the most points of any one series, since wandb sends the GPU readings
-    as records of their own, at their own times), ``cpu`` (of what the writer samples), ``mem``
-    (the node's memory, %), ``rss_mb``, ``net_sent``/``net_recv`` (the newest counters, bytes),
-    and ``gpus``: NVML index -> ``util`` (%), ``mem`` (memory allocated, %), ``temp`` (C),
-    ``power`` (W), ``limit`` (the enforced power limit, W).
+    ``n`` counts the sampling intervals they span: the most points of any one series, since
+    wandb sends the GPU readings as records of their own, at their own times (see
+    :class:`~.messages.NodeSummary` for every field).
     """
     times: list[float] = []
     intervals = 0
@@ -81,10 +80,8 @@ def summarize(series: Mapping[str, Sequence[tuple[Any, Any]]], since: float | No
                 gpus.setdefault(int(m[1]), {})[_GPU_LAST[m[2]]] = max(fresh)[1]
     if not times:
         return None
-    out["t0"], out["t"], out["n"] = min(times), max(times), intervals
-    if gpus:
-        out["gpus"] = {i: gpus[i] for i in sorted(gpus)}
-    return out
+    by_index = {i: GpuSummary(**gpus[i]) for i in sorted(gpus)}
+    return NodeSummary(t0=min(times), t=max(times), n=intervals, gpus=by_index, **out)
 
 
 def _points(points: Sequence[tuple[Any, Any]]) -> list[tuple[float, Any]]:
@@ -104,10 +101,9 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> dict[str, Any] | None:
+def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> GpuIntBatch | None:
     """The integer GPU series of some stats records (``(time, {key: value})``, keys unlabelled),
-    or None without any: ``t0``/``t``, ``n`` (samples) and ``by``: NVML index -> ``sm`` (mean SM
-    clock, MHz), ``ecc_c``/``ecc_u`` (the newest corrected and uncorrected ECC counts)."""
+    or None without any: the mean SM clock and the newest ECC counts of each GPU."""
     by: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for t, items in stats:
         for key, value in items.items():
@@ -120,35 +116,33 @@ def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> dict[str, Any]
     if not by:
         return None
     times = [t for series in by.values() for points in series.values() for t, _ in points]
-    out: dict[int, dict[str, float]] = {}
+    out: dict[int, GpuInts] = {}
     for i in sorted(by):
         values = {}
         for name, points in by[i].items():
             values[name] = sum(v for _, v in points) / len(points) if name == "sm" else max(points)[1]
-        out[i] = values
+        out[i] = GpuInts(**values)
     samples = max(len(points) for series in by.values() for points in series.values())
-    return {"t0": min(times), "t": max(times), "n": samples, "by": out}
+    return GpuIntBatch(min(times), max(times), samples, out)
 
 
-def gpu_values(summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+def gpu_values(summary: NodeSummary | None, indices: Iterable[int] | None = None) -> dict[int, GpuSummary]:
     """The summary's GPUs (``indices`` only, when given): NVML index -> their values."""
-    gpus = (summary or {}).get("gpus") or {}
+    gpus = summary.gpus if summary is not None else {}
     if indices is None:
         return dict(gpus)
     wanted = set(indices)
     return {i: v for i, v in gpus.items() if i in wanted}
 
 
-def gpu_util(
-    summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None
-) -> tuple[float | None, float | None]:
+def gpu_util(summary: NodeSummary | None, indices: Iterable[int] | None = None) -> tuple[float | None, float | None]:
     """Mean and min utilisation of a summary's GPUs (``indices`` only), (None, None) without."""
-    values = [v["util"] for v in gpu_values(summary, indices).values() if _number(v.get("util"))]
+    values = [float(v.util) for v in gpu_values(summary, indices).values() if v.util is not None and _number(v.util)]
     if not values:
         return None, None
     return sum(values) / len(values), min(values)
 
 
-def gpu_mem(summary: Mapping[str, Any] | None, indices: Iterable[int] | None = None) -> float | None:
-    values = [v["mem"] for v in gpu_values(summary, indices).values() if _number(v.get("mem"))]
+def gpu_mem(summary: NodeSummary | None, indices: Iterable[int] | None = None) -> float | None:
+    values = [float(v.mem) for v in gpu_values(summary, indices).values() if v.mem is not None and _number(v.mem)]
     return sum(values) / len(values) if values else None

@@ -1,22 +1,22 @@
 """The GPU rules over an offline run's samples: what the live run would have said of each GPU.
 
 The node writers' transaction logs hold every sample (the integer series too), so the report
-replays them, in time order across nodes, through the same rules the live run applies
-(``_health.gpus``: slow, memory errors, lost; idle needs the ranks on each GPU, which an offline
-folder does not record, so it is left out) with the run's ``straggler_threshold`` and
+replays them, in time order across nodes, through the same functions the live run applies: each
+sample is summarised as a node's reader summarises its writer's (``summarize``, ``gpu_ints``),
+judged by the same rules (``GpuHealth``: slow, memory errors, lost; idle needs the ranks on each
+GPU, which an offline folder does not record, so it is left out), and each verdict written by
+the same words as the live alert (``gpu_finding``), with the run's ``straggler_threshold`` and
 ``straggler_window_s`` as the index names them (the defaults when it does not).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from .._health.alerts import gpu_alert
-from .._health.gpus import IDLE_EV, GpuHealth
-from .._health.summary import GPU_KEY, GPU_SERIES
+from .._health import EventKind, GpuHealth, gpu_finding, gpu_ints, gpu_name, summarize
 
-_INTS = {"sm", "ecc_c", "ecc_u"}
 DEFAULT_THRESHOLD, DEFAULT_WINDOW_S = 0.7, 120.0
 
 
@@ -29,36 +29,20 @@ def gpu_flags(
     rules = GpuHealth(threshold, window_s)
     labels = set(series)
     flags: dict[str, list[str]] = {}
-    samples = sorted((t, label, values) for label, points in series.items() for t, values in points)
+    samples = sorted(((t, label, values) for label, points in series.items() for t, values in points), key=_time)
     for t, label, values in samples:
-        gpus: dict[int, dict[str, float]] = {}
-        ints: dict[int, dict[str, float]] = {}
-        for key, value in values.items():
-            m = GPU_KEY.match(key)
-            ours = GPU_SERIES.get(m[2]) if m else None
-            if ours and isinstance(value, (int, float)) and not isinstance(value, bool):
-                (ints if ours in _INTS else gpus).setdefault(int(m[1]), {})[ours] = float(value)  # type: ignore[index]
-        if not gpus and not ints:
+        floats = summarize({k: [(t, v)] for k, v in values.items()})
+        ints = gpu_ints([(t, values)])
+        if floats is None or (not floats.gpus and ints is None):
             continue
-        summary: dict[str, Any] = {"t0": t, "t": t, "n": 1, "gpus": gpus}
-        if ints:
-            summary["gpu_ints"] = [{"t0": t, "t": t, "n": 1, "by": ints}]
-        rules.update(label, summary)
-        for gpu, kind, recovered in rules.judge(labels):
-            if recovered or kind == IDLE_EV:
+        rules.update(label, replace(floats, gpu_ints=(ints,) if ints is not None else ()))
+        for event in rules.judge(labels):
+            if event.recovered or event.kind is EventKind.IDLE_GPU:
                 continue
-            alert = gpu_alert(
-                gpu,
-                kind,
-                recovered,
-                label=gpu.node_id,
-                hostname="",
-                node_ranks=(),
-                unmapped=(),
-                threshold=threshold,
-                window_s=window_s,
-            )
-            # "GPU 3 (<model>) of <label> (host ?, no train workers) is slow: ..." -> "GPU 3 (<model>) is slow: ..."
-            model = f" ({gpu.model})" if gpu.model else ""
-            flags.setdefault(gpu.node_id, []).append(f"GPU {gpu.index}{model} {alert.text.split(') ', 1)[1]}")
+            finding = gpu_finding(event, threshold=threshold, window_s=window_s)
+            flags.setdefault(event.gpu.node_id, []).append(f"{gpu_name(event.gpu)} {finding}")
     return flags
+
+
+def _time(sample: tuple[float, str, Mapping[str, Any]]) -> tuple[float, str]:
+    return sample[0], sample[1]

@@ -1,0 +1,113 @@
+"""What the hooks hand the fleet thread, defined once: one NamedTuple a command (the queue
+carries them in order; nothing blocks). The thread answers each in ``FleetWorker.apply``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .targets import RunTarget
+
+
+class AddRun(NamedTuple):
+    """A run's wish for writers, new to the fleet."""
+
+    target: RunTarget
+
+
+class RunReady(NamedTuple):
+    """``target``'s run exists (its primary created it): its node writers may join."""
+
+    target: RunTarget
+
+
+class SetNodes(NamedTuple):
+    """The nodes a run uses now, the primary's own node (``covered``), and, when known, the
+    ranks on each node and each rank's GPU ids; ``only``: while that target is the run's."""
+
+    run_id: str
+    nodes: set[str]
+    covered: str | None = None
+    only: RunTarget | None = None
+    ranks: dict[str, tuple[int, ...]] | None = None
+    rank_gpus: dict[int, tuple[str, ...]] | None = None
+
+
+class Prestart(NamedTuple):
+    """Start loggers ahead on the nodes the job's ``workers`` (each asking ``per_worker``) fit."""
+
+    use_gpu: bool
+    exclude: str | None = None
+    workers: int | None = None
+    per_worker: dict[str, float] | None = None
+
+
+class RankReport(NamedTuple):
+    """Every rank's report (index = rank), for the run's straggler rule by metric, and when."""
+
+    run_id: str
+    metrics: list[dict[str, Any]]
+    at: float
+
+
+class AwaitWriters(NamedTuple):
+    """Set ``done`` once every node writer these runs want has answered its join."""
+
+    run_ids: list[str]
+    done: threading.Event
+
+
+class LogRow(NamedTuple):
+    """A history row of a standalone run, for the logger hosting its writer."""
+
+    run_id: str
+    metrics: dict[str, Any]
+
+
+class LogArtifact(NamedTuple):
+    """A checkpoint artifact of a standalone run, for the logger hosting its writer."""
+
+    run_id: str
+    checkpoint: Any
+    name: str
+    aliases: list[str]
+
+
+class Retire(NamedTuple):
+    """Finish the run's writers (bounded by ``timeout``), then ``then``, then set ``done``; a
+    standalone writer ends with ``exit_code``."""
+
+    run_id: str
+    timeout: float
+    then: Callable[[], None] | None
+    exit_code: int | None
+    done: threading.Event
+
+
+class Shutdown(NamedTuple):
+    """Retire every run still open and stop the thread (bounded by ``timeout``)."""
+
+    timeout: float
+
+
+class Poll(NamedTuple):
+    """No command came within the poll: what is due."""
+
+
+Command = (
+    AddRun
+    | RunReady
+    | SetNodes
+    | Prestart
+    | RankReport
+    | AwaitWriters
+    | LogRow
+    | LogArtifact
+    | Retire
+    | Shutdown
+    | Poll
+)
+# Commands that change what the plan reads.
+REPLANS = (AddRun, RunReady, SetNodes, Retire)

@@ -1,0 +1,46 @@
+"""What crosses between the driver side and a node's logger actor, defined once: the logger's
+status (the answer to every ping, join and finish). It rides every ping, so it stays small: a
+slotted frozen dataclass, pickled as one tuple, with each writer's summary (``_health``'s
+:class:`~ray_wandb_nodes._health.NodeSummary`) and what kept its reader from reading."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._health import NodeSummary, ReadProblem
+
+
+@dataclass(frozen=True, slots=True)
+class LoggerStatus:
+    """A ``NodeLogger``'s state, as its ``status()`` reports it."""
+
+    pid: int
+    """Its process: a new pid is a restarted logger."""
+    node_id: str
+    """The Ray node it runs on."""
+    hostname: str = ""
+    """Its node's hostname."""
+    restarted: bool = False
+    """Whether Ray restarted its actor (its writers are gone)."""
+    runs: tuple[str, ...] = ()
+    """The writer keys (run ids, observer keys) it hosts now."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Each writer's label."""
+    logged: Mapping[str, int] = field(default_factory=dict)
+    """History rows each standalone writer logged."""
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """A writer that failed (to join, log, finish), and why."""
+    summaries: Mapping[str, NodeSummary] = field(default_factory=dict)
+    """Each writer's latest summary of its samples, by writer key."""
+    problems: Mapping[str, tuple[ReadProblem, ...]] = field(default_factory=dict)
+    """A writer whose samples or transaction log could not be read, and why (empty: none)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))
+
+    @property
+    def summary(self) -> NodeSummary | None:
+        """The node's latest summary, from any of its writers."""
+        return next(iter(self.summaries.values()), None)

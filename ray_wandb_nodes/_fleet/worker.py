@@ -1,0 +1,214 @@
+"""The fleet thread's work: the run targets, the alive nodes, the logger pool, node health,
+the offline collection and every run's end, advanced one command (or poll) at a time.
+
+Each turn carries out a command, then what is due; its work grows with what changed (a listing
+once a poll, a plan on change, pings and summaries batched). Only the fleet thread calls it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._warn import Warner, describe
+from .._writers import WriterSpec
+from .actors import RayActors
+from .collect import OfflineCollection
+from .commands import (
+    REPLANS,
+    AddRun,
+    AwaitWriters,
+    Command,
+    LogArtifact,
+    LogRow,
+    Prestart,
+    RankReport,
+    Retire,
+    RunReady,
+    SetNodes,
+)
+from .health import FleetHealth, rank_report, stragglers
+from .nodes import NodeInfo, alive_nodes, candidate_nodes, prestart_nodes
+from .plan import plan, run_of
+from .pool import LoggerPool
+from .ready import Awaits
+from .retire import Retirement, advance_all, retire
+from .rows import RowRouter
+from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, writer_spec
+
+LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
+
+
+class FleetWorker:
+    def __init__(
+        self,
+        *,
+        init_timeout_s: float,
+        warner: Warner,
+        poll_s: float,
+        list_nodes: Callable[[], list[dict[str, Any]]],
+        actors: RayActors | None,
+        clock: Callable[[], float],
+        free_resources: Callable[[], dict[str, dict[str, float]]],
+    ) -> None:
+        self.warner = warner
+        self._poll_s = poll_s
+        self._list_nodes = list_nodes
+        self._free_resources = free_resources
+        self._clock = clock
+        self._listed_at: float | None = None
+        self.dirty = True  # something the plan reads changed since it last ran
+        self.targets: dict[str, RunTarget] = {}
+        self.retirements: list[Retirement] = []
+        self._rows = RowRouter(warner)  # a standalone run's rows
+        self.awaits = Awaits()  # worker-group starts waiting for their node writers
+        self.pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s, actors=actors, clock=clock)
+        self._health = FleetHealth(warner)
+        self._collection = OfflineCollection(warner)
+        self._alive: dict[str, NodeInfo] = {}
+
+    @property
+    def relaying(self) -> bool:
+        """A run learns its nodes from elsewhere (a Train run inside a trial): read, not told."""
+        return any(isinstance(t, SharedTarget) and t.extra_nodes for t in self.targets.values())
+
+    def step(self, command: Command) -> None:
+        """One turn: ``command``, then what is due."""
+        try:
+            self.apply(command)
+            self._refresh_nodes()
+            self.pool.check_joins()
+            self.pool.check_health(self._spec_for)
+            if self.pool.changed:
+                self.pool.changed, self.dirty = False, True
+            if self.dirty:
+                self.dirty = False
+                self._carry_out_plan()
+            self._check_health()
+            self.awaits.check(self.targets, self.pool, self._alive)
+            self.check_retirements()
+        except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
+            self.warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
+
+    def apply(self, command: Command) -> None:
+        self.dirty |= isinstance(command, REPLANS)
+        if isinstance(command, AddRun):
+            self.targets[command.target.run_id] = command.target
+        elif isinstance(command, RunReady):
+            if self.targets.get(command.target.run_id) is command.target:
+                command.target.ready = True
+        elif isinstance(command, SetNodes):
+            target = self.targets.get(command.run_id)
+            if target is not None and (command.only is None or command.only is target):
+                target.nodes, target.covered_node = command.nodes, command.covered
+                if command.ranks is not None:
+                    target.ranks = command.ranks
+                if command.rank_gpus is not None:
+                    target.rank_gpus = command.rank_gpus
+        elif isinstance(command, RankReport):
+            rank_report(self.targets.get(command.run_id), command.metrics, command.at)
+        elif isinstance(command, Retire):
+            self._start_retirement(command)
+        elif isinstance(command, AwaitWriters):
+            self.awaits.add(command.run_ids, command.done)
+        elif isinstance(command, Prestart):
+            self._refresh_nodes()
+            self.pool.prestart(self._prestart_nodes(command))
+        elif isinstance(command, (LogRow, LogArtifact)):  # a standalone run's row or checkpoint, to its writer's logger
+            target = self.targets.get(command.run_id)
+            if isinstance(target, StandaloneTarget):
+                self._rows.deliver(command, target, self.pool.host_of(target.run_id))
+
+    def _refresh_nodes(self) -> None:
+        """Re-read the alive nodes (one GCS call) once a poll, past 1,000 nodes once per poll and
+        1,000 nodes (5,000: every 15 s); a change re-plans. Between listings a lost node shows as
+        its logger's failed ping, and Train's worker-group hooks tell the nodes a run uses."""
+        now = self._clock()
+        every = self._poll_s * max(1.0, len(self._alive) / LISTING_NODES)
+        if (not self.targets and not self.pool) or (self._listed_at is not None and now - self._listed_at < every):
+            return
+        self._listed_at = now
+        alive = alive_nodes(self._list_nodes(), self._alive)
+        if alive.keys() != self._alive.keys():  # else the same object stays: nothing downstream redoes work
+            self.dirty = True
+            self._alive = alive
+
+    def _prestart_nodes(self, ask: Prestart) -> list[NodeInfo]:
+        """The nodes to start loggers on ahead: where the job's workers fit now (each node's free
+        resources, its totals when those cannot be read), no more nodes than the job needs."""
+        if ask.workers is None or ask.workers < 1:  # unknown: every node that could host a worker
+            return candidate_nodes(self._alive, use_gpu=ask.use_gpu, exclude=ask.exclude)
+        free = self._free_resources() or {n: {"CPU": i.cpus, "GPU": i.gpus} for n, i in self._alive.items()}
+        asks = ask.per_worker or ({"GPU": 1.0} if ask.use_gpu else {"CPU": 1.0})
+        return prestart_nodes(self._alive, free, workers=ask.workers, per_worker=asks, exclude=ask.exclude)
+
+    def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:  # of writer `key` on `node`
+        return writer_spec(self.targets, key, node)
+
+    def _carry_out_plan(self) -> None:
+        if not self.targets and not self.pool:
+            return
+        alive = self._alive
+        kinds = {n: i.kind for n, i in alive.items()}
+        wants = [t.wants(extra_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
+        step = plan(self.pool.runs_by_node(), wants, alive, self._collection.collecting)
+        offline = {rid: (t.index, t.role) for rid, t in self.targets.items() if t.index is not None}
+        for node_id in step.lost:
+            handle = self.pool.drop(node_id)
+            if handle is not None:
+                self._collection.lost(handle.node, offline)
+        for node_id, key in step.finish:
+            self.pool.finish_writer(node_id, key)
+        if step.start:
+            self.pool.start([alive[node_id] for node_id in step.start])
+        for node_id, key in step.add:
+            spec = self._spec_for(key, alive[node_id])
+            if spec is None:
+                continue
+            host = self.pool.add_writer(node_id, spec)
+            target = self.targets[run_of(key)[0]]
+            if target.index is not None and spec.role != "observer":  # offline: collected from here at the end
+                self._collection.hosted(node_id, key)
+            self._rows.placed(key, host)
+        self._health.note_caps(step.capped, self.targets)
+        if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
+            self.pool.drop_unused_warm(set().union(*(w.nodes for w in wants)))
+
+    def _check_health(self, only: str | None = None, final: bool = False) -> None:
+        """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
+        self.dirty |= self._health.check(self.targets, self.pool, self._alive, only=only, final=final)
+
+    # retiring runs ---------------------------------------------------------------------------
+    def _start_retirement(self, how: Retire) -> None:
+        run_id = how.run_id
+        target = self.targets.get(run_id)
+        if target is not None and self._rows.waiting(run_id):
+            self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
+        if target is not None:
+            self._check_health(only=run_id, final=True)  # the last node table, before the primary ends
+        self.targets.pop(run_id, None)
+        self._rows.drop(run_id)
+        self._health.forget(run_id)
+        self.retirements.append(retire(run_id, target, self.pool, self._collection, self.warner, how))
+
+    def check_retirements(self, final: bool = False) -> None:  # one step of every run's end
+        self.retirements = advance_all(self.retirements, self.pool, self._collection, self.warner, final)
+
+    def shutdown(self, timeout: float) -> None:
+        """Retire the runs still open (their writers only: each primary is its session's)."""
+        for run_id in list(self.targets):
+            self._start_retirement(Retire(run_id, timeout, None, 1, threading.Event()))
+        deadline = time.monotonic() + timeout
+        while self.retirements and time.monotonic() < deadline:
+            self.check_retirements()
+            if self.retirements:
+                time.sleep(0.1)
+        self.check_retirements(final=True)
+
+    def release(self) -> None:
+        """The thread ends: nobody waits on it any longer."""
+        self.awaits.release_all()
+        for r in self.retirements:
+            r.writers_done.set()

@@ -1,0 +1,171 @@
+"""Judging nodes against each other (pure): what value each node is compared by, the straggler
+rules (by metric, GPU utilisation or CPU) applied to the nodes' fresh samples, and the words of
+each node's alert. The monitor holds the nodes; this says what their values make of them.
+
+Which value a node has:
+
+- with ``metric`` set: the median, over the node's ranks, of that key of their latest reports
+  (compared by ``mode``);
+- without: the mean utilisation of the GPUs its ranks use (all its GPUs when which is not
+  known), less the GPUs a GPU rule holds or is about to hold (one problem, one alert; see
+  ``gpus``); or its CPU where it has no GPU (a high one is worse: the node doing more than the
+  others is the one they wait for). Nodes are compared with nodes of the same GPU model, nodes
+  without GPUs with each other; a node once seen with GPUs stays a GPU node (a MIG node reports
+  no utilisation: it is then not compared, never judged by its CPU); differences under
+  ``SYSTEM_FLOOR`` percentage points never count.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._metrics import flatten
+from .alerts import Alert, lost_alert, node_who, straggler_alert
+from .gpus import GpuHealth
+from .kinds import EventKind, NodeState
+from .messages import NodeSummary
+from .rule import NodeStreak, StragglerRule, judge
+from .summary import gpu_util
+
+SYSTEM_FLOOR = 10.0  # percentage points
+
+
+@dataclass
+class TrackedNode:
+    """One node as the monitor keeps it."""
+
+    node_id: str
+    label: str
+    hostname: str
+    ranks: tuple[int, ...] = ()
+    summary: NodeSummary | None = None
+    fresh: int = 0  # system samples not judged yet
+    metric: float | None = None
+    state: NodeState = NodeState.OK
+    in_run: bool = True
+    left_at: float | None = None
+    had_ranks: tuple[int, ...] = ()  # its last ranks (a lost node's alert); empty: it never hosted one
+    got: tuple[float, float] | None = None  # its summary's arrival (this clock), and age then (the node's)
+    kind: str | None = None  # what the system rule compares it as ("gpu:<model>", "cpu"), sticky for GPUs
+    ints_t: float | None = None  # the newest integer GPU samples of its summary
+    fresh_t0: float | None = None  # when its oldest sample not judged yet was taken (the node's clock)
+    intervals: int = 0  # sampling intervals its summaries have stood for, in all
+    expects_gpu: bool = False  # Ray gave its ranks GPUs
+    no_gpu_said: bool = False  # its "no GPU reported" warning is out
+
+    def age(self, now: float) -> float | None:
+        """Its latest sample's age: as the node said on arrival, plus the time since (this clock)."""
+        return None if self.got is None else self.got[1] + max(0.0, now - self.got[0])
+
+    def span(self) -> tuple[float, float] | None:
+        """When its samples not judged yet were taken (the node's clock)."""
+        if self.fresh_t0 is None or self.summary is None:
+            return None
+        return float(self.fresh_t0), float(self.summary.t)
+
+
+class NodeJudge:
+    """The straggler rules of one run, and the streak each node is on."""
+
+    def __init__(self, metric: str | None, mode: str, threshold: float, window_s: float) -> None:
+        self.metric, self.threshold, self.window_s = metric, threshold, window_s
+        self._metric_rule = StragglerRule(mode, threshold, window_s)
+        self._gpu_rule = StragglerRule("max", threshold, window_s, floor=SYSTEM_FLOOR)
+        self._cpu_rule = StragglerRule("min", threshold, window_s, floor=SYSTEM_FLOOR)
+        self.streaks: dict[str, NodeStreak] = {}
+
+    def median(self, node_id: str) -> float | None:
+        """The other nodes' median at the node's last judged sample."""
+        streak = self.streaks.get(node_id)
+        return streak.median if streak else None
+
+    def forget(self, node_id: str) -> None:
+        self.streaks.pop(node_id, None)
+
+    def report(
+        self, nodes: list[TrackedNode], metrics: list[Mapping[str, Any]], now: float
+    ) -> list[tuple[str, EventKind]]:
+        """One report of every rank (index = rank): the metric rule's events."""
+        key = self.metric
+        if key is None:
+            return []
+        values: dict[str, float] = {}
+        for node in nodes:
+            ranked = [_lookup(metrics[r], key) for r in node.ranks if r < len(metrics)]
+            numbers = [v for v in ranked if v is not None]
+            if numbers:
+                node.metric = values[node.node_id] = statistics.median(numbers)
+        return judge(self._metric_rule, self.streaks, values, dict.fromkeys(values, 1), now)
+
+    def value(self, node: TrackedNode, gpus: GpuHealth) -> tuple[str, float | None]:
+        """What the rule compares for ``node``: (``"gpu:<model>"``/``"cpu"``/the metric, value)."""
+        if self.metric is not None:
+            return self.metric, node.metric
+        indices = gpus.judged_indices(node.node_id)
+        if indices is not None or (node.kind or "").startswith("gpu"):
+            mean, _ = gpu_util(node.summary, indices or ())
+            return f"gpu:{gpus.model(node.node_id)}", mean
+        cpu = node.summary.cpu if node.summary is not None else None
+        return "cpu", float(cpu) if cpu is not None else None
+
+    def system(self, compared: list[TrackedNode], gpus: GpuHealth, now: float) -> list[tuple[str, EventKind]]:
+        """The system rule on the compared nodes' fresh samples: its events."""
+        by_kind: dict[str, dict[str, float]] = {}
+        judged = [(node, *self.value(node, gpus)) for node in compared]
+        # GPU nodes by model, once every one's model is known (it comes with the first log block);
+        # until then all together, rather than each alone in a group of its own.
+        by_model = all(kind != "gpu:" for _, kind, _ in judged if kind.startswith("gpu:"))
+        fresh: dict[str, int] = {}
+        spans: dict[str, tuple[float, float] | None] = {}
+        for node, kind, value in judged:
+            base = kind.split(":")[0]
+            if base != (node.kind or base).split(":")[0]:  # a CPU node turned GPU node: a new streak
+                self.streaks.pop(node.node_id, None)
+            node.kind = kind
+            if value is not None:
+                by_kind.setdefault(kind if by_model or base == "cpu" else "gpu:", {})[node.node_id] = value
+                # Judged over the samples' own times (the node's clock, one node at a time): a
+                # ping that brings samples spanning the window judges them at once.
+                fresh[node.node_id], spans[node.node_id] = node.fresh, node.span()
+        events: list[tuple[str, EventKind]] = []
+        for kind, values in by_kind.items():
+            rule = self._cpu_rule if kind == "cpu" else self._gpu_rule
+            events += judge(rule, self.streaks, values, {n: fresh[n] for n in values}, now, spans)
+        return events
+
+    def alert(self, node: TrackedNode, kind: EventKind, gpus: GpuHealth, now: float) -> Alert:
+        """The alert of a node event (``STRAGGLER``, ``RECOVERED`` or ``NODE_LOST``)."""
+        who = node_who(node.label, node.hostname, node.ranks or node.had_ranks)
+        if kind is EventKind.NODE_LOST:
+            return lost_alert(node.label, who, node.age(now))
+        what, value = self.value(node, gpus)
+        rule = self._metric_rule if self.metric is not None else self._cpu_rule if what == "cpu" else self._gpu_rule
+        bound = f"{self.threshold:g} x" if rule.mode == "max" else f"1/{self.threshold:g} x"
+        return straggler_alert(
+            node.label,
+            who,
+            kind,
+            what=what,
+            value=value,
+            median=self.median(node.node_id),
+            bound=bound,
+            window_s=self.window_s,
+        )
+
+
+def _lookup(metrics: Mapping[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    if value is None and "/" in key:
+        value = flatten(metrics).get(key)
+    if value is None or isinstance(value, (bool, str)):
+        return None
+    if not isinstance(value, (int, float)):
+        try:
+            value = float(value)  # numpy and torch scalars
+        except (TypeError, ValueError):
+            return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,131 @@
+"""Fake node summaries and logger statuses, built from the plugin's own message types (so they
+cannot drift from what a node's reader and logger send): the unit tests and the benchmarks
+(``bench/health_cost.py``, ``bench/fleet_scale.py``) feed the monitor and the fleet with these.
+
+``busy_node`` is a node as a healthy 8-GPU job's writer reports it: every key the node and GPU
+rules read (CPU, memory, each GPU's utilisation, memory, temperature, power and its limit, the
+SM clock and ECC counts of its transaction-log blocks, the GPUs' models and UUIDs).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+
+from ray_wandb_nodes._fleet.wire import LoggerStatus
+from ray_wandb_nodes._health import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def gpu(util: float | None, **values: float | None) -> GpuSummary:
+    """One GPU's readings: ``util`` and, unless given, a busy H100's memory, heat and power."""
+    base: dict[str, float | None] = {"mem": 50.0, "temp": 60.0, "power": 500.0, "limit": 700.0}
+    return GpuSummary(util=util, **{**base, **values})
+
+
+def gpus(utils: Sequence[float], **values: float | None) -> dict[int, GpuSummary]:
+    """GPUs 0.. at these utilisations."""
+    return {i: gpu(u, **values) for i, u in enumerate(utils)}
+
+
+def clocks(n: int, sm: float = 1980.0, **slow: float) -> dict[int, GpuInts]:
+    """``n`` GPUs' integer readings at ``sm`` MHz and no ECC error; ``g3=900.0``: GPU 3's clock."""
+    out = {i: GpuInts(sm=sm, ecc_c=0.0, ecc_u=0.0) for i in range(n)}
+    for index, value in slow.items():
+        out[int(index[1:])] = out[int(index[1:])]._replace(sm=value)
+    return out
+
+
+def inventory(count: int, node: str, model: str = H100) -> GpuInventory:
+    return GpuInventory(models=(model,) * count, uuids=tuple(f"GPU-{node}-{i}" for i in range(count)))
+
+
+def summary(
+    t: float,
+    *,
+    t0: float | None = None,
+    n: int = 1,
+    seq: int | None = None,
+    gpus: Mapping[int, GpuSummary] | None = None,
+    ints: Mapping[int, GpuInts] | None = None,
+    ints_span: tuple[float, float, int] | None = None,
+    batches: Iterable[GpuIntBatch] = (),
+    info: GpuInventory | None = None,
+    **scalars: float | None,
+) -> NodeSummary:
+    """A node summary at time ``t``; ``ints``: one transaction-log batch at ``ints_span``
+    ((t0, t, samples), default this sample's), or ``batches``; ``scalars``: ``cpu=``, ``mem=``, ..."""
+    batch = list(batches)
+    if ints is not None:
+        start, end, samples = ints_span or (t if t0 is None else t0, t, 1)
+        batch.append(GpuIntBatch(start, end, samples, dict(ints)))
+    return NodeSummary(
+        t0=t if t0 is None else t0,
+        t=t,
+        n=n,
+        seq=seq,
+        gpus=dict(gpus or {}),
+        gpu_ints=tuple(batch),
+        gpu_info=info,
+        **scalars,  # type: ignore[arg-type]
+    )
+
+
+def busy_node(
+    rnd: random.Random,
+    node: int,
+    t: float,
+    *,
+    seq: int,
+    gpu_count: int = 8,
+    t0: float | None = None,
+    batches: Iterable[tuple[float, float, int]] = (),
+) -> NodeSummary:
+    """A busy GPU node's summary (a little noise from ``rnd``): ``batches``, the (t0, t, samples)
+    of the transaction-log blocks its reader read lately (each with every GPU's SM clock)."""
+    return summary(
+        t,
+        t0=t0,
+        seq=seq,
+        cpu=rnd.uniform(5, 90),
+        mem=rnd.uniform(20, 60),
+        rss_mb=rnd.uniform(500, 9000),
+        net_sent=1e9 + seq * 1e6,
+        net_recv=2e9 + seq * 1e6,
+        gpus={
+            i: GpuSummary(rnd.uniform(90, 100), rnd.uniform(30, 90), rnd.uniform(50, 80), rnd.uniform(400, 700), 700.0)
+            for i in range(gpu_count)
+        },
+        batches=[
+            GpuIntBatch(b0, b1, k, {i: GpuInts(rnd.uniform(1900, 1980), 0.0, 0.0) for i in range(gpu_count)})
+            for b0, b1, k in batches
+        ],
+        info=GpuInventory((H100,) * gpu_count, tuple(f"GPU-{node:08x}-{i}" for i in range(gpu_count))),
+    )
+
+
+def logger_status(
+    node_id: str,
+    pid: int,
+    runs: Iterable[str] = (),
+    *,
+    summaries: Mapping[str, NodeSummary] | None = None,
+    errors: Mapping[str, str] | None = None,
+    problems: Mapping[str, tuple[ReadProblem, ...]] | None = None,
+    hostname: str = "",
+    restarted: bool = False,
+) -> LoggerStatus:
+    """A ``NodeLogger.status()`` answer."""
+    run_ids = tuple(sorted(runs))
+    return LoggerStatus(
+        pid=pid,
+        node_id=node_id,
+        hostname=hostname,
+        restarted=restarted,
+        runs=run_ids,
+        labels={r: f"node-{hostname or node_id[:6]}" for r in run_ids},
+        errors=dict(errors or {}),
+        summaries=dict(summaries or {}),
+        problems=dict(problems or {}),
+    )
