@@ -289,8 +289,18 @@ class NodeFleet:
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self._targets)
+        # A run not created yet whose nodes are known (a Tune trial's, at once) gets their loggers
+        # now: an actor's start then overlaps wandb.init, not the run's end (or the next trial's start).
+        early = {
+            n
+            for t in self._targets.values()
+            if not t.ready and (t.max_writers is None or len(t.nodes) <= t.max_writers)
+            for n in t.nodes - {t.covered_node}
+            if n in alive
+        }
+        self._pool.prestart([alive[n] for n in sorted(early)])
         if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
-            self._pool.drop_unused_warm(set().union(*(w.nodes for w in wants)))
+            self._pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
 
     def _check_health(self, only: str | None = None, final: bool = False) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
@@ -307,7 +317,11 @@ class NodeFleet:
         self._targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
-        self._retirements.append(retire(run_id, target, self._pool, self._collection, self._warner, how))
+        retirement = retire(run_id, target, self._pool, self._collection, self._warner, how)
+        self._retirements.append(retirement)
+        for ref in retirement.refs:  # each writer's finish wakes the fleet thread: no poll's wait
+            if hasattr(ref, "future"):
+                ref.future().add_done_callback(lambda _: self._commands.put(("wake", None)))
 
     def _check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self._retirements = advance_all(self._retirements, self._pool, self._collection, self._warner, final)
