@@ -307,3 +307,27 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     fleet.step("ready", trial)  # the run exists: its writer joins the logger already there
     assert fleet._pool.runs_by_node() == {node_a: {"trial-a"}, node_b: {other.run_id}}
     assert sim.changes == 4  # two loggers (an actor and a placement group each), none killed
+
+
+def test_a_writers_finish_wakes_the_fleet_at_once() -> None:
+    import threading
+    from concurrent.futures import Future
+
+    from ray_wandb_nodes._fleet.retire import Retirement
+
+    class Ref:  # as Ray's ObjectRef: a future of its value
+        def __init__(self) -> None:
+            self.fut: Future[Any] = Future()
+
+        def future(self) -> Future[Any]:
+            return self.fut
+
+    refs = [Ref(), Ref()]
+    r = Retirement("run", {ref: None for ref in refs}, 0.0, 1.0, None, threading.Event())  # type: ignore[misc]
+    woken: list[int] = []
+    r.wake_on_each_finish(lambda: woken.append(1))
+    assert woken == []
+    refs[0].fut.set_result({"runs": []})
+    assert woken == [1]
+    refs[1].fut.set_exception(RuntimeError("the logger died"))  # a failed finish wakes it too
+    assert woken == [1, 1]

@@ -28,7 +28,7 @@ from .pool import LoggerPool
 from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
-from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, writer_spec
+from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, extra_nodes, writer_spec
 
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired
@@ -289,15 +289,7 @@ class NodeFleet:
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self._targets)
-        # A run not created yet whose nodes are known (a Tune trial's, at once) gets their loggers
-        # now: an actor's start then overlaps wandb.init, not the run's end (or the next trial's start).
-        early = {
-            n
-            for t in self._targets.values()
-            if not t.ready and (t.max_writers is None or len(t.nodes) <= t.max_writers)
-            for n in t.nodes - {t.covered_node}
-            if n in alive
-        }
+        early = early_nodes(self._targets.values(), alive)  # their loggers start before the run exists
         self._pool.prestart([alive[n] for n in sorted(early)])
         if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
             self._pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
@@ -319,9 +311,7 @@ class NodeFleet:
         self._health.forget(run_id)
         retirement = retire(run_id, target, self._pool, self._collection, self._warner, how)
         self._retirements.append(retirement)
-        for ref in retirement.refs:  # each writer's finish wakes the fleet thread: no poll's wait
-            if hasattr(ref, "future"):
-                ref.future().add_done_callback(lambda _: self._commands.put(("wake", None)))
+        retirement.wake_on_each_finish(lambda: self._commands.put(("wake", None)))  # no poll's wait
 
     def _check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self._retirements = advance_all(self._retirements, self._pool, self._collection, self._warner, final)
