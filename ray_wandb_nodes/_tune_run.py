@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
 import socket
 import threading
 import time
@@ -44,6 +45,7 @@ class TuneRuns:
         self.driver_node = NodeInfo(ray.get_runtime_context().get_node_id(), socket.gethostname(), "")
         self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
         self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
+        self.marks = TrialMarks(warner)
 
     def start(self, trial: Trial, run_id: str) -> SharedSession:
         """The session of ``trial``'s run: a new one, or the one it has (a restarted trial)."""
@@ -54,10 +56,7 @@ class TuneRuns:
             if session.primary.ready:
                 self._locate_later(session, actor)
             return session
-        try:
-            _handoff.mark_trial(trial.trial_id, run_id)  # before the trial's function runs
-        except Exception as e:  # noqa: BLE001
-            self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
+        self.marks.mark(trial.trial_id, run_id)  # before the trial's function runs
         session = self._new_session(trial, run_id, actor)
         self.sessions[trial.trial_id] = session
         session.start()
@@ -84,7 +83,7 @@ class TuneRuns:
         primary = PrimaryWriter(
             spec,
             warner=self._warner,
-            rows=self._row_builder,
+            rows=_new_config_only(self._row_builder),
             # on the writer thread, once the session has started: `target` is set by then
             prepare=lambda s: self._locate_trial(s, target=target, actor=actor, location=location),
         )
@@ -152,6 +151,15 @@ class TuneRuns:
 
         threading.Thread(target=work, daemon=True).start()
 
+    def end(self, trial_id: str, exit_code: int) -> None:
+        """Start ending ``trial_id``'s run with ``exit_code``; returns at once (a run already
+        ending is left be: only the first end counts)."""
+        session = self.sessions.get(trial_id)
+        if session is None or session.finishing:
+            return
+        session.finish(exit_code)
+        self.marks.clear(trial_id)
+
     def end_all(self, upload_timeout: float) -> None:
         """Wait for every run's end (uploads bounded by ``upload_timeout``), then stop the fleet."""
         deadline = time.monotonic() + upload_timeout
@@ -161,7 +169,54 @@ class TuneRuns:
             else:
                 session.primary.wait_done(max(0.1, deadline - time.monotonic()))
         self.fleet.shutdown(self.options.finish_timeout_s)
+        self.marks.close(self.options.finish_timeout_s)
         self.sessions.clear()
+
+
+class TrialMarks:
+    """Each trial's mark in Ray's key-value store (see ``_handoff``): set on the hook, since a
+    Train run inside the trial reads it as it starts; cleared on a thread of its own, so that
+    a trial's end waits for no GCS call. A trial marked again (a retry) keeps its new mark."""
+
+    def __init__(self, warner: Warner) -> None:
+        self._warner = warner
+        self._lock = threading.Lock()  # a clear's check and delete against a new mark
+        self._to_clear: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._pending: set[str] = set()
+        self._thread: threading.Thread | None = None
+
+    def mark(self, trial_id: str, run_id: str) -> None:
+        with self._lock:
+            self._pending.discard(trial_id)
+            try:
+                _handoff.mark_trial(trial_id, run_id)
+            except Exception as e:  # noqa: BLE001
+                self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
+
+    def clear(self, trial_id: str) -> None:
+        with self._lock:
+            self._pending.add(trial_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-tune-marks", daemon=True)
+                self._thread.start()
+        self._to_clear.put(trial_id)
+
+    def close(self, timeout: float) -> None:
+        """Clear what is left to clear (bounded by ``timeout``) and stop the thread."""
+        if self._thread is not None:
+            self._to_clear.put(None)
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        while (trial_id := self._to_clear.get()) is not None:
+            with self._lock:
+                if trial_id not in self._pending:  # marked again since
+                    continue
+                self._pending.discard(trial_id)
+                try:
+                    _handoff.clear_trial(trial_id)
+                except Exception:  # noqa: BLE001 - a mark left behind only names a finished trial
+                    pass
 
 
 class TrialHealth(HealthMonitor):
@@ -187,6 +242,27 @@ class TrialHealth(HealthMonitor):
         if out.table is not None:
             self._shown = shape
         return out
+
+
+def _new_config_only(rows: RowBuilder) -> RowBuilder:
+    """``rows`` for one run, with the config it returns cut to what changed since the last row
+    (Tune's auto-filled keys come with every result; wandb sends each config update on)."""
+    sent: dict[str, Any] = {}
+
+    def build(result: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        row, config, skipped = rows(result)
+        new = {k: v for k, v in config.items() if k not in sent or not _same(sent[k], v)}
+        sent.update(new)
+        return row, new, skipped
+
+    return build
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - an array, say: sent again
+        return False
 
 
 def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
-from . import _handoff, _ray
+from . import _ray
 from ._options import invalid
 from ._secrets import capture_env
 from ._session import SharedSession
@@ -222,12 +222,12 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     @guarded("on_experiment_end")
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         """Finish every run: node writers bounded by ``finish_timeout_s``, uploads by ``upload_timeout``."""
-        for trial in trials:
-            if self._session(trial) is not None:
-                self._end(trial, exit_code=1 if str(getattr(trial, "status", "")) == "ERROR" else 0)
-        if self._runs is not None:
-            self._runs.end_all(self.upload_timeout)
-            self._runs = None
+        runs, self._runs = self._runs, None
+        if runs is None:
+            return
+        for trial in trials:  # a trial whose end Tune did not report (its runs already ending are left be)
+            runs.end(trial.trial_id, exit_code=1 if str(getattr(trial, "status", "")) == "ERROR" else 0)
+        runs.end_all(self.upload_timeout)
 
     # internals -----------------------------------------------------------------------------------
     def _start(self, trial: Trial) -> SharedSession | None:
@@ -255,10 +255,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         )
 
     def _end(self, trial: Trial, exit_code: int) -> None:
-        session = self._session(trial)
-        if session is not None:
-            session.finish(exit_code)
-        try:
-            _handoff.clear_trial(trial.trial_id)
-        except Exception:  # noqa: BLE001
-            pass
+        # Returns at once: the run ends on the fleet's and its writer's threads, and the
+        # trial's mark is cleared on a thread of its own (the next trial's start waits for neither).
+        if self._runs is not None:
+            self._runs.end(trial.trial_id, exit_code)

@@ -210,3 +210,125 @@ def test_a_trials_table_is_logged_while_it_runs_and_at_its_end_only_on_a_change(
     changed.set_nodes({}, {})  # the trial moved off its node: a state the last table did not say
     end = changed.tick(final=True)
     assert [row[3] for row in end.table or []] == ["left"]
+
+
+# a trial's start and end on the driver ----------------------------------------------------------
+def test_a_trials_mark_is_cleared_off_the_hook_and_a_retried_trial_keeps_its_new_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from ray_wandb_nodes import _handoff
+    from ray_wandb_nodes._tune_run import TrialMarks
+    from ray_wandb_nodes._warn import Warner
+
+    store: dict[str, str] = {}
+    cleared_on: list[str] = []
+    gate = threading.Event()
+
+    def clear(trial_id: str) -> None:
+        gate.wait(5)  # a slow GCS call
+        cleared_on.append(threading.current_thread().name)
+        store.pop(trial_id, None)
+
+    monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, run_id: store.__setitem__(trial_id, run_id))
+    monkeypatch.setattr(_handoff, "clear_trial", clear)
+    marks = TrialMarks(Warner())
+    marks.mark("t1", "run-1")
+    marks.mark("t2", "run-2")
+    marks.clear("t1")  # returns while the delete waits
+    marks.clear("t2")
+    assert store == {"t1": "run-1", "t2": "run-2"}
+    gate.set()
+    marks.mark("t2", "run-2")  # t2 retried before its old mark was cleared: the clear is skipped
+    marks.close(5)
+    assert store == {"t2": "run-2"}
+    assert cleared_on == ["ray_wandb_nodes-tune-marks"]
+
+
+def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes._tune_run import TuneRuns
+
+    class Session:
+        finishing = False
+        codes: list[int] = []
+
+        def finish(self, exit_code: int) -> None:
+            self.finishing = True
+            self.codes.append(exit_code)
+
+    cleared: list[str] = []
+    runs = object.__new__(TuneRuns)  # no Ray: only the bookkeeping of ends
+    runs.sessions = {"t1": Session()}  # type: ignore[dict-item]
+    runs.marks = SimpleNamespace(clear=cleared.append)  # type: ignore[assignment]
+    runs.end("t1", 1)
+    runs.end("t1", 0)  # the experiment's end after the trial's error: the first end counts
+    runs.end("gone", 0)
+    assert Session.codes == [1] and cleared == ["t1"]
+
+
+def test_a_trials_rows_send_only_the_config_that_changed() -> None:
+    from ray_wandb_nodes._tune_run import _new_config_only
+
+    build = _new_config_only(lambda result: rows(result))
+    first = {"score": 1, "trial_id": "t1", "date": "d1", "config": {"lr": 0.1}}
+    row, config, _ = build(first)
+    assert row == {"score": 1} and config == {"lr": 0.1, "trial_id": "t1", "date": "d1"}
+    row, config, _ = build({**first, "score": 2})
+    assert row == {"score": 2} and config == {}  # Tune's auto-filled keys, unchanged: not sent again
+    _, config, _ = build({**first, "score": 3, "date": "d2", "config": {"lr": 1}})
+    assert config == {"date": "d2", "lr": 1}  # 1 is not 0.1, and an int is not a float
+    # A value that cannot be compared (an array, from a row builder of one's own) is sent again.
+    arrays = _new_config_only(lambda result: ({}, {"a": np.zeros(2)}, []))
+    assert [list(arrays({})[1]) for _ in range(2)] == [["a"], ["a"]]
+
+
+def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> None:
+    from dataclasses import replace
+
+    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from ray_wandb_nodes._fleet.fleet import NodeFleet
+
+    clock = Clock()
+    sim = SimCluster(3, clock)
+    fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
+    node_a, node_b, _ = list(sim.alive)
+    other = make_target(clock)  # a trial running on node b, its run created
+    other.selection, other.nodes = "workers", {node_b}
+    trial = make_target(clock)  # a trial just started on node a: wandb.init still runs
+    trial.primary.spec = replace(trial.primary.spec, init_kwargs={**trial.primary.spec.init_kwargs, "id": "trial-a"})
+    trial.selection, trial.ready = "workers", False
+    fleet.step("add", other)
+    fleet.step("add", trial)
+    fleet.step("nodes", (trial.run_id, {node_a}, None, trial, None, None))
+    assert sorted(sim.created_at) == sorted([node_a, node_b])  # node a's logger starts now
+    assert fleet._pool.runs_by_node() == {node_a: set(), node_b: {other.run_id}}
+    fleet.step("ready", trial)  # the run exists: its writer joins the logger already there
+    assert fleet._pool.runs_by_node() == {node_a: {"trial-a"}, node_b: {other.run_id}}
+    assert sim.changes == 4  # two loggers (an actor and a placement group each), none killed
+
+
+def test_a_writers_finish_wakes_the_fleet_at_once() -> None:
+    import threading
+    from concurrent.futures import Future
+
+    from ray_wandb_nodes._fleet.retire import Retirement
+
+    class Ref:  # as Ray's ObjectRef: a future of its value
+        def __init__(self) -> None:
+            self.fut: Future[Any] = Future()
+
+        def future(self) -> Future[Any]:
+            return self.fut
+
+    refs = [Ref(), Ref()]
+    r = Retirement("run", {ref: None for ref in refs}, 0.0, 1.0, None, threading.Event())  # type: ignore[misc]
+    woken: list[int] = []
+    r.wake_on_each_finish(lambda: woken.append(1))
+    assert woken == []
+    refs[0].fut.set_result({"runs": []})
+    assert woken == [1]
+    refs[1].fut.set_exception(RuntimeError("the logger died"))  # a failed finish wakes it too
+    assert woken == [1, 1]

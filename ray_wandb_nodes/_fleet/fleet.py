@@ -78,6 +78,7 @@ class NodeFleet:
             actors=actors,
             clock=clock,
             free_resources=free_resources,
+            wake=lambda: self._commands.put(Poll()),
         )
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)

@@ -28,6 +28,13 @@ class Retirement:
     job: CollectJob | None = None  # offline: what to bring over once the writers are done
     collecting: bool = False
 
+    def wake_on_each_finish(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` (on a Ray thread) as each writer's finish returns, so that the fleet
+        thread advances this end at once instead of on its next poll."""
+        for ref in self.refs:
+            if hasattr(ref, "future"):  # a Ray ObjectRef (simulated refs have none)
+                ref.future().add_done_callback(lambda _: wake())
+
     def advance(self, pool: LoggerPool, collection: OfflineCollection, warner: Warner, final: bool) -> bool:
         """One step of the run's end; True while it has more to do (``final``: stop waiting)."""
         import ray

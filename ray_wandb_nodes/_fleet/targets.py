@@ -137,6 +137,20 @@ def extra_nodes(target: RunTarget, warner: Warner) -> Iterable[str]:
         return ()
 
 
+def early_nodes(targets: Iterable[RunTarget], alive: Mapping[str, NodeInfo]) -> set[str]:
+    """The alive nodes of runs not created yet, to start loggers on ahead (less each primary's
+    own node; not for a run past its writer cap, whose members are chosen once it exists): a
+    Tune trial's node is known at once, its run exists a second or more later, and a logger's
+    start then overlaps that wandb.init instead of the trial's end and the next trial's start."""
+    return {
+        node_id
+        for t in targets
+        if not t.ready and (t.max_writers is None or len(t.nodes) <= t.max_writers)
+        for node_id in t.nodes - {t.covered_node}
+        if node_id in alive
+    }
+
+
 def writer_spec(targets: Mapping[str, RunTarget], key: str, node: NodeInfo) -> WriterSpec | None:
     """The spec of writer ``key`` (a run id, or a run's observer key) on ``node``; None for a run
     that is gone."""

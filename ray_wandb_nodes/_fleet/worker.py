@@ -36,7 +36,7 @@ from .pool import LoggerPool
 from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
-from .targets import RunTarget, SharedTarget, StandaloneTarget, extra_nodes, writer_spec
+from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, extra_nodes, writer_spec
 
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
 
@@ -52,8 +52,10 @@ class FleetWorker:
         actors: RayActors | None,
         clock: Callable[[], float],
         free_resources: Callable[[], dict[str, dict[str, float]]],
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.warner = warner
+        self._wake = wake  # a turn of the fleet thread now, not at the next poll
         self._poll_s = poll_s
         self._list_nodes = list_nodes
         self._free_resources = free_resources
@@ -173,8 +175,10 @@ class FleetWorker:
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self.targets)
+        early = early_nodes(self.targets.values(), alive)  # their loggers start before the run exists
+        self.pool.prestart([alive[n] for n in sorted(early)])
         if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
-            self.pool.drop_unused_warm(set().union(*(w.nodes for w in wants)))
+            self.pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
 
     def _check_health(self, only: str | None = None, final: bool = False) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
@@ -191,7 +195,9 @@ class FleetWorker:
         self.targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
-        self.retirements.append(retire(run_id, target, self.pool, self._collection, self.warner, how))
+        retirement = retire(run_id, target, self.pool, self._collection, self.warner, how)
+        self.retirements.append(retirement)
+        retirement.wake_on_each_finish(self._wake)  # no poll's wait
 
     def check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self.retirements = advance_all(self.retirements, self.pool, self._collection, self.warner, final)
