@@ -22,7 +22,7 @@ from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 # The cluster: tests/e2e/conftest.py's two_nodes fixture.
