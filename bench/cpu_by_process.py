@@ -1,6 +1,6 @@
 """Where a command's CPU goes, by kind of process: what the test suite's time is made of.
 
-    python -m bench.cpu_by_process -- python -m pytest -q tests/test_strategies.py
+    python -m bench.cpu_by_process -- python -m pytest -q tests/e2e/test_strategies.py
 
 Runs the command and, every 0.5 s until it ends, reads the CPU time of every process on the
 machine from /proc. Each process is named by its Ray title when it has one (``ray::TrainController``,
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("give the command to run after --, e.g. -- python -m pytest -q tests/test_strategies.py")
+        parser.error("give the command to run after --, e.g. -- python -m pytest -q tests/e2e/test_strategies.py")
 
     before = {pid for pid in os.listdir("/proc") if pid.isdigit()}
     last: dict[str, int] = {}

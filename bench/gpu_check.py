@@ -116,7 +116,7 @@ def report(run: Any, label: str, result: Any, has_gpu: bool, seconds: float) -> 
     if util:
         print(f"  gpu.0.gpu: {len(util)} samples, max {max(util):.0f}%, last {util[-1]:.0f}%")
     print(f"  node table row: {row}")
-    # The same checks tests/test_gpu.py makes on the scripted NVML in CI.
+    # The same checks tests/e2e/test_gpu.py makes on the scripted NVML in CI.
     checks = {"fit succeeded": result.error is None, **gpu_checks(run, label)}
     failed = 0
     for what, ok in checks.items():

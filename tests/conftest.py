@@ -1,9 +1,9 @@
 """Fixtures and environment: the W&B test backend, the driver's W&B environment, and what the
 Ray processes of the test clusters need.
 
-Every test that touches W&B talks only to the backend on 127.0.0.1. Cluster tests share
-one ``ray.cluster_utils.Cluster`` per module (``tests.support.cluster``) and give each run a
-unique name.
+Every test that touches W&B talks only to the backend on 127.0.0.1. ``tests/unit``: no Ray
+cluster (pure logic, and the real wandb client against the backend); ``tests/e2e``: real Ray
+clusters, one fixture per topology (``tests/e2e/conftest.py``), each run with a unique name.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.support.wandb_backend import WandbTestBackend
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Ray workers of the test clusters import train loops by module name (``tests.support.training``,
-# ``tests.test_faults``, ...): the clusters' processes inherit this environment.
+# ``tests.e2e.test_faults``, ...): the clusters' processes inherit this environment.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
 # The Train controller takes one report per health-check interval (default 2 s).
 os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.2"
@@ -29,19 +29,23 @@ os.environ["RAY_DEDUP_LOGS"] = "0"
 os.environ["NO_PROXY"] = "127.0.0.1,localhost"
 
 
+def topology(item: pytest.Item) -> Any:
+    """The cluster topology of an end-to-end test: its module's ``TOPOLOGY`` (tests/e2e/conftest.py),
+    else its module alone (a cluster of its own)."""
+    return getattr(item.module, "TOPOLOGY", None) or item.module
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The unit tests first, then the end-to-end (``cluster``) modules, those that share a
-    cluster topology (``SHARED_CLUSTER``, see ``tests.support.cluster.shared_cluster``) one
-    after another, the fault tests (``slow``: nodes removed, processes killed) last of them:
-    each topology starts once, and no unit test runs beside a cluster."""
+    """The unit tests first, then the end-to-end (``cluster``) modules, those of one cluster
+    topology one after another, the fault tests (``slow``: nodes removed, processes killed) last
+    of them: each topology starts once, and no unit test runs beside a cluster."""
     groups: dict[Any, int] = {}
 
     def order(indexed: tuple[int, pytest.Item]) -> tuple[bool, int, bool, int]:
         index, item = indexed
         if item.get_closest_marker("cluster") is None:
             return (False, 0, False, index)
-        shared = getattr(item.module, "SHARED_CLUSTER", None)
-        group = groups.setdefault(("shared", tuple(sorted(shared))) if shared else item.module, len(groups))
+        group = groups.setdefault(topology(item), len(groups))
         return (True, group, item.get_closest_marker("slow") is not None, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=order)]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import glob
 import os
 import socket
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.support.nvml import Gpu, ScriptedGpus
+from tests.support.wait import wait_until
 
 
 def free_port() -> int:
@@ -74,7 +74,11 @@ def stop_cluster(cluster: Any) -> None:
     cluster.shutdown()
 
 
-# The cluster that the modules naming its topology in ``SHARED_CLUSTER`` share: tests/conftest.py
+# The topologies that modules share (tests/e2e/conftest.py's fixtures of these names): the CPUs
+# of the worker nodes; the head has none (the driver and the Train controller run there).
+SHARED = {"two_nodes": (1, 1), "three_nodes": (1, 1, 1)}
+
+# The cluster that the modules of one shared topology share: tests/conftest.py
 # runs such modules one after another, after the unit tests, so that each topology starts once.
 _shared: dict[str, Any] = {}
 
@@ -107,15 +111,16 @@ def _as_found(node_cpus: tuple[int, ...]) -> bool:
     may take Ray a moment to free, so this waits up to 15 s."""
     import ray
 
-    deadline = time.monotonic() + 15
-    while True:
+    def as_found() -> bool:
         alive = tuple(sorted(int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]))
         free = ray.available_resources().get("CPU", 0) == sum(node_cpus)
-        if alive == node_cpus and free and plugin_leftovers() == ([], []):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
+        return alive == node_cpus and free and plugin_leftovers() == ([], [])
+
+    try:
+        wait_until(as_found, 15, "the shared cluster as it was found", every_s=0.5)
+    except AssertionError:
+        return False  # no failure: the cluster is started afresh
+    return True
 
 
 def node_labels() -> dict[str, str]:
@@ -157,10 +162,7 @@ def plugin_leftovers() -> tuple[list[str], list[str]]:
 
 
 def assert_nothing_left() -> None:
-    deadline = time.monotonic() + 15
-    while plugin_leftovers() != ([], []) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert plugin_leftovers() == ([], [])
+    wait_until(lambda: plugin_leftovers() == ([], []), 15, lambda: f"the plugin to leave nothing {plugin_leftovers()}")
 
 
 def node_logger_count() -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.runs import unique
+from tests.support.wait import wait_until
 
 WIDE_KEYS = 3000  # one history row larger than a 32 KiB block: FIRST, MIDDLE, LAST chunks
 
@@ -41,9 +42,9 @@ def write_offline_run(folder: Path, run_id: str, label: str, rows: list[dict[str
     # run in one process): wait, bounded, for its exit record.
     from ray_wandb_nodes.offline.txlog import read_run
 
-    deadline = time.monotonic() + 15
-    while read_run(str(path), strict=False).exit_code is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: read_run(str(path), strict=False).exit_code is not None, 15, "the run's exit record", every_s=0.1
+    )
     return path
 
 

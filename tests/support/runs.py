@@ -37,7 +37,7 @@ def assert_one_writer_per_label(run: Any) -> None:
 
 def gpu_checks(run: Any, label: str, *, table: bool = True) -> dict[str, bool]:
     """What a GPU node's writer must have sent, as named checks: the same on a real GPU
-    (``bench/gpu_check.py``) and on the scripted NVML (``tests/test_gpu.py``). ``table``: the
+    (``bench/gpu_check.py``) and on the scripted NVML (``tests/e2e/test_gpu.py``). ``table``: the
     run's last ``nodes`` table must have the node's GPU columns (wandb 0.31, see ``env``)."""
     series = run.system_metrics().get(label, {})
     tables = run.tables("nodes")

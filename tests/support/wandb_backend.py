@@ -280,16 +280,6 @@ class WandbTestBackend:
         with self._lock:
             return [r for (_, p, _), r in self.runs.items() if p == project]
 
-    def wait_for(self, predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.2) -> bool:
-        """Poll ``predicate()`` until it is true or the timeout passes; returns the last value."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self._lock:
-                ok = bool(predicate())
-            if ok or time.monotonic() > deadline:
-                return ok
-            time.sleep(interval_s)
-
     def is_joiner(self, path: str, body: bytes, headers: Any) -> bool:
         """Is this a writer's first UpsertBucket on a run that another writer created?"""
         if not path.startswith("/graphql"):

@@ -15,7 +15,7 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_carries_py_typed_and_builds_without_deprecations(tmp_path: Path) -> None:

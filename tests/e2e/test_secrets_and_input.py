@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, shared_cluster
+from tests.support.cluster import assert_nothing_left, node_labels, session_log_text
 from tests.support.env import FAST
 from tests.support.runs import run_of, unique, user_rows
 from tests.support.training import trainer
@@ -24,13 +24,8 @@ pytestmark = pytest.mark.cluster
 SECRET = "s3cr3t" + "q" * 40
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    return shared_cluster(*SHARED_CLUSTER)
+# The cluster: tests/e2e/conftest.py's two_nodes fixture.
+TOPOLOGY = "two_nodes"
 
 
 def fit(name: str, callback: Any, storage: str, loop: Any, config: dict[str, Any] | None = None) -> Any:
@@ -46,12 +41,11 @@ def fit(name: str, callback: Any, storage: str, loop: Any, config: dict[str, Any
 
 
 def plain_loop(config: dict[str, Any]) -> None:
-    import time
-
     import ray.train
 
+    # No pause a step: the plugin's start hold has every node's writer joined (and, wandb 0.31,
+    # sampled) before this function starts.
     for step in range(3):
-        time.sleep(0.5)
         ray.train.report({"step": step})
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, session_log_text, shared_cluster
+from tests.support.cluster import node_labels, session_log_text
 from tests.support.env import WANDB_TABLES
 from tests.support.runs import run_of, unique
 from tests.support.training import make_callback, trainer
@@ -21,13 +21,8 @@ from tests.support.wandb_backend import WandbTestBackend
 pytestmark = pytest.mark.cluster
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    return shared_cluster(*SHARED_CLUSTER)
+# The cluster: tests/e2e/conftest.py's three_nodes fixture.
+TOPOLOGY = "three_nodes"
 
 
 def health_loop(config: dict[str, Any]) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, shared_cluster
+from tests.support.cluster import node_labels
 from tests.support.env import FAST
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
 try:
@@ -29,13 +30,8 @@ except ImportError:
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:  # two nodes for the two workers, one spare
-    return shared_cluster(*SHARED_CLUSTER)
+# The cluster: tests/e2e/conftest.py's three_nodes fixture.
+TOPOLOGY = "three_nodes"
 
 
 def until_stopped(config: dict[str, Any]) -> None:
@@ -111,17 +107,16 @@ def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
     )
     first: dict[str, str] = {}
 
+    def both_nodes_write() -> bool:
+        runs = [r for r in backend.runs.values() if r.display_name == name]
+        return bool(runs) and (placement / "rank-1").exists() and len(runs[0].labels) == 3
+
     def remove_rank1_node() -> None:
         # Once both workers' nodes write to the run, the node under rank 1 goes, without warning.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            runs = [r for r in backend.runs.values() if r.display_name == name]
-            if runs and (placement / "rank-1").exists() and len(runs[0].labels) == 3:
-                first["rank1"] = (placement / "rank-1").read_text()
-                node = next(n for n in cluster.worker_nodes if n.node_id == first["rank1"])
-                cluster.remove_node(node, allow_graceful=False)
-                return
-            time.sleep(0.2)
+        wait_until(both_nodes_write, 120, "both workers' nodes to write to the run")
+        first["rank1"] = (placement / "rank-1").read_text()
+        node = next(n for n in cluster.worker_nodes if n.node_id == first["rank1"])
+        cluster.remove_node(node, allow_graceful=False)
 
     remover = threading.Thread(target=remove_rank1_node, daemon=True)
     remover.start()

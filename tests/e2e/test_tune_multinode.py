@@ -52,9 +52,10 @@ def trainable(config: dict[str, Any]) -> None:
 
     node_id = ray.get_runtime_context().get_node_id()
     if config.get("sampled_dir"):  # wait (bounded) for this node's writer to sample into the run
-        deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(config["sampled_dir"], node_id)) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        from tests.support.wait import wait_until
+
+        sampled = os.path.join(config["sampled_dir"], node_id)
+        wait_until(lambda: os.path.exists(sampled), 60, f"{sampled} (this node's writer sampled)", every_s=0.1)
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:

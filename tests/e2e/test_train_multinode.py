@@ -30,6 +30,7 @@ from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_ba
 from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import REPORTS, fit, make_callback
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -304,9 +305,7 @@ def test_unreachable_backend_warns_and_training_completes(
     result = fit(name, callback, str(tmp_path))
     assert result.error is None
     assert time.monotonic() - started < 60
-    deadline = time.monotonic() + 10
-    while "could not create the W&B run" not in session_log_text(cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: "could not create the W&B run" in session_log_text(cluster), 10, "the warning in the logs")
     logs = session_log_text(cluster)
     assert f"ray_wandb_nodes: could not create the W&B run {name}" in logs
     assert DUMMY_KEY not in logs
@@ -328,9 +327,7 @@ def test_a_node_writer_that_cannot_join_is_one_warning_and_training_goes_on(
     assert run.labels == {head_label}
     assert [row["step"] for row in user_rows(run)] == list(range(REPORTS))
     assert run.exit_codes == [0]
-    deadline = time.monotonic() + 10
-    while "could not join the W&B run" not in session_log_text(cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: "could not join the W&B run" in session_log_text(cluster), 10, "the warning in the logs")
     warnings = [
         line for line in session_log_text(cluster).splitlines() if "could not join the W&B run " + run.run_id in line
     ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,15 +21,8 @@ from ray_wandb_nodes._train_run import ABORT_S, TrainRun
 from ray_wandb_nodes._warn import Warner
 from tests.support.env import FAST
 from tests.support.runs import unique
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def checkpoint(folder: Any, size: int = 1 << 16) -> Any:
@@ -69,15 +61,16 @@ def test_an_abort_ends_within_its_bound_while_a_checkpoint_upload_stalls(
     assert bound < ABORT_S
     run = main_run(tmp_path, monkeypatch, name, upload_checkpoints=True, upload_timeout=600, finish_timeout_s=bound)
     primary = run.sessions[run.base_id].primary  # type: ignore[attr-defined]
-    wait_for(lambda: primary.ready, 60, "the run to exist")
+    wait_until(lambda: primary.ready, 60, "the run to exist", every_s=0.05)
     # Every upload of the checkpoint's file stalls for longer than the abort may take.
     backend.faults.add(delay_s=bound + 6, path_contains="/artifact-file/")
     try:
         run.report([{"loss": 1.0}], checkpoint(tmp_path / "ckpt"))
-        wait_for(
+        wait_until(
             lambda: any(m == "PUT" and "/artifact-file/" in p for m, p, _ in list(backend.requests)),
             30,
             "the checkpoint's upload to start",
+            every_s=0.05,
         )
         started = time.monotonic()
         run.abort()
@@ -97,7 +90,7 @@ def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
     name = unique("rows-and-artifact")
     run = main_run(tmp_path, monkeypatch, name, upload_checkpoints=True, finish_timeout_s=30)
     primary: PrimaryWriter = run.sessions[run.base_id].primary  # type: ignore[attr-defined]
-    wait_for(lambda: primary.ready, 60, "the run to exist")
+    wait_until(lambda: primary.ready, 60, "the run to exist", every_s=0.05)
     building, release = threading.Event(), threading.Event()
 
     def slow_build(wandb: Any) -> Any:  # hashing a multi-GB checkpoint, as long as the test wants
@@ -108,11 +101,11 @@ def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
         return artifact
 
     primary.log_artifact(slow_build, aliases=["latest"], name="slow")
-    wait_for(building.is_set, 10, "the artifact's build to start")
+    wait_until(building.is_set, 10, "the artifact's build to start", every_s=0.05)
     for step in range(3):
         run.report([{"step": step}], None)
     try:
-        wait_for(lambda: primary.logged == 3, 10, "the rows logged while the artifact is being built")
+        wait_until(lambda: primary.logged == 3, 10, "the rows logged while the artifact is being built", every_s=0.05)
     finally:
         release.set()
     run.finish(exit_code=0, timeout=30)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, shared_cluster
+from tests.support.cluster import assert_nothing_left, node_labels
 from tests.support.env import DUMMY_KEY
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback
@@ -30,13 +30,8 @@ pytestmark = [
 ]
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    return shared_cluster(*SHARED_CLUSTER)
+# The cluster: tests/e2e/conftest.py's two_nodes fixture.
+TOPOLOGY = "two_nodes"
 
 
 # the train functions (Ray's workers import them from this module) ------------------------------

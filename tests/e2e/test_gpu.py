@@ -5,7 +5,7 @@ one-CPU nodes with 2, 8 and 1 scripted GPUs (``tests/support/nvml.py``). Train w
 for a GPU each (``use_gpu=True``, gloo, the model on the CPU: torch here is a CPU build), and
 each rank writes down its node and the GPU ids Ray gave it: the ground truth the assertions
 compare with. A rank changes a node's scripted GPUs at a given step to script a GPU going bad
-mid-run. (A Tune trial on a GPU node: ``tests/test_tune_multinode.py``.)
+mid-run. (A Tune trial on a GPU node: ``tests/e2e/test_tune_multinode.py``.)
 
 What this proves: what NVML says reaches the run, the node table and the straggler rule, through
 wandb's own monitor and the plugin's writers. What it cannot: what real GPUs say (that is

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count, start_cluster, stop_cluster
+from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count
 from tests.support.env import FAST
 from tests.support.runs import unique, user_rows
 from tests.support.training import report, trainer
@@ -23,21 +22,16 @@ from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 
+# The cluster: tests/e2e/conftest.py's nodes_of_two_and_one_cpus fixture.
+TOPOLOGY = "nodes_of_two_and_one_cpus"
+
 REPORTS = 4
 WORKERS = 3
 SCORES = [3, 7, 5, 1]  # rank 0's score per step; "best" (max) is step 1
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(2, 1, head_cpus=0)
-    yield c
-    stop_cluster(c)
-
-
 def loop(config: dict[str, Any]) -> None:
     import os
-    import time
 
     import ray
     import ray.train
@@ -45,8 +39,8 @@ def loop(config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     with open(os.path.join(config["placement_dir"], f"rank-{rank}"), "w") as f:
         f.write(ray.get_runtime_context().get_node_id())
+    # No pause a step: the plugin's start hold has every node sampled before this function starts.
     for step in range(REPORTS):
-        time.sleep(0.7)  # node writers start with the workers; give them time to sample
         metrics: dict[str, Any] = {"step": step, "rank": rank, "score": SCORES[step] + 100 * rank, "phase": "train"}
         if rank == 1:
             metrics["only_rank1"] = step

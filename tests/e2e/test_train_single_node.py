@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, node_logger_count, start_cluster, stop_cluster
+from tests.support.cluster import node_labels, node_logger_count
 from tests.support.runs import run_of, unique, user_rows
 from tests.support.training import REPORTS, fit, make_callback
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    c = start_cluster(head_cpus=2)
-    yield c
-    stop_cluster(c)
+# The cluster: tests/e2e/conftest.py's head_only fixture.
+TOPOLOGY = "head_only"
 
 
 def test_single_node_run_has_no_logger_actor_and_its_node_label(

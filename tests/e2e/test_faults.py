@@ -12,7 +12,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,23 +22,18 @@ from tests.support.cluster import (
     node_labels,
     plugin_leftovers,
     session_log_text,
-    shared_cluster,
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import trainer
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    return shared_cluster(*SHARED_CLUSTER)
+# The cluster: tests/e2e/conftest.py's two_nodes fixture.
+TOPOLOGY = "two_nodes"
 
 
 def slow_loop(config: dict[str, Any]) -> None:
@@ -150,14 +144,6 @@ class Fit(threading.Thread):
         if self.is_alive():
             return AssertionError("fit() has not returned")
         return self.error or (self.result.error if self.result is not None else None)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def rows_of(backend: WandbTestBackend, name: str) -> int:

@@ -11,35 +11,22 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels, plugin_leftovers, shared_cluster
+from tests.support.cluster import node_labels, plugin_leftovers
 from tests.support.runs import assert_one_writer_per_label, unique, user_rows
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
-# A CPU-less head and one-CPU nodes, shared with the modules of the same topology (tests/conftest.py).
-SHARED_CLUSTER = (1, 1)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    return shared_cluster(*SHARED_CLUSTER)
-
-
-def wait_for(predicate: Any, timeout: float, what: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
-        time.sleep(0.2)
+# The cluster: tests/e2e/conftest.py's two_nodes fixture.
+TOPOLOGY = "two_nodes"
 
 
 def test_an_aborted_run_ends_once_as_failed_with_every_node(
@@ -59,7 +46,7 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
         # Train workers take both worker nodes; the controller runs on the driver's node, which
         # the driver names once connected (on Ray 2.50 it may be any node of this shared IP).
         driver_node = tmp_path / "storage" / "driver-node"
-        wait_for(driver_node.exists, 60, lambda: f"the driver to connect ({log.read_text()[-2000:]})")
+        wait_until(driver_node.exists, 60, lambda: f"the driver to connect ({log.read_text()[-2000:]})")
         by_node = node_labels()
         labels = {by_node[n.node_id] for n in cluster.worker_nodes} | {by_node[driver_node.read_text()]}
 
@@ -72,7 +59,7 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
             seen = (len(user_rows(runs[0])), sorted(runs[0].labels)) if runs else "no run"
             return f"seen: {seen}; expected labels {sorted(labels)}; driver: {log.read_text()[-2000:]}"
 
-        wait_for(running_on_every_node, 120, lambda: f"the run to report from every node ({state()})")
+        wait_until(running_on_every_node, 120, lambda: f"the run to report from every node ({state()})")
         driver.send_signal(signal.SIGINT)
         driver.wait(timeout=120)
     finally:
@@ -84,4 +71,8 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
     assert run.completes[0].exit_code not in (0, None)
     assert run.labels == labels
     assert_one_writer_per_label(run)
-    wait_for(lambda: plugin_leftovers() == ([], []), 60, f"the plugin's actors and groups to go ({plugin_leftovers()})")
+    wait_until(
+        lambda: plugin_leftovers() == ([], []),
+        60,
+        lambda: f"the plugin's actors and groups to go ({plugin_leftovers()})",
+    )
