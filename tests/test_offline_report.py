@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
+from ray_wandb_nodes._wandb_log import RunLog, read_run
 from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag
-from ray_wandb_nodes.offline.txlog import RunLog, read_run
 from tests.support.offline import offline_run, write_offline_run
 from tests.support.runs import unique
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from .._gpu_ids import nvml_inventory
-from ..offline.txlog import LogTail, split_label
+from .._wandb_log import LogTail, split_label
 from .summary import gpu_ints, summarize
 
 # Samples wandb keeps per writer: enough for the reads between two pings at any interval.

@@ -16,9 +16,9 @@ run's storage: see :func:`storage_spot`) and unpacked next to the primary's::
 The package: ``index`` (the folder and its ``index.json``), ``transfer`` (pack on the node,
 receive and merge on the driver side), ``storage`` (the route through the run's storage),
 ``walk`` (finding runs and their writers in a folder), ``report`` (per-node summaries and
-flags), ``render`` (their text, JSON and PNG forms), ``txlog`` (wandb's transaction-log
-reader), ``sync`` (upload into one W&B run). ``load``, ``format_text``, ``to_json``,
-``write_png`` and ``read_run`` are here too, imported on first use (importing this package
+flags), ``render`` (their text, JSON and PNG forms), ``sync`` (upload into one W&B run);
+wandb's transaction-log reader is ``ray_wandb_nodes._wandb_log``. ``load``, ``format_text``,
+``to_json``, ``write_png`` and ``read_run`` are here too, imported on first use (importing this package
 imports neither wandb nor matplotlib: the node writers import it).
 """
 
@@ -28,15 +28,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .._wandb_log import read_run
     from .render import format_text, to_json, write_png
     from .report import load
-    from .txlog import read_run
 
 __all__ = ["format_text", "load", "read_run", "to_json", "write_png"]
-_HOME = {"load": "report", "format_text": "render", "to_json": "render", "write_png": "render", "read_run": "txlog"}
+_HOME = {
+    "load": ".report",
+    "format_text": ".render",
+    "to_json": ".render",
+    "write_png": ".render",
+    "read_run": ".._wandb_log",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    return getattr(importlib.import_module(_HOME[name], __name__), name)

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .._wandb_log import RunLog
 from .index import INDEX, read_index
-from .txlog import RunLog
 
 
 def find_run_folders(folder: str) -> list[tuple[str, dict[str, Any] | None]]:
