@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wandb_log import RunLog
-from .index import INDEX, read_index
+from ..offline.index import INDEX, read_index
 
 
 def find_run_folders(folder: str) -> list[tuple[str, dict[str, Any] | None]]:
