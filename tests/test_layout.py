@@ -392,7 +392,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     files = {
         "pkg/__init__.py": "",
         "pkg/_util.py": "def helper() -> None: ...\n",
-        "pkg/top.py": "from .a import A\n",
+        "pkg/top.py": "from .a import A\nfrom .c.big import Big\n",
         "pkg/a/__init__.py": "from .m import A\n__all__ = ['A', 'm']\n",
         "pkg/a/m.py": "from ..b.n import thing\nclass A:\n    def __init__(self):\n        self._state = 1\n",
         "pkg/a/hidden.py": "SECRET = 1\n",
@@ -414,7 +414,10 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         "private: b/n.py reads _low of a/m.py",
         "base-private: b/n.py B reads A._state",
     }
-    assert set(found["interface"]) == {"interface: b/n.py imports SECRET from a/hidden.py"}
+    assert set(found["interface"]) == {
+        "interface: b/n.py imports SECRET from a/hidden.py",
+        "interface: c/ declares no __all__",
+    }
     assert set(found["dynamic"]) == {"dynamic: c/__init__.py import_module"}
     assert set(found["module"]) == {"module: c/big.py"}
     assert set(found["class"]) == {"class: c/big.py Big"}
@@ -422,7 +425,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     # the same package with each fault mended: nothing found
     files["pkg/a/m.py"] = "class A:\n    def __init__(self):\n        self._state = 1\n"
     files["pkg/b/n.py"] = "from ..a import A\nfrom .. import _util\nclass B(A):\n    def f(self):\n        return 1\n"
-    files["pkg/c/__init__.py"] = "from . import big\n"
+    files["pkg/c/__init__.py"] = "from . import big\n__all__ = ['big']\n"
     files["pkg/c/big.py"] = "class Big:\n" + "    x = 1\n" * (MAX_CLASS_LINES - 1)
     (tmp_path / "pkg/a/hidden.py").unlink()
     del files["pkg/a/hidden.py"]
