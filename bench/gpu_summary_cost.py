@@ -9,7 +9,7 @@ writer once a sampling interval, two ways side by side on the same writer:
 - ``buffer only``: wandb's kept samples (``run._system_metrics``) summarised, what the node
   summaries cost before the GPU rules (floats only);
 - ``with the log``: the same plus the new blocks of the writer's transaction log (the SM clock
-  and ECC counts, ``offline.txlog.LogTail``), what ``SummaryReader.read`` does now.
+  and ECC counts, ``_wandb_log.LogTail``), what ``SummaryReader.read`` does now.
 
 Reported: CPU of the reading process per read and per minute (``time.process_time``), the
 transaction-log blocks a minute, and each block's lateness: when it was read, less the time of

@@ -138,7 +138,7 @@ def main() -> int:
 
 def report_offline(wandb_dir: str, name: str, png: str) -> int:
     """Print the per-node report of the run's offline folder and draw its chart."""
-    from ray_wandb_nodes.offline import format_text, load, write_png
+    from ray_wandb_nodes.report import format_text, load, write_png
 
     folders = glob.glob(os.path.join(wandb_dir, "ray_wandb_nodes", f"{name}-*"))
     if len(folders) != 1:

@@ -2,8 +2,10 @@
 
 Hooks only put work on a queue (a dict copy, no I/O), so the Train controller's event
 loop and Tune's loop never wait on W&B. The thread creates the run, logs rank 0's
-reports (or a trial's results) against the step metric, logs artifacts, and finishes the
-run with the training's exit code.
+reports (or a trial's results) against the step metric, logs the artifacts that
+:class:`~ray_wandb_nodes._uploads.ArtifactUploads` builds, and finishes the run with the
+training's exit code. Offline, :class:`PrimaryIndex` keeps the primary's part of the run
+folder's index.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from ._health import COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
+from ._uploads import ArtifactUploads
 from ._wandb_io import health_table, init_writer
 from ._warn import Warner, describe, warn_skipped
 from ._writers import WriterSpec, offline_index
@@ -28,6 +31,8 @@ _ALERT, _HEALTH = "alert", "health"
 
 
 class PrimaryWriter:
+    """A run's primary: the writer thread and its queue, which the hooks fill and never wait on."""
+
     def __init__(
         self,
         spec: WriterSpec,
@@ -51,21 +56,15 @@ class PrimaryWriter:
         self.error: BaseException | None = None
         self.entity: str | None = None
         self.project: str | None = None
-        self.logged = 0
-        self.dropped = 0
+        self._writes: RunWrites | None = None  # once the run exists
+        self._dropped = 0  # reports that came while there was no run
         self.exit_code: int | None = None
-        self._stepper = Stepper(spec.step_metric)
         self.index: OfflineIndex | None = offline_index(spec)
+        self._offline = PrimaryIndex(self.index, warner) if self.index is not None else None
         self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
-        # Checkpoint artifacts are built (every file read for its digest) on a thread of their
-        # own, so rows, tables and alerts never wait behind a multi-GB checkpoint; the writer
-        # thread logs each once built. Names of those not handed to wandb yet, and the last one that was.
-        self._builds: queue.SimpleQueue[tuple[Callable[[Any], Any], list[str], str]] = queue.SimpleQueue()
-        self._builder: threading.Thread | None = None
-        self._unlogged: list[str] = []
-        self._last_logged: str | None = None
-        self._abandoned = threading.Event()  # an abort: build and log no more, finish at once
-        self._lock = threading.Lock()
+        self._uploads = ArtifactUploads(
+            lambda artifact, aliases, name: self._queue.put((_ARTIFACT, (artifact, aliases, name))), self._done, warner
+        )
         self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
 
     # called from hooks: never blocks on W&B --------------------------------------------------
@@ -85,20 +84,13 @@ class PrimaryWriter:
     def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint") -> None:
         """``make(wandb)`` builds the artifact on the artifact thread (never the writer thread);
         the writer thread then logs it with ``aliases``. ``name`` names it in warnings."""
-        with self._lock:
-            self._unlogged.append(name)
-            if self._builder is None:
-                self._builder = threading.Thread(target=self._build, name="ray_wandb_nodes-artifacts", daemon=True)
-                self._builder.start()
-        self._builds.put((make, list(aliases), name))
+        self._uploads.add(make, aliases, name)
 
     def abandon_uploads(self) -> tuple[list[str], str | None]:
         """An abort: build and log no more artifacts, and finish without them. Returns the
         checkpoints not handed to wandb (dropped) and the last one that was (wandb may still be
         uploading it)."""
-        self._abandoned.set()
-        with self._lock:
-            return list(self._unlogged), self._last_logged
+        return self._uploads.abandon()
 
     def alert(self, alert: Alert) -> None:
         """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
@@ -120,6 +112,16 @@ class PrimaryWriter:
     def read_problems(self) -> tuple[ReadProblem, ...]:
         """What kept this writer's reader from its samples (empty: nothing)."""
         return tuple(self._reader.problems.values())
+
+    @property
+    def logged(self) -> int:
+        """Reports logged as rows of the run."""
+        return self._writes.logged if self._writes is not None else 0
+
+    @property
+    def dropped(self) -> int:
+        """Reports not logged: no run to log them to, or a row or a log that failed."""
+        return self._dropped + (self._writes.dropped if self._writes is not None else 0)
 
     @property
     def ready(self) -> bool:
@@ -180,21 +182,22 @@ class PrimaryWriter:
             self._done.set()
 
     def _handle(self, kind: str, payload: Any) -> None:
-        if self.run is None or not kind:
-            self.dropped += kind == _LOG
+        writes = self._writes
+        if writes is None or not kind:
+            self._dropped += kind == _LOG
             if kind == _ARTIFACT:
-                self._settled(payload[2])
+                self._uploads.settled(payload[2])
             return
         if kind == _LOG:
-            self._log(payload)
+            writes.report(payload)
         elif kind == _CONFIG:
-            self._config(payload)
+            writes.config(payload)
         elif kind == _ARTIFACT:
-            self._log_artifact(*payload)
+            self._uploads.log(writes.run, *payload)
         elif kind == _ALERT:
-            self._alert(payload)
+            writes.alert(payload)
         elif kind == _HEALTH:
-            self._health(*payload)
+            writes.health(*payload)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -215,15 +218,58 @@ class PrimaryWriter:
         self.entity, self.project = self.run.entity, self.run.project
         if self._on_ready is not None:
             self._on_ready()
-        if self.index is not None:
-            try:
-                index_primary(self.index, self.spec, self.entity, self.project)
-            except OSError as e:
-                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
-        # A resumed run (restart, auto-resume by name) continues its step count.
-        self._stepper = Stepper.resuming(self.spec.step_metric, self.run)
+        if self._offline is not None:
+            self._offline.started(self.spec, self.entity, self.project)
+        self._writes = RunWrites(self.run, self.spec, self._rows, self._warner, self._offline)
 
-    def _log(self, metrics: Any) -> None:
+    def _log_built(self) -> None:
+        """Before the finish: log the artifacts still being built (not after an abort)."""
+        while not self._uploads.abandoned and self.run is not None and self._uploads.pending:
+            try:
+                kind, payload = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._handle(kind, payload)
+
+    def _finish(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+        if self.run is None:
+            if self._dropped:
+                self._warner.warn(
+                    f"primary:dropped:{self.spec.run_id}",
+                    f"{self._dropped} report(s) were not logged because the W&B run "
+                    f"{self.spec.run_id} could not be created",
+                )
+            return
+        try:
+            self.run.finish(exit_code=exit_code)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(
+                f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
+            )
+        if self._offline is not None:
+            self._offline.finished(exit_code)
+
+
+class RunWrites:
+    """What the writer thread writes into its run once the run exists: rows from reports at the
+    step metric, config, alerts (offline: into the folder's index) and the node tables. Each
+    failure is one warning and a count; training goes on."""
+
+    def __init__(
+        self, run: Any, spec: WriterSpec, rows: RowBuilder, warner: Warner, offline: PrimaryIndex | None
+    ) -> None:
+        self.run = run
+        self._rows = rows
+        self._warner = warner
+        self._offline = offline
+        # A resumed run (restart, auto-resume by name) continues its step count.
+        self._stepper = Stepper.resuming(spec.step_metric, run)
+        self.logged = 0
+        self.dropped = 0
+
+    def report(self, metrics: Any) -> None:
+        """One report (a dict, or all ranks' dicts) as one row at the step metric, and its config."""
         try:
             row, config, skipped = self._rows(metrics)
         except Exception as e:  # noqa: BLE001
@@ -234,7 +280,7 @@ class PrimaryWriter:
             return
         warn_skipped(self._warner, skipped)
         if config:
-            self._config(config)
+            self.config(config)
         self._stepper.stamp(row)
         try:
             self.run.log(row)
@@ -243,81 +289,22 @@ class PrimaryWriter:
             self.dropped += 1
             self._warner.warn(f"log:{type(e).__name__}", f"a report could not be logged to W&B ({describe(e)})")
 
-    def _config(self, config: dict[str, Any]) -> None:
+    def config(self, config: dict[str, Any]) -> None:
         try:
             self.run.config.update(config, allow_val_change=True)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"config:{type(e).__name__}", f"run config could not be updated ({describe(e)})")
 
-    def _build(self) -> None:
-        """The artifact thread: build each artifact in turn, hand it to the writer thread."""
-        import wandb
-
-        while True:
-            try:
-                make, aliases, name = self._builds.get(timeout=1.0)
-            except queue.Empty:
-                with self._lock:
-                    if self._done.is_set() and self._builds.empty():  # the run has ended
-                        self._builder = None
-                        return
-                continue
-            artifact = None
-            if not self._abandoned.is_set():
-                try:
-                    artifact = make(wandb)
-                except Exception as e:  # noqa: BLE001
-                    self._artifact_failed(e)
-            if artifact is None:
-                self._settled(name)
-            else:
-                self._queue.put((_ARTIFACT, (artifact, aliases, name)))
-
-    def _log_artifact(self, artifact: Any, aliases: list[str], name: str) -> None:
-        try:
-            if not self._abandoned.is_set():
-                self.run.log_artifact(artifact, aliases=aliases or None)
-                self._last_logged = name
-        except Exception as e:  # noqa: BLE001
-            self._artifact_failed(e)
-        self._settled(name)
-
-    def _log_built(self) -> None:
-        """Before the finish: log the artifacts still being built (not after an abort)."""
-        while not self._abandoned.is_set() and self.run is not None:
-            with self._lock:
-                if not self._unlogged:
-                    return
-            try:
-                kind, payload = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            self._handle(kind, payload)
-
-    def _settled(self, name: str) -> None:
-        with self._lock:
-            if name in self._unlogged:
-                self._unlogged.remove(name)
-
-    def _artifact_failed(self, e: BaseException) -> None:
-        self._warner.warn(
-            f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
-        )
-
-    def _alert(self, alert: Alert) -> None:
-        if self.index is not None:  # offline: wandb keeps no alert; the report prints these
-            try:
-                raised = list(self.index.data.get("alerts") or [])
-                self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
-            except OSError as e:
-                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+    def alert(self, alert: Alert) -> None:
+        if self._offline is not None:  # offline: wandb keeps no alert; the report prints these
+            self._offline.alert(alert)
             return
         try:
             self.run.alert(title=alert.title, text=alert.text, level=alert.level)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"alert:{type(e).__name__}", f"a W&B alert could not be raised ({describe(e)})")
 
-    def _health(
+    def health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
     ) -> None:
         row: dict[str, Any] = {self._stepper.key: self._stepper.value}  # at the current step
@@ -332,27 +319,34 @@ class PrimaryWriter:
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
 
-    def _finish(self, exit_code: int) -> None:
-        self.exit_code = exit_code
-        if self.run is None:
-            if self.dropped:
-                self._warner.warn(
-                    f"primary:dropped:{self.spec.run_id}",
-                    f"{self.dropped} report(s) were not logged because the W&B run "
-                    f"{self.spec.run_id} could not be created",
-                )
-            return
+
+class PrimaryIndex:
+    """Offline: the primary's part of the run folder's index. The run and the primary's own
+    offline run once it exists, every alert (wandb keeps none offline; the report prints them),
+    and the exit code. A write that fails is one warning; training goes on."""
+
+    def __init__(self, index: OfflineIndex, warner: Warner) -> None:
+        self.index = index
+        self._warner = warner
+
+    def started(self, spec: WriterSpec, entity: str | None, project: str | None) -> None:
+        self._write(lambda: index_primary(self.index, spec, entity, project))
+
+    def alert(self, alert: Alert) -> None:
+        def add() -> None:
+            raised = list(self.index.data.get("alerts") or [])
+            self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
+
+        self._write(add)
+
+    def finished(self, exit_code: int) -> None:
+        self._write(lambda: self.index.update(exit_code=exit_code))
+
+    def _write(self, write: Callable[[], None]) -> None:
         try:
-            self.run.finish(exit_code=exit_code)
-        except Exception as e:  # noqa: BLE001
-            self._warner.warn(
-                f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
-            )
-        if self.index is not None:
-            try:
-                self.index.update(exit_code=exit_code)
-            except OSError as e:
-                self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+            write()
+        except OSError as e:
+            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
 
 
 def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, project: str | None) -> None:

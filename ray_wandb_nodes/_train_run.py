@@ -19,8 +19,7 @@ from ._options import Options
 from ._primary import PrimaryWriter
 from ._ray import TrainStart
 from ._secrets import CapturedEnv
-from ._session import FLEET_SLACK_S as _FLEET_SLACK_S
-from ._session import RunSession, SharedSession, StandaloneSession
+from ._session import FLEET_SLACK_S, RunSession, SharedSession, StandaloneSession
 from ._strategies import Placement, PlannedRun, plan_runs, report_rows
 from ._warn import Warner
 from ._writers import primary_spec, run_spec
@@ -262,7 +261,7 @@ class TrainRun:
         wait = max(timeout, o.upload_timeout) if o.upload_checkpoints and not abort else timeout
         stop = time.monotonic() + wait  # every wait below ends by then
         end = stop - min(1.0, wait / 10)  # the runs' end; the rest stops the fleet
-        writers = wait - min(wait / 4, _FLEET_SLACK_S)  # node writers first; the primary has the rest
+        writers = wait - min(wait / 4, FLEET_SLACK_S)  # node writers first; the primary has the rest
         for session in self.sessions.values():
             session.finish(exit_code, timeout=writers)
         for session in self.sessions.values():

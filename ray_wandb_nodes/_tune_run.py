@@ -17,8 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import _handoff, _ray
-from ._fleet import NodeFleet, SharedTarget
-from ._fleet.nodes import NodeInfo
+from ._fleet import NodeFleet, NodeInfo, SharedTarget
 from ._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .offline import format_text, load, to_json, write_png
+    from .report import format_text, load, to_json, write_png
 
     reports = load(args.folder)
     if args.json:
@@ -63,7 +63,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    from .offline.sync import logged_in, plan, sync
+    from .report.sync import logged_in, plan, sync
 
     steps, absent = plan(args.folder)
     for w in absent:

@@ -7,6 +7,7 @@ offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is th
 """
 
 from .fleet import NodeFleet
+from .nodes import NodeInfo
 from .targets import RunTarget, SharedTarget, StandaloneTarget
 
-__all__ = ["NodeFleet", "RunTarget", "SharedTarget", "StandaloneTarget"]
+__all__ = ["NodeFleet", "NodeInfo", "RunTarget", "SharedTarget", "StandaloneTarget"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._gpu_ids import nvml_inventory
-from ..offline.txlog import LogTail, split_label
+from .._wandb_log import LogTail, split_label
 from .kinds import Degradation
 from .messages import GpuIntBatch, GpuInventory, NodeSummary, ReadProblem
 from .summary import gpu_ints, summarize

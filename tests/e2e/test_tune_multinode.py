@@ -304,7 +304,7 @@ def test_offline_each_trial_gets_one_folder_with_its_node_run(
     from pyarrow.fs import PyFileSystem
     from ray import tune
 
-    from ray_wandb_nodes.offline.report import load
+    from ray_wandb_nodes.report.summary import load
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("tune-offline")

@@ -309,7 +309,7 @@ def test_past_the_table_cap_only_gpus_not_ok_are_listed_and_the_rest_counted() -
 
 
 def test_the_offline_report_flags_gpus_by_the_live_rules() -> None:
-    from ray_wandb_nodes.offline.gpu_flags import gpu_flags
+    from ray_wandb_nodes.report.gpu_flags import gpu_flags
 
     def sample(t: float, sm: list[float], ecc_u: list[float], util: float = 97.0) -> tuple[float, dict[str, Any]]:
         values: dict[str, Any] = {"cpu": 5.0}

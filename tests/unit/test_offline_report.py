@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes.offline.report import NodeSummary, RunReport, flag
-from ray_wandb_nodes.offline.txlog import RunLog, read_run
+from ray_wandb_nodes._wandb_log import RunLog, read_run
+from ray_wandb_nodes.report.summary import NodeSummary, RunReport, flag
 from tests.support.offline import offline_run, write_offline_run
 from tests.support.runs import unique
 
@@ -30,7 +30,7 @@ def synthetic(label: str, gpu_util: float, cpu: float = 50.0, workers: bool | No
 
 
 def report_of(*logs: RunLog) -> RunReport:
-    from ray_wandb_nodes.offline.report import summarise
+    from ray_wandb_nodes.report.summary import summarise
 
     return summarise("r", "/x", list(logs))
 
@@ -61,7 +61,7 @@ def test_only_nodes_with_workers_are_compared_when_the_index_says_which() -> Non
 
 
 def test_the_note_on_flagging_counts_the_nodes_it_compares() -> None:
-    from ray_wandb_nodes.offline.render import format_text
+    from ray_wandb_nodes.report.render import format_text
 
     def node(label: str, role: str, workers: bool | None) -> NodeSummary:
         return NodeSummary(label=label, role=role, samples=5, cpu_mean=50.0, workers=workers)
@@ -83,8 +83,8 @@ def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:
     the report lists the key that was logged, ``nodes``, beside ``nodes/stragglers``."""
     import wandb
 
-    from ray_wandb_nodes.offline.render import format_text
-    from ray_wandb_nodes.offline.report import summarise
+    from ray_wandb_nodes.report.render import format_text
+    from ray_wandb_nodes.report.summary import summarise
 
     rows: list[dict[str, Any]] = [
         {"loss": 0.5, "epoch": 0, "opt": {"lr": 0.1}},
@@ -107,8 +107,8 @@ def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:
 
 # the command line ------------------------------------------------------------------------------
 def test_the_report_prints_the_alerts_the_run_raised() -> None:
-    from ray_wandb_nodes.offline.render import format_text
-    from ray_wandb_nodes.offline.report import summarise
+    from ray_wandb_nodes.report.render import format_text
+    from ray_wandb_nodes.report.summary import summarise
 
     alert = {"time": 1_800_000_000.0, "level": "WARN", "title": "Straggler: n1", "text": "n1 (rank 1) is a straggler"}
     report = summarise("r", "/x", [synthetic("n0", 95.0), synthetic("n1", 95.0)], {"run_id": "r", "alerts": [alert]})

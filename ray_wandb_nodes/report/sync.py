@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .txlog import read_run
+from .._wandb_log import read_run
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 

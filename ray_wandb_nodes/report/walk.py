@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .index import INDEX, read_index
-from .txlog import RunLog
+from .._wandb_log import RunLog
+from ..offline.index import INDEX, read_index
 
 
 def find_run_folders(folder: str) -> list[tuple[str, dict[str, Any] | None]]:

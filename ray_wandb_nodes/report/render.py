@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from .report import _GPU_MEM, _GPU_UTIL, RunReport, _mean
+from .summary import _GPU_MEM, _GPU_UTIL, RunReport, _mean
 
 WIDTH = 100  # of the text report
 

@@ -16,8 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._wandb_log import RunLog, read_run
 from .gpu_flags import gpu_flags
-from .txlog import RunLog, read_run
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.gpu$")
