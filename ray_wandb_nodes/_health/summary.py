@@ -8,7 +8,7 @@ Two inputs, both the writer's own (no second sampler runs on the node):
   power and its limit;
 - the integer-valued GPU series (SM clock, corrected and uncorrected ECC counts), which reach
   the run but not that buffer: they are read from the stats records of the writer's transaction
-  log (``offline.txlog.LogTail``), which wandb-core writes a 32 KiB block at a time, so they
+  log (``_wandb_log.LogTail``), which wandb-core writes a 32 KiB block at a time, so they
   arrive a block late (a few samples; see the README for how many).
 
 (Each GPU's model and UUID come once from NVML when the writer starts: ``_gpu_ids``.)
