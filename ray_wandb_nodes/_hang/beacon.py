@@ -33,7 +33,9 @@ SUFFIX = ".slot"
 
 _SEQ = struct.Struct("<Q")  # offset 0
 _HEADER = struct.Struct("<IHBBiiQQ")  # offset 8: magic, version, phase, dump signal, pid, rank, proc start, start ns
-_PROGRESS = struct.Struct("<QQQQQQ")  # offset 40: reports, steps, last progress ns, max interval ns, thread, phase since
+_PROGRESS = struct.Struct(
+    "<QQQQQQ"
+)  # offset 40: reports, steps, last progress ns, max interval ns, thread, phase since
 _STEP = struct.Struct("<QQQQ")  # offset 48: steps, last progress ns, max interval ns, thread
 _HEADER_AT, _PROGRESS_AT, _STEP_AT = 8, 40, 48
 _READ_TRIES = 50

@@ -72,9 +72,7 @@ LIMITS: list[tuple[str, HangTimeout, float | None, bool, Phase, float | None, fl
 def test_limits(
     setting: HangTimeout, cadence: float | None, started: bool, phase: Phase, pg: float | None, expected: float
 ) -> None:
-    assert limit_s(setting, cadence_s=cadence, started=started, phase=phase, pg_timeout_s=pg) == pytest.approx(
-        expected
-    )
+    assert limit_s(setting, cadence_s=cadence, started=started, phase=phase, pg_timeout_s=pg) == pytest.approx(expected)
 
 
 def test_margin() -> None:
@@ -83,7 +81,9 @@ def test_margin() -> None:
     assert evidence_margin_s(60) == 30
 
 
-def _rank(rank: int, age: float, slowest: float | None, started: bool = True, phase: Phase = Phase.RUNNING) -> RankProgress:
+def _rank(
+    rank: int, age: float, slowest: float | None, started: bool = True, phase: Phase = Phase.RUNNING
+) -> RankProgress:
     return RankProgress(rank, 100 + rank, 3, 30, started, age, phase, age, slowest, 12)
 
 

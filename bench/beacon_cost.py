@@ -1,0 +1,101 @@
+"""What the progress beacon costs a rank per optimizer step, side by side with an empty call.
+
+    python -m bench.beacon_cost [--calls 20000] [--rounds 101] [--json bench/results/beacon_cost.json]
+
+In one process, no Ray, no W&B: ``Beacon.step()``, ``Beacon.report()`` and ``Beacon.phase()`` on
+a slot under the beacon root (``/dev/shm`` where it exists), an empty Python function, and a
+torch ``optimizer.step()`` of a one-element SGD without and with the global step hook (what a
+rank pays through torch). Each figure is the median over ``--rounds`` rounds of ``--calls``
+calls, in nanoseconds per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray_wandb_nodes._hang.beacon import Beacon, Phase, default_root, install_step_hook
+
+
+def ns_per_call(fn: Callable[[], Any], calls: int, rounds: int) -> float:
+    """The median over ``rounds`` of the mean ns per call of ``calls`` calls."""
+    per_round = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        per_round.append((time.perf_counter_ns() - start) / calls)
+    return statistics.median(per_round)
+
+
+def empty() -> None:
+    """The floor: one Python call that does nothing."""
+
+
+def torch_step_costs(torch: Any, beacon: Beacon, calls: int, rounds: int) -> dict[str, float]:
+    """``optimizer.step()`` of a one-element SGD with no global hook, a no-op hook and the
+    beacon's hook, in interleaved rounds (the machine's noise falls on all three alike)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    param = torch.nn.Parameter(torch.ones(1))
+    param.grad = torch.ones(1)
+    opt = torch.optim.SGD([param], lr=0.0)
+    runs: dict[str, list[float]] = {"torch_step_ns": [], "torch_step_noop_hook_ns": [], "torch_step_beacon_hook_ns": []}
+
+    def noop(*_args: Any) -> None:
+        pass
+
+    for _ in range(rounds):
+        runs["torch_step_ns"].append(ns_per_call(opt.step, calls, 1))
+        handle = register_optimizer_step_post_hook(noop)
+        runs["torch_step_noop_hook_ns"].append(ns_per_call(opt.step, calls, 1))
+        handle.remove()
+        remove = install_step_hook(beacon)
+        runs["torch_step_beacon_hook_ns"].append(ns_per_call(opt.step, calls, 1))
+        if remove is not None:
+            remove()
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=101)
+    parser.add_argument("--json", default=None, help="write the figures here as JSON")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=default_root(), prefix="rwn-beacon-bench-") as directory:
+        beacon = Beacon(Path(directory), 0)
+        figures = {
+            "empty_call_ns": ns_per_call(empty, args.calls, args.rounds),
+            "step_ns": ns_per_call(beacon.step, args.calls, args.rounds),
+            "report_ns": ns_per_call(beacon.report, args.calls, args.rounds),
+            "phase_ns": ns_per_call(lambda: beacon.phase(Phase.RUNNING), args.calls, args.rounds),
+        }
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            figures.update(torch_step_costs(torch, beacon, max(1, args.calls // 10), args.rounds))
+        beacon.close()
+    figures["step_minus_empty_ns"] = figures["step_ns"] - figures["empty_call_ns"]
+    if "torch_step_ns" in figures:
+        figures["beacon_hook_minus_noop_hook_ns"] = (
+            figures["torch_step_beacon_hook_ns"] - figures["torch_step_noop_hook_ns"]
+        )
+    for name, value in figures.items():
+        print(f"{name:28s} {value:10.0f}")
+    if args.json:
+        from bench._harness import write_result
+
+        write_result(args.json, dict(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
