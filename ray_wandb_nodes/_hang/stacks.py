@@ -149,5 +149,7 @@ def format_stack(stack: ThreadStack) -> str:
     """``stack`` as faulthandler would print it, with the thread's name where known."""
     label = f"Thread 0x{stack.ident:016x}" + (f" [{stack.name}]" if stack.name else "")
     lines = [f"{label} (most recent call first):"]
-    lines += [f'  File "{f.file}", line {f.line if f.line is not None else "???"} in {f.function}' for f in stack.frames]
+    lines += [
+        f'  File "{f.file}", line {f.line if f.line is not None else "???"} in {f.function}' for f in stack.frames
+    ]
     return "\n".join(lines)
