@@ -12,6 +12,7 @@ calls, in nanoseconds per call.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
@@ -76,10 +77,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             "report_ns": ns_per_call(beacon.report, args.calls, args.rounds),
             "phase_ns": ns_per_call(lambda: beacon.phase(Phase.RUNNING), args.calls, args.rounds),
         }
-        try:
+        torch: Any = None
+        with contextlib.suppress(ImportError):
             import torch
-        except ImportError:
-            torch = None
         if torch is not None:
             figures.update(torch_step_costs(torch, beacon, max(1, args.calls // 10), args.rounds))
         beacon.close()

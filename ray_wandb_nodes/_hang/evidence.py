@@ -108,7 +108,7 @@ def arm(dump_dir: Path, rank: int, beacon: Beacon | None = None, signum: int | N
     chosen = free_signal() if signum is None else signum
     stacks_file: IO[bytes] | None = None
     if chosen:
-        stacks_file = open(paths.stacks, "ab", buffering=0)  # noqa: SIM115 - kept open while registered
+        stacks_file = open(paths.stacks, "ab", buffering=0)  # kept open while registered
         try:
             faulthandler.register(chosen, file=stacks_file, all_threads=True, chain=False)
         except (RuntimeError, ValueError, OSError):
@@ -213,10 +213,11 @@ class _Pending:
         return (not self.signalled or self.native_text is not None) and (not self.woken or self.python_data is not None)
 
 
-def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0) -> list[RankEvidence]:
+def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: float = 1.0) -> list[RankEvidence]:
     """Every rank's evidence at once: all ranks are asked first, then waited for together, at
-    most ``timeout_s`` in all. Only a process whose slot records a registered signal is
-    signalled; a rank that gave nothing says why in ``notes``."""
+    most ``timeout_s`` in all, and at most ``grace_s`` for the Python-level dumps once every
+    faulthandler dump is in (a rank whose Python cannot run never answers). Only a process whose
+    slot records a registered signal is signalled; a rank that gave nothing says why in ``notes``."""
     pending = []
     for slot in slots:
         paths = EvidencePaths.of(slot.path.parent, slot.rank, slot.pid)
@@ -242,8 +243,11 @@ def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0) -> list[R
     while True:
         for item in pending:
             _poll(item)
-        if all(item.done() for item in pending) or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if all(item.done() for item in pending) or now >= deadline:
             break
+        if all(not item.signalled or item.native_text is not None for item in pending):
+            deadline = min(deadline, now + grace_s)
         time.sleep(_POLL_S)
     return [_evidence(item) for item in pending]
 
@@ -276,30 +280,42 @@ def _poll(item: _Pending) -> None:
 
 def _evidence(item: _Pending) -> RankEvidence:
     notes = list(item.notes)
-    native: tuple[ThreadStack, ...] = ()
-    if item.signalled:
-        dumps = parse_faulthandler(item.native_text or "")
-        if dumps:
-            native = dumps[-1]
-        else:
-            notes.append("no faulthandler dump within the wait")
+    if item.signalled and not parse_faulthandler(item.native_text or ""):
+        notes.append("no faulthandler dump within the wait")
+    if item.woken and item.python_data is None:
+        notes.append("no Python-level dump within the wait (Python could not run, or the process is busy)")
+    return evidence_from_dumps(
+        item.slot.rank, item.slot.pid, item.slot.thread_ident, item.native_text, item.python_data, notes
+    )
+
+
+def evidence_from_dumps(
+    rank: int,
+    pid: int,
+    training_ident: int,
+    faulthandler_text: str | None,
+    dump_thread: dict[str, Any] | None,
+    notes: Iterable[str] = (),
+) -> RankEvidence:
+    """A rank's evidence from what its dumps hold: faulthandler's text (its last dump is used)
+    and the dump thread's JSON (named stacks and the flight recorder's text)."""
+    notes = list(notes)
+    dumps = parse_faulthandler(faulthandler_text or "")
     python: tuple[ThreadStack, ...] = ()
     flight = None
-    if item.python_data is not None:
-        python = tuple(stack_from_data(s) for s in item.python_data.get("threads", []))
-        text = item.python_data.get("flight_recorder")
+    if dump_thread is not None:
+        python = tuple(stack_from_data(s) for s in dump_thread.get("threads", []))
+        text = dump_thread.get("flight_recorder")
         if text:
             try:
                 flight = parse_flight_recorder(text)
             except ValueError as err:
                 notes.append(f"flight recorder: {err}")
-    elif item.woken:
-        notes.append("no Python-level dump within the wait (Python could not run, or the process is busy)")
     return RankEvidence(
-        rank=item.slot.rank,
-        pid=item.slot.pid,
-        training_ident=item.slot.thread_ident,
-        native=native,
+        rank=rank,
+        pid=pid,
+        training_ident=training_ident,
+        native=dumps[-1] if dumps else (),
         python=python,
         flight=flight,
         notes=tuple(notes),

@@ -205,8 +205,11 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
         if waiting_kind is Kind.RAY_BARRIER:
             waiters = [f for f in facts if positions[f.progress.rank].kind is Kind.RAY_BARRIER]
         elif waiting_kind is Kind.COLLECTIVE:
-            front = max((p for p in positions.values() if p.kind is Kind.COLLECTIVE), key=lambda p: (p.seq or -1, p.op))
-            waiters = [f for f in facts if _key(positions[f.progress.rank]) == _key(front)]
+            # The front: the furthest collective, and of several at one number the most ranks'.
+            waiters = max(
+                (g for g in groups.values() if positions[g[0].progress.rank].kind is Kind.COLLECTIVE),
+                key=lambda g: (positions[g[0].progress.rank].seq or -1, len(g)),
+            )
         wait_ranks = {f.progress.rank for f in waiters}
         others = [f for f in facts if f.progress.rank not in wait_ranks]
         clauses = []

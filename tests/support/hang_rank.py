@@ -43,8 +43,9 @@ def train_func(rank: int, world: int, store: str, directory: Path, mode: str, st
     beacon = Beacon(directory, rank)
     arm(directory, rank, beacon)
     install_step_hook(beacon)
+    file_store = dist.FileStore(store, world)  # type: ignore[attr-defined]
     dist.init_process_group(
-        "gloo", store=dist.FileStore(store, world), rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
+        "gloo", store=file_store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
     )
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -94,7 +94,10 @@ def test_foreign_files_and_other_versions_are_skipped(tmp_path: Path) -> None:
 
 
 def test_a_dead_process_slot_is_skipped(tmp_path: Path) -> None:
-    code = f"from ray_wandb_nodes._hang.beacon import Beacon; b = Beacon({str(tmp_path)!r}, 5); b.step(); b.close(remove=False)"
+    code = (
+        "from ray_wandb_nodes._hang.beacon import Beacon\n"
+        f"b = Beacon({str(tmp_path)!r}, 5); b.step(); b.close(remove=False)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert len(list(tmp_path.glob("*.slot"))) == 1
     assert read_slots(tmp_path) == []
