@@ -141,7 +141,7 @@ class Beacon:
         self.rank = rank
         self.pid = os.getpid()
         self.path = slot_path(self.directory, rank, self.pid)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, SLOT_SIZE)

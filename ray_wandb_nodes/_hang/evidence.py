@@ -104,7 +104,7 @@ def arm(dump_dir: Path, rank: int, beacon: Beacon | None = None, signum: int | N
     if rank in _armed:
         return _armed[rank]
     paths = EvidencePaths.of(Path(dump_dir), rank, os.getpid())
-    Path(dump_dir).mkdir(parents=True, exist_ok=True)
+    Path(dump_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     chosen = free_signal() if signum is None else signum
     stacks_file: IO[bytes] | None = None
     if chosen:

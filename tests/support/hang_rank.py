@@ -9,7 +9,10 @@ one all_reduce a step; the rank named ``stuck`` stops before step ``at``'s all_r
 
     python -m tests.support.hang_rank RANK WORLD STORE DIR MODE STUCK AT [GIL_LIB]
 
-The train function runs in a thread named as Ray Train names its own.
+The train function runs in a thread named as Ray Train names its own. The step is by hand, with
+``Beacon.step()`` as torch's optimizer-step hook would call it: a ``torch.optim`` optimizer pulls
+in ``torch._dynamo`` (about 3 s a process); the hook itself is tested in
+``tests/unit/test_hang_beacon.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from ray_wandb_nodes._hang.beacon import Beacon, install_step_hook
+from ray_wandb_nodes._hang.beacon import Beacon
 from ray_wandb_nodes._hang.evidence import arm
 from ray_wandb_nodes._hang.flight import flight_recorder_env
 
@@ -42,13 +45,11 @@ def train_func(rank: int, world: int, store: str, directory: Path, mode: str, st
 
     beacon = Beacon(directory, rank)
     arm(directory, rank, beacon)
-    install_step_hook(beacon)
     file_store = dist.FileStore(store, world)  # type: ignore[attr-defined]
     dist.init_process_group(
         "gloo", store=file_store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
     )
     model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(1000):
         if step == at and (rank == stuck or mode == "all"):
             if mode == "native":
@@ -56,11 +57,14 @@ def train_func(rank: int, world: int, store: str, directory: Path, mode: str, st
             else:
                 load_next_shard()
         loss = model(torch.ones(8, 4)).pow(2).mean()
-        opt.zero_grad()
+        model.zero_grad()
         loss.backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         dist.all_reduce(grads)  # <all_reduce>
-        opt.step()
+        with torch.no_grad():
+            for param in model.parameters():
+                param.sub_(0.01 * param.grad)  # type: ignore[operator]
+        beacon.step()
         beacon.report()
 
 

@@ -30,10 +30,10 @@ def _innermost_user(stack: ThreadStack) -> tuple[str, int | None]:
 
 # (capture, rank, the training thread's innermost frame of hang_rank.py, its innermost frame)
 REAL = [
-    ("python", 0, ("train_func", 62), "all_reduce"),
-    ("python", 2, ("load_next_shard", 32), "load_next_shard"),
-    ("native", 2, ("read_from_device", 36), "read_from_device"),
-    ("all", 1, ("load_next_shard", 32), "load_next_shard"),
+    ("python", 0, ("train_func", 63), "all_reduce"),
+    ("python", 2, ("load_next_shard", 35), "load_next_shard"),
+    ("native", 2, ("read_from_device", 39), "read_from_device"),
+    ("all", 1, ("load_next_shard", 35), "load_next_shard"),
 ]
 
 

@@ -213,8 +213,8 @@ def test_no_ranks() -> None:
 def test_real_python_stuck_rank() -> None:
     verdict = judge(captured("python", {2: 312.0}))
     assert verdict.sentence == (
-        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:62); rank 2 never entered it: "
-        "in load_next_shard (hang_rank.py:32), no progress for 312 s"
+        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:63); rank 2 never entered it: "
+        "in load_next_shard (hang_rank.py:35), no progress for 312 s"
     )
     assert [(r.rank, r.node, r.gpus, r.collective, r.seq) for r in verdict.rows] == [
         (0, "node-0", "0", "all_reduce", 5),
@@ -229,12 +229,12 @@ def test_real_native_stuck_rank_from_faulthandler_only() -> None:
     assert stuck.evidence is not None and stuck.evidence.python == () and stuck.evidence.flight is None
     assert position(stuck).kind is Kind.ELSEWHERE
     assert judge(facts).sentence == (
-        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:62); rank 2 is not in it: "
-        "in read_from_device (hang_rank.py:36), no progress for 30 s"
+        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:63); rank 2 is not in it: "
+        "in read_from_device (hang_rank.py:39), no progress for 30 s"
     )
 
 
 def test_real_every_rank_in_the_same_function() -> None:
     verdict = judge(captured("all"))
-    assert verdict.sentence == "every rank (0-2) is in load_next_shard (hang_rank.py:32), no progress for 30 s"
+    assert verdict.sentence == "every rank (0-2) is in load_next_shard (hang_rank.py:35), no progress for 30 s"
     assert [ranks for ranks, _ in verdict.stack_groups] == [(0, 1, 2)]
