@@ -69,6 +69,7 @@ class Armed:
     stacks_file: IO[bytes] | None
     thread: threading.Thread | None
     stop: threading.Event = field(default_factory=threading.Event)
+    listening: threading.Event = field(default_factory=threading.Event)  # the dump thread has its FIFO open
 
 
 @dataclass(frozen=True)
@@ -108,19 +109,23 @@ def arm(dump_dir: Path, rank: int, beacon: Beacon | None = None, signum: int | N
     chosen = free_signal() if signum is None else signum
     stacks_file: IO[bytes] | None = None
     if chosen:
-        stacks_file = open(paths.stacks, "ab", buffering=0)  # kept open while registered
         try:
+            stacks_file = open(paths.stacks, "ab", buffering=0)  # kept open while registered
             faulthandler.register(chosen, file=stacks_file, all_threads=True, chain=False)
         except (RuntimeError, ValueError, OSError):
-            stacks_file.close()
+            if stacks_file is not None:
+                stacks_file.close()
             stacks_file, chosen = None, 0
-    thread = None
-    with contextlib.suppress(FileExistsError):
-        os.mkfifo(paths.request, 0o600)
     armed = Armed(rank, chosen, paths, stacks_file, None)
-    thread = threading.Thread(target=_dump_loop, args=(armed,), name=DUMP_THREAD_NAME, daemon=True)
-    armed.thread = thread
-    thread.start()
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(paths.request, 0o600)
+    except OSError:
+        pass  # a file system without FIFOs: faulthandler's dump only
+    else:
+        armed.thread = threading.Thread(target=_dump_loop, args=(armed,), name=DUMP_THREAD_NAME, daemon=True)
+        armed.thread.start()
+        armed.listening.wait(timeout=1.0)  # so that a request right after arm() finds a reader
     if beacon is not None and chosen:
         beacon.set_dump_signal(chosen)
     _armed[rank] = armed
@@ -147,7 +152,11 @@ def disarm(armed: Armed, beacon: Beacon | None = None) -> None:
 
 def _dump_loop(armed: Armed) -> None:
     # O_RDWR: the FIFO always has a writer (this thread), so reads block instead of seeing EOF.
-    fd = os.open(armed.paths.request, os.O_RDWR)
+    try:
+        fd = os.open(armed.paths.request, os.O_RDWR)
+    except OSError:
+        return
+    armed.listening.set()
     try:
         while not armed.stop.is_set():
             data = os.read(fd, 4096)  # blocks without the GIL; woken only by a request
@@ -155,7 +164,10 @@ def _dump_loop(armed: Armed) -> None:
                 return
             ids = [_REQUEST.unpack_from(data, i)[0] for i in range(0, len(data) - len(data) % 8, 8)]
             if ids:
-                _write_python_evidence(armed.paths.python, max(ids))
+                with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
+                    _write_python_evidence(armed.paths.python, max(ids))
+    except OSError:
+        return
     finally:
         os.close(fd)
 
