@@ -5,8 +5,10 @@
 In one process, no Ray, no W&B: ``Beacon.step()``, ``Beacon.report()`` and ``Beacon.phase()`` on
 a slot under the beacon root (``/dev/shm`` where it exists), an empty Python function, and a
 torch ``optimizer.step()`` of a one-element SGD without and with the global step hook (what a
-rank pays through torch). Each figure is the median over ``--rounds`` rounds of ``--calls``
-calls, in nanoseconds per call.
+rank pays through torch; the three alternate round by round). Each figure is the median over
+``--rounds`` rounds of ``--calls`` calls (a tenth of them for torch), in nanoseconds per call.
+On a busy machine torch's step varies by microseconds from round to round: the beacon's own
+figure is ``step_ns``, the torch rows say what a step costs around it.
 """
 
 from __future__ import annotations
@@ -51,15 +53,23 @@ def torch_step_costs(torch: Any, beacon: Beacon, calls: int, rounds: int) -> dic
     def noop(*_args: Any) -> None:
         pass
 
-    for _ in range(rounds):
-        runs["torch_step_ns"].append(ns_per_call(opt.step, calls, 1))
-        handle = register_optimizer_step_post_hook(noop)
-        runs["torch_step_noop_hook_ns"].append(ns_per_call(opt.step, calls, 1))
-        handle.remove()
-        remove = install_step_hook(beacon)
-        runs["torch_step_beacon_hook_ns"].append(ns_per_call(opt.step, calls, 1))
-        if remove is not None:
-            remove()
+    def timed(name: str) -> float:
+        remove: Callable[[], None] | None = None
+        if name == "torch_step_noop_hook_ns":
+            remove = register_optimizer_step_post_hook(noop).remove
+        elif name == "torch_step_beacon_hook_ns":
+            remove = install_step_hook(beacon)
+        try:
+            return ns_per_call(opt.step, calls, 1)
+        finally:
+            if remove is not None:
+                remove()
+
+    names = list(runs)
+    for round_ in range(rounds):
+        # Alternate the order each round: what runs third in a round is not always the same.
+        for name in names if round_ % 2 else reversed(names):
+            runs[name].append(timed(name))
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
