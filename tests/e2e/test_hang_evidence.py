@@ -107,7 +107,7 @@ def test_a_rank_stuck_in_a_python_function_while_the_others_wait_in_all_reduce()
     stuck = next(e for e in evidence if e.rank == STUCK)
     assert stuck.flight is not None and stuck.flight.in_flight() == []
     assert stuck.flight.last_seq("0") == AT
-    print(f"python case: {time.monotonic() - started:.1f} s")
+    print(f"python case: {time.monotonic() - started:.1f} s: {verdict.sentence}")
 
 
 @pytest.fixture(scope="module")
@@ -141,4 +141,4 @@ def test_a_rank_stuck_in_native_code_that_holds_the_gil_is_named_from_its_faulth
     # Without its recorder the verdict cannot say it never entered: it says it is not in it.
     assert f"is not in it: in read_from_device (hang_rank.py:{line_of('read_from_device')})" in verdict.sentence
     assert verdict.stopped == (STUCK,)
-    print(f"native case: {time.monotonic() - started:.1f} s")
+    print(f"native case: {time.monotonic() - started:.1f} s: {verdict.sentence}")
