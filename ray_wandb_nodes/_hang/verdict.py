@@ -146,6 +146,12 @@ def position(facts: RankFacts) -> Position:
             return Position(Kind.RAY_BARRIER, where, None, frame.function, None, "", frames)
     if facts.progress.phase is Phase.IN_REPORT:
         return Position(Kind.RAY_BARRIER, where, None, "report", None, "", frames)
+    # A collective in flight with no frame named for it: launched from C++ (DDP's reducer inside
+    # backward) or async and waited on elsewhere. A rank with one in flight entered it and waits.
+    flying = evidence.flight.in_flight() if evidence is not None and evidence.flight is not None else []
+    if flying:
+        last = max(flying, key=lambda c: c.seq)
+        return Position(Kind.COLLECTIVE, where, None, last.op, last.seq, last.pg, frames)
     return Position(Kind.ELSEWHERE, where, inner, "", None, "", frames)
 
 
@@ -196,7 +202,12 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
         only = positions[facts[0].progress.rank]
         verb = "waits in" if only.kind in (Kind.COLLECTIVE, Kind.RAY_BARRIER) else "is in"
         every = f"every rank ({rank_ranges(f.progress.rank for f in facts)})"
-        sentence = f"{every} {verb} {_what(only)}, {_age(facts)}"
+        if len(facts) == 1:
+            every = f"rank {facts[0].progress.rank}"
+        if only.kind is Kind.UNKNOWN:
+            sentence = f"{every}: no stack came back, {_age(facts)}"
+        else:
+            sentence = f"{every} {verb} {_what(only)}, {_age(facts)}"
         if only.kind is Kind.COLLECTIVE:
             sentence += ": none is behind, the collective itself does not complete"
         stopped = [f.progress.rank for f in facts]

@@ -36,6 +36,13 @@ REPORT = (
     Frame(USER, 95, "train_loop"),
 )
 SHARD = (Frame(USER, 71, "load_next_shard"), LOOP)
+# DDP: the gradient all_reduce is launched by the C++ reducer inside backward; no frame names it.
+BACKWARD = (
+    Frame(f"{SITE}/torch/autograd/graph.py", 829, "_engine_run_backward"),
+    Frame(f"{SITE}/torch/autograd/__init__.py", 364, "backward"),
+    Frame(f"{SITE}/torch/_tensor.py", 630, "backward"),
+    Frame(USER, 86, "train_loop"),
+)
 RECV = (Frame("/usr/lib/python3.11/multiprocessing/connection.py", 395, "_recv"), Frame(USER, 60, "fetch"), LOOP)
 
 
@@ -144,6 +151,28 @@ CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, ...]]] 
         "no progress for 30 s",
         (2,),
         (0, 1),
+    ),
+    (
+        "DDP: the waiters' all_reduce has no frame, the recorder has it in flight",
+        [*(rank(r, BACKWARD, fr(40, "all_reduce")) for r in range(3)), rank(3, SHARD, fr(39), age=90)],
+        "ranks 0-2 wait in all_reduce #40 (train.py:86); rank 3 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "one rank alone",
+        [rank(0, SHARD)],
+        "rank 0 is in load_next_shard (train.py:71), no progress for 30 s",
+        (0,),
+        (),
+    ),
+    (
+        "no stack from any rank",
+        [rank(0, None), rank(1, None)],
+        "every rank (0-1): no stack came back, no progress for 30 s",
+        (0, 1),
+        (),
     ),
     (
         "nobody waits: two groups elsewhere",
