@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .beacon import Beacon, BeaconSlot, slot_path
+from .beacon import SUFFIX, Beacon, BeaconSlot, slot_path
 from .flight import FlightRecord, dump_flight_recorder, parse_flight_recorder
-from .stacks import ThreadStack, parse_faulthandler, python_stacks, stack_from_data, stack_to_data
+from .stacks import ThreadStack, parse_faulthandler, python_stacks, stack_from_data, stack_to_data, training_first
 
 # SIGUSR2 first: Tune's driver claims SIGUSR1 (ray/tune/tune.py), Ray's dashboard agent SIGUSR2
 # in its own process only; a Train worker leaves both at their default.
@@ -55,8 +55,9 @@ class EvidencePaths:
 
     @classmethod
     def of(cls, directory: Path, rank: int, pid: int) -> EvidencePaths:
-        stem = slot_path(directory, rank, pid).with_suffix("")
-        return cls(stem.with_suffix(".stacks"), stem.with_suffix(".req"), stem.with_suffix(".evidence.json"))
+        slot = slot_path(directory, rank, pid)
+        stem = slot.name[: -len(SUFFIX)]  # "rank-3.1234": the pid is part of the stem
+        return cls(*(slot.with_name(stem + end) for end in (".stacks", ".req", ".evidence.json")))
 
 
 @dataclass
@@ -88,6 +89,10 @@ class RankEvidence:
     def stacks(self) -> tuple[ThreadStack, ...]:
         """The best stacks there are: named ones where Python could run, else faulthandler's."""
         return self.python or self.native
+
+    def threads(self) -> list[ThreadStack]:
+        """:attr:`stacks` with the training thread first (for the run's stack file)."""
+        return training_first(self.stacks, self.training_ident)
 
 
 def free_signal() -> int:
@@ -179,7 +184,7 @@ def _write_python_evidence(path: Path, request_id: int) -> None:
         "threads": [stack_to_data(s) for s in stacks],
         "flight_recorder": dump_flight_recorder(),
     }
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)  # a reader sees the old file or the whole new one
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ray_wandb_nodes._hang.beacon import Beacon, read_slots
-from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, arm, disarm, free_signal, request_dump
+from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, EvidencePaths, arm, disarm, free_signal, request_dump
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,6 +55,8 @@ def test_an_armed_rank_gives_both_dumps_and_its_training_thread(tmp_path: Path, 
         assert DUMP_THREAD_NAME not in {t.name for t in evidence.python}
         mine = next(t for t in evidence.python if t.ident == me)
         assert any(f.function == "request_dumps" for f in mine.frames)
+        # This thread made the beacon, so it is the "training" thread and comes first.
+        assert evidence.training_ident == me and evidence.threads()[0].ident == me
         # A second request is answered afresh (its own id), not from the first one's files.
         again = request_dump(slot, timeout_s=10)
         assert again.python and again.native
@@ -63,6 +65,13 @@ def test_an_armed_rank_gives_both_dumps_and_its_training_thread(tmp_path: Path, 
         beacon.close()
     assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL and not armed.paths.request.exists()
     assert armed.thread is not None and not armed.thread.is_alive()
+
+
+def test_each_process_of_a_rank_has_its_own_files(tmp_path: Path) -> None:
+    first, second = EvidencePaths.of(tmp_path, 3, 100), EvidencePaths.of(tmp_path, 3, 101)
+    assert first.stacks == tmp_path / "rank-3.100.stacks" and first.request == tmp_path / "rank-3.100.req"
+    assert first.python == tmp_path / "rank-3.100.evidence.json"
+    assert {first.stacks, first.request, first.python}.isdisjoint({second.stacks, second.request, second.python})
 
 
 def test_a_process_that_did_not_register_is_not_signalled(tmp_path: Path) -> None:
