@@ -103,9 +103,10 @@ def test_a_dead_process_slot_is_skipped(tmp_path: Path) -> None:
     assert read_slots(tmp_path) == []
 
 
-def test_another_process_reads_while_the_rank_writes_and_never_sees_a_torn_slot(tmp_path: Path) -> None:
-    # The writer stamps steps and reports in lockstep, so every consistent slot has steps ==
-    # reports (or steps one ahead): a torn read would break it.
+def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_order(tmp_path: Path) -> None:
+    # The writer stamps steps and reports in lockstep: every slot read has steps == reports or
+    # steps one ahead, and counts never go back. (A write caught half-way is refused by the
+    # sequence check: test_a_write_under_way_is_never_returned.)
     code = textwrap.dedent(
         f"""
         import sys
