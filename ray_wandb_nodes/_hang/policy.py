@@ -1,0 +1,126 @@
+"""When silence is a hang: the ``hang_timeout_s`` option and the limits it gives each rank.
+
+``hang_timeout_s`` takes a number of seconds, ``"auto"`` (the default) or ``None`` (off). What a
+setting gives, per rank and phase (all capped below the process-group timeout, see below):
+
+==========================  ===============================  ================================
+rank is                     ``"auto"``                       a number ``T``
+==========================  ===============================  ================================
+running, or in a report     max(120 s, 5 x slowest interval  ``T``
+                            between progress seen so far)
+before its first progress   max(600 s, 3 x the running       3 x ``T``
+(model load, compile)       limit)
+checkpointing, evaluating   max(600 s, 3 x the running       3 x ``T``
+                            limit)
+==========================  ===============================  ================================
+
+Why those: five times the slowest interval is the margin NVIDIA's resiliency extension uses for
+its heartbeats, and two minutes keeps a job that steps every second from being judged on one
+slow batch. Before the first step a rank loads the model, compiles it and warms its data, and a
+checkpoint save or an evaluation pass runs no optimizer step for many intervals: those get three
+times the running limit, and at least ten minutes under ``"auto"``.
+
+The cap: torch's process-group timeout (Ray's ``TorchConfig.timeout_s``, 1800 s by default) ends
+the processes and the evidence with them, so every limit stays below it by a margin of
+max(60 s, 10 %) (at most half the timeout): the evidence is taken while the processes live.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .beacon import Phase, RankProgress
+
+AUTO = "auto"
+AUTO_FLOOR_S = 120.0
+CADENCE_FACTOR = 5.0
+LONG_FACTOR = 3.0
+LONG_FLOOR_S = 600.0
+MARGIN_FLOOR_S = 60.0
+MARGIN_FRACTION = 0.1
+_LONG_PHASES = (Phase.CHECKPOINTING, Phase.EVALUATING)
+
+
+@dataclass(frozen=True)
+class HangTimeout:
+    """A validated ``hang_timeout_s``: off (``None``), ``"auto"``, or a fixed number of seconds."""
+
+    seconds: float | None = None
+    auto: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.auto or self.seconds is not None
+
+
+def parse_hang_timeout(value: object) -> HangTimeout:
+    """``hang_timeout_s`` as given by a user; a clear ``ValueError`` for anything else."""
+    if value is None:
+        return HangTimeout()
+    if isinstance(value, str):
+        if value.strip().lower() == AUTO:
+            return HangTimeout(auto=True)
+        raise ValueError(
+            f'hang_timeout_s={value!r}: expected a number of seconds > 0, "auto" (follow the job\'s cadence) '
+            "or None (off)"
+        )
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f'hang_timeout_s={value!r}: expected a number of seconds > 0, "auto" (follow the job\'s cadence) '
+            "or None (off)"
+        )
+    return HangTimeout(seconds=float(value))
+
+
+def evidence_margin_s(pg_timeout_s: float) -> float:
+    """How far below the process-group timeout every limit stays."""
+    return min(max(MARGIN_FLOOR_S, MARGIN_FRACTION * pg_timeout_s), 0.5 * pg_timeout_s)
+
+
+def job_cadence_s(ranks: Iterable[RankProgress]) -> float | None:
+    """The slowest interval between progress any rank has shown so far; None before any."""
+    seen = [r.slowest_interval_s for r in ranks if r.slowest_interval_s is not None]
+    return max(seen) if seen else None
+
+
+def limit_s(
+    setting: HangTimeout,
+    *,
+    cadence_s: float | None,
+    started: bool,
+    phase: Phase,
+    pg_timeout_s: float | None = None,
+) -> float | None:
+    """Seconds of silence after which a rank in ``phase`` is hung; None when the option is off.
+
+    ``cadence_s`` is the job's slowest interval so far (:func:`job_cadence_s`), ``started``
+    whether the rank made any progress yet, ``pg_timeout_s`` the process-group timeout (None
+    where there is none, as in Ray's report barrier)."""
+    if setting.auto:
+        running = max(AUTO_FLOOR_S, CADENCE_FACTOR * cadence_s) if cadence_s else AUTO_FLOOR_S
+        long = max(LONG_FLOOR_S, LONG_FACTOR * running)
+    elif setting.seconds is not None:
+        running = setting.seconds
+        long = LONG_FACTOR * running
+    else:
+        return None
+    limit = long if (not started or phase in _LONG_PHASES) else running
+    if pg_timeout_s is not None and pg_timeout_s > 0:
+        limit = min(limit, pg_timeout_s - evidence_margin_s(pg_timeout_s))
+    return limit
+
+
+def hung_ranks(
+    setting: HangTimeout, ranks: Iterable[RankProgress], pg_timeout_s: float | None = None
+) -> list[RankProgress]:
+    """The ranks silent for longer than their limit, by rank (the job's cadence from all)."""
+    ranks = list(ranks)
+    cadence = job_cadence_s(ranks)
+    out = []
+    for rank in ranks:
+        limit = limit_s(setting, cadence_s=cadence, started=rank.started, phase=rank.phase, pg_timeout_s=pg_timeout_s)
+        if limit is not None and rank.age_s > limit:
+            out.append(rank)
+    return sorted(out, key=lambda r: r.rank)

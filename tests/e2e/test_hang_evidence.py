@@ -1,0 +1,144 @@
+"""Hang evidence from real processes, without Ray: three ranks of torch.distributed over gloo on
+this machine, each armed as a Train worker is (``tests/support/hang_rank.py``); one rank stops
+before a step's all_reduce while the others wait in it. From outside, the test reads the beacon
+slots, asks every rank for its evidence at once, and judges."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of, read_slots
+from ray_wandb_nodes._hang.evidence import RankEvidence, request_dumps
+from ray_wandb_nodes._hang.verdict import Kind, RankFacts, judge, position
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+RANK_SCRIPT = REPO / "tests" / "support" / "hang_rank.py"
+GIL_SOURCE = REPO / "tests" / "support" / "gil_holder.c"
+WORLD, STUCK, AT = 3, 2, 4
+
+
+def line_of(marker: str) -> int:
+    """The line of ``hang_rank.py`` that carries ``# <marker>``."""
+    for number, text in enumerate(RANK_SCRIPT.read_text().splitlines(), 1):
+        if f"# <{marker}>" in text:
+            return number
+    raise AssertionError(marker)
+
+
+@contextlib.contextmanager
+def ranks(mode: str, lib: str = "") -> Iterator[Path]:
+    """``WORLD`` rank processes in ``mode``, killed (each by its pid) when the test ends."""
+    directory = Path(tempfile.mkdtemp(dir=default_root(), prefix="rwn-hang-test-"))
+    store = directory / "store"
+    procs = []
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    try:
+        for rank in range(WORLD):
+            cmd = [sys.executable, "-m", "tests.support.hang_rank", str(rank), str(WORLD), str(store)]
+            cmd += [str(directory), mode, str(STUCK), str(AT), lib]
+            procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        yield directory
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=30)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def settled(directory: Path, quiet_s: float = 1.0, timeout_s: float = 60.0) -> list[BeaconSlot]:
+    """The slots once every rank reached step ``AT`` and has been silent ``quiet_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        slots = read_slots(directory)
+        now = time.monotonic_ns()
+        if (
+            len(slots) == WORLD
+            and all(s.steps == AT and s.dump_signal for s in slots)
+            and all(progress_of(s, now).age_s >= quiet_s for s in slots)
+        ):
+            return slots
+        time.sleep(0.1)
+    raise AssertionError(f"ranks did not settle at step {AT}: {read_slots(directory)}")
+
+
+def facts_of(slots: list[BeaconSlot], evidence: list[RankEvidence]) -> list[RankFacts]:
+    now = time.monotonic_ns()
+    by_rank = {e.rank: e for e in evidence}
+    return [RankFacts(progress_of(s, now), by_rank[s.rank], node=f"node-{s.rank}", gpus=()) for s in slots]
+
+
+def test_a_rank_stuck_in_a_python_function_while_the_others_wait_in_all_reduce() -> None:
+    started = time.monotonic()
+    with ranks("python") as directory:
+        slots = settled(directory)
+        evidence = request_dumps(slots, timeout_s=10)
+        for e in evidence:  # Python could run in every rank: named stacks, faulthandler's and the recorder's
+            assert e.python and e.native and e.flight is not None, e.notes
+            assert e.python[0].ident == e.training_ident or any(s.ident == e.training_ident for s in e.python)
+        verdict = judge(facts_of(slots, evidence))
+    seq = AT + 1  # one all_reduce a step: the waiters' next is #AT+1
+    expected = (
+        f"ranks 0-1 wait in all_reduce #{seq} (hang_rank.py:{line_of('all_reduce')}); "
+        f"rank {STUCK} never entered it: in load_next_shard (hang_rank.py:{line_of('load_next_shard')}), "
+        "no progress for "
+    )
+    assert verdict.sentence.startswith(expected), verdict.sentence
+    assert re.fullmatch(r".*no progress for \d+ s", verdict.sentence)
+    assert (verdict.stopped, verdict.waiting) == ((STUCK,), (0, 1))
+    rows = {r.rank: r for r in verdict.rows}
+    assert (rows[0].collective, rows[0].seq, rows[0].state, rows[0].last_step) == ("all_reduce", seq, "waits", AT)
+    assert (rows[STUCK].collective, rows[STUCK].seq, rows[STUCK].state) == ("", None, "stopped")
+    assert rows[STUCK].where == f"load_next_shard (hang_rank.py:{line_of('load_next_shard')})"
+    # The stuck rank's recorder ends one collective earlier: all it enqueued completed.
+    stuck = next(e for e in evidence if e.rank == STUCK)
+    assert stuck.flight is not None and stuck.flight.in_flight() == []
+    assert stuck.flight.last_seq("0") == AT
+    print(f"python case: {time.monotonic() - started:.1f} s: {verdict.sentence}")
+
+
+@pytest.fixture(scope="module")
+def gil_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("the native case needs gcc to build tests/support/gil_holder.c")
+    out = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(GIL_SOURCE)], check=True)
+    return str(out)
+
+
+def test_a_rank_stuck_in_native_code_that_holds_the_gil_is_named_from_its_faulthandler_dump(gil_lib: str) -> None:
+    started = time.monotonic()
+    with ranks("native", gil_lib) as directory:
+        slots = settled(directory)
+        evidence = request_dumps(slots, timeout_s=4)
+        verdict = judge(facts_of(slots, evidence))
+    stuck = next(e for e in evidence if e.rank == STUCK)
+    # Its Python could not run: no dump thread, no recorder, but faulthandler's C-level dump.
+    assert stuck.python == () and stuck.flight is None and stuck.native
+    assert any("no Python-level dump" in n for n in stuck.notes)
+    where = position(next(f for f in facts_of(slots, evidence) if f.progress.rank == STUCK))
+    assert where.kind is Kind.ELSEWHERE
+    assert (where.where and where.where.function, where.where and where.where.line) == (
+        "read_from_device",
+        line_of("read_from_device"),
+    )
+    assert verdict.sentence.startswith(
+        f"ranks 0-1 wait in all_reduce #{AT + 1} (hang_rank.py:{line_of('all_reduce')}); rank {STUCK} "
+    ), verdict.sentence
+    # Without its recorder the verdict cannot say it never entered: it says it is not in it.
+    assert f"is not in it: in read_from_device (hang_rank.py:{line_of('read_from_device')})" in verdict.sentence
+    assert verdict.stopped == (STUCK,)
+    print(f"native case: {time.monotonic() - started:.1f} s: {verdict.sentence}")

@@ -1,0 +1,19 @@
+/* A native call that keeps the GIL: loaded with ctypes.PyDLL (which, unlike ctypes.CDLL, does
+   not release the GIL around a call), rwn_hold_gil sleeps in C for the given seconds, resuming
+   after signals, so no Python thread of the process can run meanwhile. Built at test time by
+   tests/e2e/test_hang_evidence.py. */
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+void rwn_hold_gil(double seconds) {
+    double end = now_s() + seconds;
+    while (now_s() < end) {
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, 0); /* EINTR (faulthandler's signal) just loops */
+    }
+}

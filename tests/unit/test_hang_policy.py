@@ -1,0 +1,97 @@
+"""When silence is a hang: ``hang_timeout_s`` validation and the limits of each setting, from a table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ray_wandb_nodes._hang.beacon import Phase, RankProgress
+from ray_wandb_nodes._hang.policy import (
+    HangTimeout,
+    evidence_margin_s,
+    hung_ranks,
+    job_cadence_s,
+    limit_s,
+    parse_hang_timeout,
+)
+
+AUTO = HangTimeout(auto=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, HangTimeout()),
+        ("auto", HangTimeout(auto=True)),
+        (" AUTO ", HangTimeout(auto=True)),
+        (30, HangTimeout(seconds=30.0)),
+        (0.5, HangTimeout(seconds=0.5)),
+    ],
+)
+def test_valid_settings(value: object, expected: HangTimeout) -> None:
+    assert parse_hang_timeout(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "soon", "120", [120], {}])
+def test_bad_settings_name_the_value_and_what_is_allowed(value: object) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_hang_timeout(value)
+    assert repr(value) in str(err.value)
+    assert '"auto"' in str(err.value) and "None" in str(err.value) and "> 0" in str(err.value)
+
+
+def test_off_is_not_enabled_and_has_no_limit() -> None:
+    assert not HangTimeout().enabled
+    assert limit_s(HangTimeout(), cadence_s=1.0, started=True, phase=Phase.RUNNING) is None
+
+
+# (setting, slowest interval, started, phase, process-group timeout, limit)
+LIMITS: list[tuple[str, HangTimeout, float | None, bool, Phase, float | None, float]] = [
+    ("auto, fast job: the 120 s floor", AUTO, 0.2, True, Phase.RUNNING, None, 120.0),
+    ("auto, no cadence yet: the floor", AUTO, None, True, Phase.RUNNING, None, 120.0),
+    ("auto, slow job: five times the slowest interval", AUTO, 60.0, True, Phase.RUNNING, None, 300.0),
+    ("auto, in Ray's report barrier: as running", AUTO, 60.0, True, Phase.IN_REPORT, None, 300.0),
+    ("auto, first step: ten minutes at least", AUTO, None, False, Phase.RUNNING, None, 600.0),
+    ("auto, checkpointing, fast job: ten minutes", AUTO, 0.2, True, Phase.CHECKPOINTING, None, 600.0),
+    ("auto, evaluating, slow job: three times running", AUTO, 60.0, True, Phase.EVALUATING, None, 900.0),
+    ("auto under Ray's default pg timeout: 1800 - 180", AUTO, 500.0, True, Phase.RUNNING, 1800.0, 1620.0),
+    ("auto, slow phase, capped by the pg timeout", AUTO, 200.0, True, Phase.CHECKPOINTING, 1800.0, 1620.0),
+    ("auto, a short pg timeout: 60 s margin", AUTO, 1.0, True, Phase.RUNNING, 300.0, 120.0),
+    ("auto, a very short pg timeout: half of it", AUTO, 1.0, True, Phase.RUNNING, 100.0, 50.0),
+    ("fixed: as given", HangTimeout(seconds=5.0), 60.0, True, Phase.RUNNING, None, 5.0),
+    ("fixed, first step: three times", HangTimeout(seconds=5.0), None, False, Phase.RUNNING, None, 15.0),
+    ("fixed, checkpointing: three times", HangTimeout(seconds=5.0), None, True, Phase.CHECKPOINTING, None, 15.0),
+    ("fixed above the pg timeout: capped", HangTimeout(seconds=3000.0), None, True, Phase.RUNNING, 1800.0, 1620.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("setting", "cadence", "started", "phase", "pg", "expected"), [c[1:] for c in LIMITS], ids=[c[0] for c in LIMITS]
+)
+def test_limits(
+    setting: HangTimeout, cadence: float | None, started: bool, phase: Phase, pg: float | None, expected: float
+) -> None:
+    assert limit_s(setting, cadence_s=cadence, started=started, phase=phase, pg_timeout_s=pg) == pytest.approx(expected)
+
+
+def test_margin() -> None:
+    assert evidence_margin_s(1800) == 180
+    assert evidence_margin_s(300) == 60
+    assert evidence_margin_s(60) == 30
+
+
+def _rank(
+    rank: int, age: float, slowest: float | None, started: bool = True, phase: Phase = Phase.RUNNING
+) -> RankProgress:
+    return RankProgress(rank, 100 + rank, 3, 30, started, age, phase, age, slowest, 12)
+
+
+def test_hung_ranks_use_the_job_cadence_of_all_ranks() -> None:
+    ranks = [_rank(0, 100.0, 30.0), _rank(1, 160.0, 1.0), _rank(2, 9.0, None, started=False)]
+    assert job_cadence_s(ranks) == 30.0
+    # Limit 150 s (5 x 30 s) for running ranks: rank 1 only; rank 2 has not started (600 s).
+    assert [r.rank for r in hung_ranks(AUTO, ranks)] == [1]
+    assert [r.rank for r in hung_ranks(HangTimeout(seconds=5.0), ranks)] == [0, 1]
+    assert hung_ranks(HangTimeout(), ranks) == []
+    assert job_cadence_s([]) is None

@@ -1,0 +1,269 @@
+"""The verdict across ranks, from a table of constructed slots and stacks and from real evidence
+captured from stuck gloo ranks (``tests/support/hang_evidence/``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_wandb_nodes._hang.beacon import Phase, RankProgress
+from ray_wandb_nodes._hang.evidence import RankEvidence
+from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus
+from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
+from ray_wandb_nodes._hang.verdict import (
+    HangRow,
+    Kind,
+    RankFacts,
+    format_stack_groups,
+    is_library,
+    judge,
+    position,
+    rank_ranges,
+)
+from tests.unit.hang_fixtures import facts as captured
+
+SITE = "/venv/lib/python3.11/site-packages"
+USER = "/home/me/train.py"
+LOOP = Frame(USER, 90, "train_loop")
+C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
+WRAPPER = Frame(f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper")
+ALL_REDUCE = (Frame(C10D, 3252, "all_reduce"), WRAPPER, Frame(USER, 88, "train_loop"))
+BROADCAST = (Frame(C10D, 2900, "broadcast"), WRAPPER, Frame(USER, 80, "train_loop"))
+RAY_TRAIN = f"{SITE}/ray/train/v2"
+REPORT = (
+    Frame(f"{SITE}/ray/_private/worker.py", 2960, "get"),
+    Frame(f"{RAY_TRAIN}/_internal/execution/context.py", 470, "report"),
+    Frame(f"{RAY_TRAIN}/api/train_fn_utils.py", 70, "report"),
+    Frame(USER, 95, "train_loop"),
+)
+SHARD = (Frame(USER, 71, "load_next_shard"), LOOP)
+# DDP: the gradient all_reduce is launched by the C++ reducer inside backward; no frame names it.
+BACKWARD = (
+    Frame(f"{SITE}/torch/autograd/graph.py", 829, "_engine_run_backward"),
+    Frame(f"{SITE}/torch/autograd/__init__.py", 364, "backward"),
+    Frame(f"{SITE}/torch/_tensor.py", 630, "backward"),
+    Frame(USER, 86, "train_loop"),
+)
+RECV = (Frame("/usr/lib/python3.11/multiprocessing/connection.py", 395, "_recv"), Frame(USER, 60, "fetch"), LOOP)
+
+
+def fr(last: int, flying: str | None = None) -> FlightRecord:
+    """A recorder whose group enqueued up to ``last``; ``flying``: the op of #last, in flight."""
+    done = [Collective(s, "all_reduce", "completed", "0") for s in range(max(1, last - 3), last + (not flying))]
+    if flying:
+        done.append(Collective(last, flying, "scheduled", "0"))
+    return FlightRecord(tuple(done), (PgStatus("0", last, -1, last - 1 if flying else last),))
+
+
+def rank(
+    r: int,
+    frames: tuple[Frame, ...] | None,
+    flight: FlightRecord | None = None,
+    age: float = 30.0,
+    steps: int = 12,
+    reports: int = 3,
+    phase: Phase = Phase.RUNNING,
+) -> RankFacts:
+    progress = RankProgress(r, 100 + r, reports, steps, True, age, phase, age, 1.0, 12)
+    evidence = None
+    if frames is not None:
+        stacks = (ThreadStack(1, (Frame(f"{SITE}/x.py", 1, "idle"),), "MainThread"), ThreadStack(7, frames))
+        evidence = RankEvidence(r, 100 + r, 7, native=stacks, flight=flight)
+    return RankFacts(progress, evidence, node=f"node-{r // 2}", gpus=(str(r % 2),))
+
+
+CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, ...]]] = [
+    (
+        "one rank stopped in a Python function, the others in all_reduce",
+        [*(rank(r, ALL_REDUCE, fr(12, "all_reduce")) for r in range(3)), rank(3, SHARD, fr(11), age=312.4)],
+        "ranks 0-2 wait in all_reduce #12 (train.py:88); rank 3 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 312 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "the same without a flight recorder: no number, and not 'never entered'",
+        [*(rank(r, ALL_REDUCE) for r in range(3)), rank(3, SHARD, age=312.4)],
+        "ranks 0-2 wait in all_reduce (train.py:88); rank 3 is not in it: in load_next_shard (train.py:71), "
+        "no progress for 312 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "every rank in the same collective",
+        [rank(r, ALL_REDUCE, fr(12, "all_reduce"), age=40 + r) for r in range(4)],
+        "every rank (0-3) waits in all_reduce #12 (train.py:88), no progress for 43 s: none is behind, "
+        "the collective itself does not complete",
+        (0, 1, 2, 3),
+        (),
+    ),
+    (
+        "every rank stopped in the same function",
+        [rank(r, SHARD, fr(11)) for r in range(4)],
+        "every rank (0-3) is in load_next_shard (train.py:71), no progress for 30 s",
+        (0, 1, 2, 3),
+        (),
+    ),
+    (
+        "a rank that skipped a report while the others wait in Ray's report barrier",
+        [
+            *(rank(r, REPORT, fr(12), reports=8, steps=12) for r in range(3)),
+            rank(3, ALL_REDUCE, fr(13, "all_reduce"), age=70, reports=8, steps=13),
+        ],
+        "ranks 0-2 wait in Ray Train's report barrier (train.py:95); rank 3 did not reach it (8 reports, 13 steps): "
+        "in all_reduce #13 (train.py:88), no progress for 70 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "no stacks: the beacon's report phase still tells the barrier",
+        [rank(0, None, phase=Phase.IN_REPORT), rank(1, None, phase=Phase.IN_REPORT), rank(2, None, reports=2)],
+        "ranks 0-1 wait in Ray Train's report barrier; rank 2 did not reach it (2 reports, 12 steps): no stack, "
+        "no progress for 30 s",
+        (2,),
+        (0, 1),
+    ),
+    (
+        "two stopped places, ranks not contiguous, one inside a library call",
+        [
+            rank(0, ALL_REDUCE, fr(12, "all_reduce")),
+            rank(1, SHARD, fr(11), age=50),
+            rank(2, ALL_REDUCE, fr(12, "all_reduce")),
+            rank(3, RECV, fr(11), age=61),
+        ],
+        "ranks 0,2 wait in all_reduce #12 (train.py:88); rank 1 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 50 s; rank 3 never entered it: in _recv (connection.py:395) called from fetch (train.py:60), "
+        "no progress for 61 s",
+        (1, 3),
+        (0, 2),
+    ),
+    (
+        "a rank in another collective at the same number",
+        [*(rank(r, ALL_REDUCE, fr(12, "all_reduce")) for r in range(3)), rank(3, BROADCAST, fr(12, "broadcast"))],
+        "ranks 0-2 wait in all_reduce #12 (train.py:88); rank 3 entered another collective at that number: "
+        "in broadcast #12 (train.py:80), no progress for 30 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "a rank behind in an earlier collective",
+        [*(rank(r, ALL_REDUCE, fr(12, "all_reduce")) for r in (0, 1)), rank(2, ALL_REDUCE, fr(11, "all_reduce"))],
+        "ranks 0-1 wait in all_reduce #12 (train.py:88); rank 2 never entered it: in all_reduce #11 (train.py:88), "
+        "no progress for 30 s",
+        (2,),
+        (0, 1),
+    ),
+    (
+        "DDP: the waiters' all_reduce has no frame, the recorder has it in flight",
+        [*(rank(r, BACKWARD, fr(40, "all_reduce")) for r in range(3)), rank(3, SHARD, fr(39), age=90)],
+        "ranks 0-2 wait in all_reduce #40 (train.py:86); rank 3 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "one rank alone",
+        [rank(0, SHARD)],
+        "rank 0 is in load_next_shard (train.py:71), no progress for 30 s",
+        (0,),
+        (),
+    ),
+    (
+        "no stack from any rank",
+        [rank(0, None), rank(1, None)],
+        "every rank (0-1): no stack came back, no progress for 30 s",
+        (0, 1),
+        (),
+    ),
+    (
+        "nobody waits: two groups elsewhere",
+        [rank(0, SHARD), rank(1, SHARD), rank(2, RECV), rank(3, RECV)],
+        "no rank waits on another: ranks 0-1 in load_next_shard (train.py:71), no progress for 30 s; "
+        "ranks 2-3 in _recv (connection.py:395) called from fetch (train.py:60), no progress for 30 s",
+        (0, 1, 2, 3),
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize(("facts", "sentence", "stopped", "waiting"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_verdicts(facts: list[RankFacts], sentence: str, stopped: tuple[int, ...], waiting: tuple[int, ...]) -> None:
+    verdict = judge(reversed(facts))  # the order given does not matter
+    assert verdict.sentence == sentence
+    assert (verdict.stopped, verdict.waiting) == (stopped, waiting)
+
+
+def test_rows_of_the_hangs_table() -> None:
+    verdict = judge(CASES[0][1])
+    assert verdict.rows[0] == HangRow(
+        0, "node-0", "0", 12, 3, 30.0, "waits", "train_loop (train.py:88)", "all_reduce", 12
+    )
+    assert verdict.rows[3] == HangRow(
+        3, "node-1", "1", 12, 3, 312.4, "stopped", "load_next_shard (train.py:71)", "", None
+    )
+    assert [r.state for r in judge(CASES[2][1]).rows] == ["stuck"] * 4
+    assert judge(CASES[4][1]).rows[0].collective == "report"
+
+
+def test_ranks_with_the_same_stack_are_shown_once() -> None:
+    verdict = judge(CASES[0][1])
+    assert [ranks for ranks, _ in verdict.stack_groups] == [(0, 1, 2), (3,)]
+    text = format_stack_groups(verdict)
+    assert text.startswith("ranks 0-2:\n") and text.count("distributed_c10d.py") == 1
+    assert "\n\nrank 3:\n" in text
+
+
+@pytest.mark.parametrize(
+    ("ranks", "text"), [([], ""), ([3], "3"), ([0, 1, 2], "0-2"), ([5, 0, 1, 2, 7, 8, 9, 2], "0-2,5,7-9")]
+)
+def test_rank_ranges(ranks: list[int], text: str) -> None:
+    assert rank_ranges(ranks) == text
+
+
+@pytest.mark.parametrize(
+    ("file", "library"),
+    [
+        (USER, False),
+        (f"{SITE}/torch/x.py", True),
+        ("/usr/lib/python3.11/threading.py", True),
+        ("<frozen importlib._bootstrap>", True),
+        ("/work/ray_wandb_nodes/_hang/evidence.py", True),
+        ("/usr/lib/python3/dist-packages/a.py", True),
+    ],
+)
+def test_library_frames(file: str, library: bool) -> None:
+    assert is_library(file) is library
+
+
+def test_no_ranks() -> None:
+    assert judge([]).sentence == "no ranks to judge"
+
+
+# Real evidence: line numbers of tests/support/hang_rank.py when the captures were taken.
+def test_real_python_stuck_rank() -> None:
+    verdict = judge(captured("python", {2: 312.0}))
+    assert verdict.sentence == (
+        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:63); rank 2 never entered it: "
+        "in load_next_shard (hang_rank.py:35), no progress for 312 s"
+    )
+    assert [(r.rank, r.node, r.gpus, r.collective, r.seq) for r in verdict.rows] == [
+        (0, "node-0", "0", "all_reduce", 5),
+        (1, "node-0", "1", "all_reduce", 5),
+        (2, "node-1", "0", "", None),
+    ]
+
+
+def test_real_native_stuck_rank_from_faulthandler_only() -> None:
+    facts = captured("native")
+    stuck = next(f for f in facts if f.progress.rank == 2)
+    assert stuck.evidence is not None and stuck.evidence.python == () and stuck.evidence.flight is None
+    assert position(stuck).kind is Kind.ELSEWHERE
+    assert judge(facts).sentence == (
+        "ranks 0-1 wait in all_reduce #5 (hang_rank.py:63); rank 2 is not in it: "
+        "in read_from_device (hang_rank.py:39), no progress for 30 s"
+    )
+
+
+def test_real_every_rank_in_the_same_function() -> None:
+    verdict = judge(captured("all"))
+    assert verdict.sentence == "every rank (0-2) is in load_next_shard (hang_rank.py:35), no progress for 30 s"
+    assert [ranks for ranks, _ in verdict.stack_groups] == [(0, 1, 2)]
