@@ -289,6 +289,7 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     from dataclasses import replace
 
     from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from ray_wandb_nodes._fleet.commands import AddRun, RunReady, SetNodes
     from ray_wandb_nodes._fleet.fleet import NodeFleet
 
     clock = Clock()
@@ -300,13 +301,13 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     trial = make_target(clock)  # a trial just started on node a: wandb.init still runs
     trial.primary.spec = replace(trial.primary.spec, init_kwargs={**trial.primary.spec.init_kwargs, "id": "trial-a"})
     trial.selection, trial.ready = "workers", False
-    fleet.step("add", other)
-    fleet.step("add", trial)
-    fleet.step("nodes", (trial.run_id, {node_a}, None, trial, None, None))
+    fleet.step(AddRun(other))
+    fleet.step(AddRun(trial))
+    fleet.step(SetNodes(trial.run_id, {node_a}, None, trial))
     assert sorted(sim.created_at) == sorted([node_a, node_b])  # node a's logger starts now
-    assert fleet._pool.runs_by_node() == {node_a: set(), node_b: {other.run_id}}
-    fleet.step("ready", trial)  # the run exists: its writer joins the logger already there
-    assert fleet._pool.runs_by_node() == {node_a: {"trial-a"}, node_b: {other.run_id}}
+    assert fleet.worker.pool.runs_by_node() == {node_a: set(), node_b: {other.run_id}}
+    fleet.step(RunReady(trial))  # the run exists: its writer joins the logger already there
+    assert fleet.worker.pool.runs_by_node() == {node_a: {"trial-a"}, node_b: {other.run_id}}
     assert sim.changes == 4  # two loggers (an actor and a placement group each), none killed
 
 
