@@ -19,6 +19,29 @@ from ray_wandb_nodes._writers import WriterSpec
 from tests.support.fakes import logger_status, summary
 
 
+class InstantActors:
+    """The pool's Ray calls, answered at once (no Ray)."""
+
+    def group_prefix(self) -> str:
+        return "g-"
+
+    def create(self, node_id: str, name: str) -> tuple[None, None]:
+        return None, None
+
+    def result(self, ref: Any) -> Any:
+        return ref
+
+
+def one_node_pool() -> tuple[NodeInfo, LoggerPool, LoggerHandle]:
+    """A logger pool with one started logger on node ``n1``, and that logger's handle."""
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=InstantActors())  # type: ignore[arg-type]
+    pool.start([node])
+    handle = pool.get("n1")
+    assert handle is not None
+    return node, pool, handle
+
+
 def retirement(run_id: str, **fields: Any) -> Retirement:
     return Retirement(
         run_id=run_id, refs={}, deadline=0.0, timeout=1.0, then=None, writers_done=threading.Event(), **fields
@@ -135,26 +158,12 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
         def __init__(self, cpu: float) -> None:
             self._system_metrics = {"cpu": [(now, cpu)], "proc.memory.rssMB": [(now, cpu * 10)]}
 
-    class Actors:  # the pool's Ray calls, answered at once
-        def group_prefix(self) -> str:
-            return "g-"
-
-        def create(self, node_id: str, name: str) -> tuple[None, None]:
-            return None, None
-
-        def result(self, ref: Any) -> Any:
-            return ref
-
     # Two trials' writers on one node's logger: trial A busy, trial B idle.
     logger = NodeLogger()
     logger._runs = {"trial-a": Writer(90.0), "trial-b": Writer(5.0)}
     logger.read_samples()
     status = logger_status("n1", 1, ["trial-a", "trial-b"], summaries=logger.summaries())
-    node = NodeInfo("n1", "host-1", "10.0.0.1")
-    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
-    pool.start([node])
-    handle = pool.get("n1")
-    assert handle is not None
+    node, pool, handle = one_node_pool()
     handle.runs = {"trial-a", "trial-b"}
     pool.check_status(handle, status)
     updated = pool.take_updated()
@@ -203,21 +212,7 @@ def test_one_runs_last_check_leaves_the_new_samples_for_the_other_runs() -> None
     from ray_wandb_nodes._fleet.targets import SharedTarget
     from ray_wandb_nodes._health import HealthMonitor, HealthOptions
 
-    class Actors:
-        def group_prefix(self) -> str:
-            return "g-"
-
-        def create(self, node_id: str, name: str) -> tuple[None, None]:
-            return None, None
-
-        def result(self, ref: Any) -> Any:
-            return ref
-
-    node = NodeInfo("n1", "host-1", "10.0.0.1")
-    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
-    pool.start([node])
-    handle = pool.get("n1")
-    assert handle is not None
+    node, pool, handle = one_node_pool()
     handle.runs = {"trial-a", "trial-b"}
     targets = {}
     for run_id in ("trial-a", "trial-b"):
@@ -239,21 +234,7 @@ def test_a_node_s_unreadable_transaction_log_is_one_warning_naming_the_node_and_
 ) -> None:
     from ray_wandb_nodes._health import Degradation, ReadProblem
 
-    class Actors:
-        def group_prefix(self) -> str:
-            return "g-"
-
-        def create(self, node_id: str, name: str) -> tuple[None, None]:
-            return None, None
-
-        def result(self, ref: Any) -> Any:
-            return ref
-
-    node = NodeInfo("n1", "host-1", "10.0.0.1")
-    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=Actors())  # type: ignore[arg-type]
-    pool.start([node])
-    handle = pool.get("n1")
-    assert handle is not None
+    node, pool, handle = one_node_pool()
     bad = ReadProblem(
         Degradation.LOG_UNREADABLE, "checksum mismatch", "/x/run-a.wandb: checksum mismatch at byte offset 32768"
     )
