@@ -308,9 +308,12 @@ def list_nodes() -> list[dict[str, Any]]:
 
 
 def current_actor_id() -> str | None:
-    """The id of the actor this code runs in (None in a driver)."""
+    """The id of the actor this code runs in (None in a driver, or where Ray is not started: asking
+    would start a local Ray instance from a logging thread)."""
     import ray
 
+    if not ray.is_initialized():
+        return None
     actor_id = ray.get_runtime_context().get_actor_id()
     return str(actor_id) if actor_id else None
 

@@ -274,6 +274,8 @@ class LoggerPool:
     # actors and placement groups ---------------------------------------------------------------------
     def start(self, nodes: list[NodeInfo]) -> None:
         """One logger actor on each of ``nodes``, each in a placement group of its own."""
+        if not nodes:
+            return
         prefix = self._actors.group_prefix()
         for node in nodes:
             actor, pg = self._actors.create(node.node_id, f"{prefix}{next(self._group_ids)}")
