@@ -93,10 +93,11 @@ class NodeLogger:
                 self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
 
     def summaries(self, now: float | None = None) -> dict[str, NodeSummary]:
-        """Each writer's latest summary (by writer key), with its age on this node's clock."""
+        """Each writer's latest summary (by writer key), with its age on this node's clock, and
+        the integer GPU batches no ping has carried twice yet (a ping's status takes them)."""
         out = {}
         for run_id, reader in list(self._readers.items()):
-            summary = aged(reader.summary, now)
+            summary = aged(reader.take(), now)
             if summary:
                 out[run_id] = summary
         return out

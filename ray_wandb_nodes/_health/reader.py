@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -17,23 +18,27 @@ from .summary import gpu_ints, summarize
 
 # Samples wandb keeps per writer: enough for the reads between two pings at any interval.
 BUFFER_SAMPLES = 16
-# A summary carries the integer GPU series of the log blocks read in the last RECENT_S (at most
-# INT_BATCHES): enough for a ping every 3 s to see each, without resending old ones every ping.
-INT_BATCHES, RECENT_S = 4, 10.0
+# The integer GPU series of a log block wait on the node until two pings have carried them (the
+# driver side keeps the newest it has, so a repeat is dropped there and one lost reply loses
+# nothing), however long pings take to come round: at 1,000 nodes a logger is pinged about every
+# 47 s, and blocks complete faster than that. Bounded: past PENDING_BATCHES the oldest go, counted.
+PENDING_BATCHES, CARRIED_BY = 256, 2
 
 
 class SummaryReader:
     """The latest summary of the samples a writer took since the previous read, and what kept
     it from reading them (``problems``: at most one a source, said by the driver side once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tail: Callable[[str], Any] = LogTail) -> None:
         self.summary: NodeSummary | None = None
         self._since: float | None = None
         self._seen = 0  # samples summarised so far: ``seq`` lets a reader count what it missed
-        self._tail: LogTail | None = None
-        # The integer GPU series of the newest log blocks, a batch each: a ping takes the latest
-        # summary only, and blocks can complete faster than pings come.
-        self._ints: list[tuple[float, GpuIntBatch]] = []  # (when read, the batch)
+        self._open_tail = tail
+        self._tail: Any = None
+        # The integer GPU series of the log blocks not yet carried by CARRIED_BY pings, a batch
+        # each, oldest first: [pings that carried it, the batch].
+        self._ints: list[list[Any]] = []
+        self.dropped = 0  # batches that waited past PENDING_BATCHES (no ping came for that long)
         self._info: GpuInventory | None = None  # the GPUs' models and UUIDs (read once, from NVML)
         self.problems: dict[Degradation, ReadProblem] = {}
 
@@ -50,10 +55,22 @@ class SummaryReader:
             self._seen += fresh.n
             self.summary, self._since = replace(fresh, seq=self._seen), fresh.t
         if self.summary is not None and (fresh is not None or logged):
-            now = time.monotonic()
-            self._ints = [(at, b) for at, b in self._ints if now - at <= RECENT_S]
-            self.summary = replace(self.summary, gpu_ints=tuple(b for _, b in self._ints), gpu_info=self._info)
+            self.summary = replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
         return self.summary
+
+    def take(self) -> NodeSummary | None:
+        """The latest summary, for a ping: it carries every integer batch that fewer than
+        CARRIED_BY pings have carried (each then counts this one)."""
+        if self.summary is None:
+            return None  # the batches wait for the first samples
+        taken = replace(self.summary, gpu_ints=self._pending())
+        for entry in self._ints:
+            entry[0] += 1
+        self._ints = [entry for entry in self._ints if entry[0] < CARRIED_BY]
+        return taken
+
+    def _pending(self) -> tuple[GpuIntBatch, ...]:
+        return tuple(batch for _, batch in self._ints)
 
     def _read_log(self, run: Any) -> bool:
         """Take the integer GPU series from the log's new blocks (and, the first time, the GPUs'
@@ -63,7 +80,7 @@ class SummaryReader:
             path = getattr(getattr(run, "settings", None), "sync_file", None)
             if not path:
                 return False
-            self._tail = LogTail(str(path))
+            self._tail = self._open_tail(str(path))
             info = nvml_inventory()
             if info is not None:
                 self._info = GpuInventory(tuple(info.get("models") or ()), tuple(info.get("uuids") or ()))
@@ -83,7 +100,11 @@ class SummaryReader:
             )
         ints = gpu_ints(stats)
         if ints is not None:
-            self._ints, new = [*self._ints, (time.monotonic(), ints)][-INT_BATCHES:], True
+            self._ints.append([0, ints])
+            if len(self._ints) > PENDING_BATCHES:
+                self.dropped += len(self._ints) - PENDING_BATCHES
+                del self._ints[:-PENDING_BATCHES]
+            new = True
         return new
 
 

@@ -200,7 +200,9 @@ def test_one_writers_failed_read_never_stops_the_others() -> None:
 
     logger = NodeLogger()
     logger._runs = {"broken": Broken(), "trial-a": Writer()}
-    logger._readers["broken"] = type("Failing", (), {"read": lambda self, run: run._system_metrics, "summary": None})()
+    logger._readers["broken"] = type(
+        "Failing", (), {"read": lambda self, run: run._system_metrics, "take": lambda self: None}
+    )()
     logger.read_samples()
     assert sorted(logger.summaries()) == ["trial-a"]
 
