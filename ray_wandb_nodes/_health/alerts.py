@@ -74,8 +74,9 @@ def gpu_finding(event: GpuEvent, *, threshold: float, window_s: float) -> str:
     gpu, kind, recovered = event
     if kind is EventKind.SLOW_GPU:
         peers = f"{gpu.model} GPUs" if gpu.model else "GPUs"
+        clock = gpu.busy_sm if gpu.busy_sm is not None else gpu.sm  # the clock judged: its busy samples'
         figures = (
-            f"SM clock {_n(gpu.sm)} MHz against {_n(gpu.slow.median)} MHz, the median of the job's other busy "
+            f"SM clock {_n(clock)} MHz against {_n(gpu.slow.median)} MHz, the median of the job's other busy "
             f"{peers}; at {_n(gpu.util)} % utilisation, {_n(gpu.temp)} C, {_n(gpu.power)} W of {_n(gpu.limit)} W"
         )
         if recovered:

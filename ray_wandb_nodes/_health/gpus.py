@@ -23,7 +23,7 @@ from .gpu_idle import idle_verdicts
 from .gpu_lost import lost_step
 from .gpu_slow import is_slow, others_medians
 from .kinds import EventKind, GpuState
-from .messages import NodeSummary
+from .messages import GpuInts, NodeSummary
 from .rule import NodeStreak, advance
 from .table import gpu_rows
 
@@ -42,11 +42,13 @@ class Gpu:
     power: float | None = None
     limit: float | None = None
     sm: float | None = None
+    busy_sm: float | None = None  # the mean SM clock of its newest block's busy samples
+    busy_util: float | None = None
     ecc_c: float | None = None
     ecc_u: float | None = None
-    # batches not judged yet: (start, end, samples, present); (start, end, samples, sm, ecc_c, ecc_u)
+    # batches not judged yet: (start, end, samples, present); (start, end, samples, GpuInts)
     floats: tuple[float, float, int, bool] | None = None
-    ints: list[tuple[float, float, int, float | None, float | None, float | None]] = field(default_factory=list)
+    ints: list[tuple[float, float, int, GpuInts]] = field(default_factory=list)
     slow: NodeStreak = field(default_factory=NodeStreak)
     idle: NodeStreak = field(default_factory=NodeStreak)
     lost: NodeStreak = field(default_factory=NodeStreak)
@@ -143,7 +145,7 @@ class GpuHealth:
                 span = (float(ints.t0), float(ints.t), int(ints.n or 1))
                 for index, read in ints.by.items():
                     gpu = self._gpu(node_id, node, int(index))
-                    gpu.ints.append((*span, read.sm, read.ecc_c, read.ecc_u))
+                    gpu.ints.append((*span, read))
 
     def forget(self, node_id: str) -> None:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
@@ -191,11 +193,16 @@ class GpuHealth:
         pending = [g for g in alive if g.ints]
         if not pending:
             return events
-        for gpu in pending:  # the latest clock of each GPU, for the others' medians
-            gpu.sm = next((b[3] for b in reversed(gpu.ints) if b[3] is not None), gpu.sm)
-        medians = others_medians({id(g): (g.model, g.util, g.sm) for g in alive}, [id(g) for g in pending])
+        for gpu in pending:  # the latest busy clock of each GPU, for the others' medians
+            busy = next((b[3] for b in reversed(gpu.ints) if b[3].busy_sm is not None), None)
+            if busy is not None:
+                gpu.busy_sm, gpu.busy_util = busy.busy_sm, busy.busy_util
+        # Each clock with the utilisation of its own samples: a GPU idle for part of a block (a
+        # checkpoint save, a data stall) and busy now is not judged by its idle, low clocks.
+        medians = others_medians({id(g): (g.model, g.busy_util, g.busy_sm) for g in alive}, [id(g) for g in pending])
         for gpu in pending:
-            for start, end, samples, sm, ecc_c, ecc_u in gpu.ints:
+            for start, end, samples, read in gpu.ints:
+                sm, ecc_c, ecc_u = read.sm, read.ecc_c, read.ecc_u
                 gpu.sm = sm if sm is not None else gpu.sm
                 gpu.ecc_c = ecc_c if ecc_c is not None else gpu.ecc_c
                 if ecc_u is not None:
@@ -205,7 +212,10 @@ class GpuHealth:
                     if ecc_step(gpu.ecc, ecc_u, samples, start, end, w, m):
                         events.append(GpuEvent(_as_now(gpu), EventKind.GPU_MEMORY_ERRORS, False))
                 gpu.slow.median = medians[id(gpu)]
-                if advance(gpu.slow, is_slow(sm, gpu.slow.median, self.threshold), samples, start, end, w, m):
+                if read.busy_sm is not None:
+                    gpu.busy_sm, gpu.busy_util = read.busy_sm, read.busy_util
+                slow = is_slow(read.busy_sm, gpu.slow.median, self.threshold)
+                if advance(gpu.slow, slow, samples, start, end, w, m):
                     events.append(GpuEvent(_as_now(gpu), EventKind.SLOW_GPU, not gpu.slow.flagged))
             gpu.ints = []
         return events

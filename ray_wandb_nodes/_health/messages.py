@@ -32,11 +32,16 @@ class GpuSummary(NamedTuple):
 
 class GpuInts(NamedTuple):
     """One GPU's integer readings of a transaction-log block: ``sm``, its mean SM clock (MHz);
-    ``ecc_c``/``ecc_u``, its newest corrected and uncorrected ECC counts. None: not reported."""
+    ``ecc_c``/``ecc_u``, its newest corrected and uncorrected ECC counts; ``busy_sm`` and
+    ``busy_util``, the mean SM clock and utilisation of the block's samples that were busy (the
+    clock and the utilisation of one sample, read together): what the slow rule judges. None:
+    not reported (``busy_*``: no busy sample in the block)."""
 
     sm: float | None = None
     ecc_c: float | None = None
     ecc_u: float | None = None
+    busy_sm: float | None = None
+    busy_util: float | None = None
 
 
 class GpuIntBatch(NamedTuple):

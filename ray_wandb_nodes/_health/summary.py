@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .gpu_slow import BUSY_UTIL
 from .messages import GpuIntBatch, GpuInts, GpuSummary, NodeSummary
 
 MAX_GPUS = 64
@@ -103,9 +104,13 @@ def _number(v: Any) -> bool:
 
 def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> GpuIntBatch | None:
     """The integer GPU series of some stats records (``(time, {key: value})``, keys unlabelled),
-    or None without any: the mean SM clock and the newest ECC counts of each GPU."""
+    or None without any: the mean SM clock and the newest ECC counts of each GPU, and the mean
+    clock and utilisation of its busy samples (at least ``BUSY_UTIL`` in the same record: the
+    clock of a sample is judged only with the utilisation of that sample, never a later one)."""
     by: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    busy: dict[int, list[tuple[float, float]]] = {}  # GPU -> (util, SM clock) of its busy samples
     for t, items in stats:
+        record: dict[int, dict[str, float]] = {}
         for key, value in items.items():
             m = GPU_KEY.match(key)
             if not m or int(m[1]) >= MAX_GPUS or not _number(value):
@@ -113,6 +118,13 @@ def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> GpuIntBatch | 
             name = _GPU_INTS.get(m[2]) or _GPU_COUNTERS.get(m[2])
             if name:
                 by.setdefault(int(m[1]), {}).setdefault(name, []).append((t, float(value)))
+                record.setdefault(int(m[1]), {})[name] = float(value)
+            elif m[2] == "gpu":
+                record.setdefault(int(m[1]), {})["util"] = float(value)
+        for i, values in record.items():
+            util, sm = values.get("util"), values.get("sm")
+            if util is not None and sm is not None and util >= BUSY_UTIL:
+                busy.setdefault(i, []).append((util, sm))
     if not by:
         return None
     times = [t for series in by.values() for points in series.values() for t, _ in points]
@@ -121,6 +133,9 @@ def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> GpuIntBatch | 
         values = {}
         for name, points in by[i].items():
             values[name] = sum(v for _, v in points) / len(points) if name == "sm" else max(points)[1]
+        if busy.get(i):
+            values["busy_util"] = sum(u for u, _ in busy[i]) / len(busy[i])
+            values["busy_sm"] = sum(c for _, c in busy[i]) / len(busy[i])
         out[i] = GpuInts(**values)
     samples = max(len(points) for series in by.values() for points in series.values())
     return GpuIntBatch(min(times), max(times), samples, out)

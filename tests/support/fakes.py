@@ -29,11 +29,21 @@ def gpus(utils: Sequence[float], **values: float | None) -> dict[int, GpuSummary
     return {i: gpu(u, **values) for i, u in enumerate(utils)}
 
 
-def clocks(n: int, sm: float = 1980.0, **slow: float) -> dict[int, GpuInts]:
-    """``n`` GPUs' integer readings at ``sm`` MHz and no ECC error; ``g3=900.0``: GPU 3's clock."""
-    out = {i: GpuInts(sm=sm, ecc_c=0.0, ecc_u=0.0) for i in range(n)}
+def ints(sm: float | None, util: float | None = 100.0, **counts: float | None) -> GpuInts:
+    """One GPU's readings of a log block whose samples were all at ``util`` % (busy at 50 % or
+    more, as the reader judges each sample) and ``sm`` MHz; ``counts``: ``ecc_c=``, ``ecc_u=``."""
+    busy = util is not None and sm is not None and util >= 50.0
+    return GpuInts(
+        sm=sm, busy_sm=sm if busy else None, busy_util=util if busy else None, **{"ecc_c": 0.0, "ecc_u": 0.0, **counts}
+    )
+
+
+def clocks(n: int, sm: float = 1980.0, util: float | None = 100.0, **slow: float) -> dict[int, GpuInts]:
+    """``n`` GPUs' integer readings of a busy block at ``sm`` MHz and no ECC error; ``g3=900.0``:
+    GPU 3's clock."""
+    out = {i: ints(sm, util) for i in range(n)}
     for index, value in slow.items():
-        out[int(index[1:])] = out[int(index[1:])]._replace(sm=value)
+        out[int(index[1:])] = ints(value, util)
     return out
 
 
@@ -98,7 +108,7 @@ def busy_node(
             for i in range(gpu_count)
         },
         batches=[
-            GpuIntBatch(b0, b1, k, {i: GpuInts(rnd.uniform(1900, 1980), 0.0, 0.0) for i in range(gpu_count)})
+            GpuIntBatch(b0, b1, k, {i: ints(rnd.uniform(1900, 1980)) for i in range(gpu_count)})
             for b0, b1, k in batches
         ],
         info=GpuInventory((H100,) * gpu_count, tuple(f"GPU-{node:08x}-{i}" for i in range(gpu_count))),

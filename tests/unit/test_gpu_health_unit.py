@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
-from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, GpuInts, GpuState, HealthMonitor, HealthOptions
+from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, GpuInts, GpuState, HealthMonitor, HealthOptions, gpu_ints
 from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
 from ray_wandb_nodes._health.gpu_idle import idle_verdicts
 from ray_wandb_nodes._health.gpu_lost import lost_step
@@ -16,6 +16,7 @@ from ray_wandb_nodes._health.gpu_slow import slow_verdicts
 from ray_wandb_nodes._health.rule import NodeStreak
 from ray_wandb_nodes._health.table import TABLE_CAP
 from tests.support.fakes import clocks, gpus, inventory, summary
+from tests.support.fakes import ints as fake_ints
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 
@@ -270,6 +271,67 @@ def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() ->
     assert states[("node-b-abcdef", 0)] == "memory errors" and states[("node-b-abcdef", 1)] == "ok"
 
 
+def block_of(samples: list[tuple[float, float]], *, gpu: int = 3, count: int = 8) -> dict[int, GpuInts]:
+    """A transaction-log block as the reader reads it: one stats record a sample, ``gpu`` at the
+    (utilisation, SM clock) of each sample, the other GPUs busy at 1980 MHz."""
+    stats = []
+    for k, (util, sm) in enumerate(samples):
+        items: dict[str, float] = {}
+        for i in range(count):
+            items[f"gpu.{i}.gpu"], items[f"gpu.{i}.smClock"] = (util, sm) if i == gpu else (98.0, 1980.0)
+        stats.append((100.0 + k, items))
+    batch = gpu_ints(stats)
+    assert batch is not None
+    return dict(batch.by)
+
+
+def test_a_block_judges_each_clock_with_the_utilisation_of_its_own_sample() -> None:
+    by = block_of([(0.0, 300.0), (0.0, 300.0), (98.0, 1980.0)])
+    assert by[3].sm == 860.0  # the table's clock: every sample's
+    assert (by[3].busy_sm, by[3].busy_util) == (1980.0, 98.0)  # the rule's: the busy sample's
+    idle = block_of([(0.0, 300.0)] * 3)
+    assert (idle[3].busy_sm, idle[3].busy_util) == (None, None)
+    mig = gpu_ints([(1.0, {"gpu.0.smClock": 1980.0})])  # no utilisation (a MIG GPU): never judged
+    assert mig is not None and mig.by[0].busy_sm is None
+
+
+def test_a_gpu_idle_for_part_of_a_block_and_busy_now_is_not_slow() -> None:
+    # A checkpoint save or a data stall: GPU 3 idles (and clocks down, as real GPUs do) for most
+    # of a block, then works again at full clock: busy now, the block's mean clock low.
+    job = Job({"a": (8, tuple(range(8)), H100), "b": (8, tuple(range(8, 16)), H100)})
+    alerts = []
+    for _ in range(6):
+        blocks = {"a": block_of([(98.0, 1980.0)] * 3), "b": block_of([(0.0, 300.0), (0.0, 300.0), (98.0, 1970.0)])}
+        alerts += job.sample({"a": [98.0] * 8, "b": [98.0] * 8}, blocks).alerts
+    assert alerts == []
+    # the same GPU throttled while busy is slow, as before
+    for _ in range(6):
+        blocks = {"a": block_of([(98.0, 1980.0)] * 3), "b": block_of([(98.0, 900.0)] * 3)}
+        alerts += job.sample({"a": [98.0] * 8, "b": [98.0] * 8}, blocks).alerts
+    assert [a.title for a in alerts] == ["Slow GPU: node-b-abcdef GPU 3"]
+    assert "SM clock 900 MHz against 1980 MHz" in alerts[0].text
+
+
+def test_the_offline_replay_judges_a_partly_idle_gpu_as_the_live_rules_do() -> None:
+    from ray_wandb_nodes.report.gpu_flags import gpu_flags
+
+    def samples(gpu3: list[tuple[float, float]]) -> dict[str, list[tuple[float, dict[str, float]]]]:
+        series: dict[str, list[tuple[float, dict[str, float]]]] = {"node-a": [], "node-b": []}
+        for k in range(40):
+            for label in series:
+                values: dict[str, float] = {"cpu": 10.0}
+                for i in range(4):
+                    util, sm = gpu3[k % len(gpu3)] if (label, i) == ("node-b", 3) else (98.0, 1980.0)
+                    values.update({f"gpu.{i}.gpu": util, f"gpu.{i}.smClock": sm, f"gpu.{i}.temp": 60.0})
+                series[label].append((1000.0 + 5 * k, values))
+        return series
+
+    health = {"threshold": 0.7, "window_s": 20.0}
+    assert gpu_flags(samples([(0.0, 300.0), (0.0, 300.0), (98.0, 1970.0)]), health) == {}
+    flagged = gpu_flags(samples([(98.0, 900.0)]), health)
+    assert list(flagged) == ["node-b"] and "GPU 3" in flagged["node-b"][0] and "is slow" in flagged["node-b"][0]
+
+
 def test_a_busy_noisy_job_raises_nothing() -> None:
     import random
 
@@ -278,7 +340,7 @@ def test_a_busy_noisy_job_raises_nothing() -> None:
     alerts = []
     for _ in range(20):
         utils = {n: [rnd.uniform(88, 100) for _ in range(8)] for n in "abcd"}
-        ints = {n: {i: GpuInts(sm=rnd.uniform(1850, 1980), ecc_c=0.0, ecc_u=0.0) for i in range(8)} for n in "abcd"}
+        ints = {n: {i: fake_ints(rnd.uniform(1850, 1980)) for i in range(8)} for n in "abcd"}
         alerts += job.sample(utils, ints).alerts
     assert alerts == []
 
