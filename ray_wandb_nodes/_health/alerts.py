@@ -86,10 +86,11 @@ def gpu_finding(event: GpuEvent, *, threshold: float, window_s: float) -> str:
         figures = f"utilisation {_n(gpu.util)} %; the other ranks' GPUs' median {_n(gpu.idle.median)} %"
         return f"is busy again: {figures}." if recovered else f"is idle: {figures} (for {window_s:g}s)."
     if kind is EventKind.GPU_MEMORY_ERRORS:
+        base = gpu.ecc.base if gpu.ecc.base is not None else gpu.ecc_first
+        since = "after its count was reset" if gpu.ecc.resets else "when the run first saw it"
         return (
-            f"reports uncorrectable memory (ECC) errors: {_n(gpu.ecc_u)}, up from {_n(gpu.ecc_first)} when "
-            f"the run first saw it (corrected: {_n(gpu.ecc_c)}). Its results may be wrong: replace it or drain "
-            "its node."
+            f"reports uncorrectable memory (ECC) errors: {_n(gpu.ecc_u)}, up from {_n(base)} {since} "
+            f"(corrected: {_n(gpu.ecc_c)}). Its results may be wrong: replace it or drain its node."
         )
     if kind is EventKind.GPU_LOST:
         if recovered:

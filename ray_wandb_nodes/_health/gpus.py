@@ -207,8 +207,9 @@ class GpuHealth:
                 gpu.ecc_c = ecc_c if ecc_c is not None else gpu.ecc_c
                 if ecc_u is not None:
                     gpu.ecc_u = ecc_u
-                    if gpu.ecc_first is None:
-                        gpu.ecc_first = ecc_u
+                    if gpu.ecc_first is None:  # the baseline: the writer's first sample, not its first block's newest
+                        gpu.ecc_first = read.ecc_u0 if read.ecc_u0 is not None else ecc_u
+                        gpu.ecc.last = gpu.ecc_first
                     if ecc_step(gpu.ecc, ecc_u, samples, start, end, w, m):
                         events.append(GpuEvent(_as_now(gpu), EventKind.GPU_MEMORY_ERRORS, False))
                 gpu.slow.median = medians[id(gpu)]

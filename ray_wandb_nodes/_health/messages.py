@@ -34,7 +34,8 @@ class GpuInts(NamedTuple):
     """One GPU's integer readings of a transaction-log block: ``sm``, its mean SM clock (MHz);
     ``ecc_c``/``ecc_u``, its newest corrected and uncorrected ECC counts; ``busy_sm`` and
     ``busy_util``, the mean SM clock and utilisation of the block's samples that were busy (the
-    clock and the utilisation of one sample, read together): what the slow rule judges. None:
+    clock and the utilisation of one sample, read together): what the slow rule judges; ``ecc_u0``,
+    the uncorrected count of its oldest sample (a writer's first block: the baseline). None:
     not reported (``busy_*``: no busy sample in the block)."""
 
     sm: float | None = None
@@ -42,6 +43,7 @@ class GpuInts(NamedTuple):
     ecc_u: float | None = None
     busy_sm: float | None = None
     busy_util: float | None = None
+    ecc_u0: float | None = None  # the uncorrected count of the block's oldest sample
 
 
 class GpuIntBatch(NamedTuple):

@@ -133,6 +133,9 @@ def gpu_ints(stats: Iterable[tuple[float, Mapping[str, Any]]]) -> GpuIntBatch | 
         values = {}
         for name, points in by[i].items():
             values[name] = sum(v for _, v in points) / len(points) if name == "sm" else max(points)[1]
+        oldest = min(by[i].get("ecc_u", ()), default=None)
+        if oldest is not None:
+            values["ecc_u0"] = oldest[1]
         if busy.get(i):
             values["busy_util"] = sum(u for u, _ in busy[i]) / len(busy[i])
             values["busy_sm"] = sum(c for _, c in busy[i]) / len(busy[i])

@@ -271,6 +271,49 @@ def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() ->
     assert states[("node-b-abcdef", 0)] == "memory errors" and states[("node-b-abcdef", 1)] == "ok"
 
 
+def ecc_block(counts: list[float], gpu: int = 0, count: int = 2) -> dict[int, GpuInts]:
+    """A log block as the reader reads it, ``gpu``'s uncorrected count at each of its samples."""
+    stats = []
+    for k, ecc in enumerate(counts):
+        items: dict[str, float] = {}
+        for i in range(count):
+            items.update({f"gpu.{i}.gpu": 97.0, f"gpu.{i}.smClock": 1980.0})
+            items[f"gpu.{i}.uncorrectedMemoryErrors"] = ecc if i == gpu else 0.0
+        stats.append((100.0 + k, items))
+    batch = gpu_ints(stats)
+    assert batch is not None
+    return dict(batch.by)
+
+
+def test_errors_inside_a_writers_first_block_are_alerted() -> None:
+    # A replacement node: its writer's first block already holds the GPU's new errors (0 at its
+    # first sample, 2 at its last). The baseline is the first sample's count, not the block's newest.
+    job = Job({"a": (2, (0, 1), H100), "b": (2, (2, 3), H100)})
+    alerts = job.sample(
+        {"a": [97.0, 97.0], "b": [97.0, 97.0]}, {"a": ecc_block([0.0] * 3), "b": ecc_block([0, 0, 2])}
+    ).alerts
+    assert [(a.title, a.level) for a in alerts] == [("GPU memory errors: node-b-abcdef GPU 0", "ERROR")]
+    assert ": 2, up from 0 when the run first saw it" in alerts[0].text
+
+
+def test_new_errors_after_a_gpu_reset_are_alerted_below_the_old_maximum() -> None:
+    job = Job({"a": (2, (0, 1), H100), "b": (2, (2, 3), H100)})
+    alerts = []
+    plan = [[5.0] * 3, [5.0] * 3, [5.0] * 3, [0.0] * 3, [0.0] * 3, [0.0, 0.0, 2.0]]  # 5 before the run, a reset, 2 new
+    for counts in plan:
+        blocks = {"a": ecc_block([0.0] * 3), "b": ecc_block(counts)}
+        alerts += job.sample({"a": [97.0, 97.0], "b": [97.0, 97.0]}, blocks).alerts
+    assert [a.title for a in alerts] == ["GPU memory errors: node-b-abcdef GPU 0"]
+    assert ": 2, up from 0 after its count was reset" in alerts[0].text
+
+
+def test_an_ecc_count_that_goes_back_down_is_a_new_baseline() -> None:
+    watch = EccWatch()
+    said = [ecc_step(watch, c, 1, t, t, window_s=3, min_samples=3) for t, c in enumerate([4.0, 4.0, 0.0, 0.0, 1.0])]
+    assert said == [False, False, False, False, True]
+    assert (watch.base, watch.last, watch.resets) == (0.0, 1.0, 1)
+
+
 def block_of(samples: list[tuple[float, float]], *, gpu: int = 3, count: int = 8) -> dict[int, GpuInts]:
     """A transaction-log block as the reader reads it: one stats record a sample, ``gpu`` at the
     (utilisation, SM clock) of each sample, the other GPUs busy at 1980 MHz."""

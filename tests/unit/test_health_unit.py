@@ -173,7 +173,7 @@ def test_the_integer_gpu_series_come_from_stats_records() -> None:
         (12.0, {"gpu.99.smClock": "n/a", "gpu.1.memoryClock": 2619}),
     ]
     assert gpu_ints(stats) == GpuIntBatch(
-        t0=10.0, t=11.0, n=2, by={0: GpuInts(sm=1490.0, ecc_u=3.0, ecc_c=2.0), 1: GpuInts(sm=1900.0)}
+        t0=10.0, t=11.0, n=2, by={0: GpuInts(sm=1490.0, ecc_u=3.0, ecc_c=2.0, ecc_u0=0.0), 1: GpuInts(sm=1900.0)}
     )
     assert gpu_ints([(1.0, {"cpu": 3.0})]) is None
 
