@@ -100,6 +100,19 @@ def test_one_lost_gpu_keeps_its_own_title() -> None:
     assert "GPU 3 (NVIDIA H100 80GB HBM3) of node-n1-abcdef (host n1, rank 11)" in alerts[0].text
 
 
+def test_nodes_lost_at_once_are_one_error_alert_in_that_tick() -> None:
+    fleet = Fleet(50)
+    for _ in range(3):
+        fleet.tick()
+    fleet.m.alive(fleet.ids[45:])  # a rack of 45 gone between two ticks
+    (alert,) = fleet.tick().alerts
+    assert (alert.title, alert.level, alert.kind) == ("Node lost: 45 nodes", "ERROR", EventKind.NODE_LOST)
+    lines = alert.text.splitlines()
+    assert lines[1 : 1 + LIST_LIMIT] == [f"- node-{n}-abcdef" for n in fleet.ids[:LIST_LIMIT]]
+    assert lines[1 + LIST_LIMIT] == f"- and {45 - LIST_LIMIT} more nodes"
+    assert "node-n0-abcdef (host n0, ranks 0,1,2,3,4,5,6,7) left the cluster" in lines[-1]
+
+
 def test_gpu_indices_are_said_in_short() -> None:
     assert [gpu_span(g) for g in [(3,), (0, 1, 2, 3), (7, 0, 2, 5, 6)]] == ["3", "0-3", "0,2,5-7"]
 
