@@ -256,8 +256,8 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     assert re.search(r"at \d+ % utilisation, \d+ C, \d+ W of 700 W", slow), slow
     ecc = next(a["text"] for a in run.alerts if a["title"].startswith("GPU memory errors"))
     assert "rank 1" in ecc and "uncorrectable" in ecc and ": 2, up from 0" in ecc, ecc
-    # every alert asks W&B to drop the same title again within the hold (run.alert's wait_duration)
-    assert {a["wait"] for a in run.alerts} == {300}, [a["wait"] for a in run.alerts]
+    # every alert asks W&B to drop the same title again within 300 s (wait_duration, sent in ms)
+    assert {a["wait"] for a in run.alerts} == {300_000}, [a["wait"] for a in run.alerts]
     if not WANDB_TABLES:
         return
     # Tables at most once a minute: this run (under a minute) logs the first alert's and the end's.

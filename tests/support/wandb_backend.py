@@ -446,7 +446,7 @@ class WandbTestBackend:
                 "title": v.get("title"),
                 "text": v.get("text"),
                 "severity": v.get("severity"),
-                "wait": v.get("waitDuration"),  # as wandb sends it (seconds)
+                "wait": v.get("waitDuration"),  # as wandb sends it (ms)
                 "client": client_id,
                 "received": time.time(),
             }
