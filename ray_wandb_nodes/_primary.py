@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ._health import COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
+from ._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
 from ._uploads import ArtifactUploads
@@ -300,7 +300,7 @@ class RunWrites:
             self._offline.alert(alert)
             return
         try:
-            self.run.alert(title=alert.title, text=alert.text, level=alert.level)
+            self.run.alert(title=alert.title, text=alert.text, level=alert.level, wait_duration=ALERT_WAIT_S)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"alert:{type(e).__name__}", f"a W&B alert could not be raised ({describe(e)})")
 

@@ -222,8 +222,8 @@ class TrialHealth(HealthMonitor):
     """A trial's node health. Trials are often seconds long, and a table's end is its run's end:
     W&B makes each table an artifact that the run's finish uploads, and the experiment's end waits
     for the last trials' finish. So a trial's run logs its ``nodes`` table while the trial runs:
-    once its nodes are known, again as each has sampled (and, as every run, with each alert and
-    every ``table_every_s``); its end logs one only when a node's state changed since the last."""
+    once its nodes are known, again as each has sampled or a node's state changed (and, as every
+    run, every ``table_every_s``); its end logs one only when a node's state changed since the last."""
 
     _shown: tuple[frozenset[tuple[str, NodeState]], frozenset[str]] | None = None
 

@@ -3,11 +3,11 @@
 ``summary`` turns a writer's recent samples (wandb keeps them per run) into a
 :class:`NodeSummary` (``messages``); ``rule`` is the straggler rule, pure; ``node_judge`` and
 ``gpus`` judge nodes and GPUs; ``monitor`` holds one run's nodes and says, tick by tick, which
-alerts to raise and what the tables (``table``) hold; ``alerts`` and ``degradation`` write the
-words. The names below are what other packages use.
+alerts to raise (grouped by cause and held against flapping by ``alert_groups``) and what the
+tables (``table``) hold; ``alerts`` and ``degradation`` write the words. The names below are what other packages use.
 """
 
-from .alerts import Alert, gpu_finding, gpu_name
+from .alerts import ALERT_WAIT_S, Alert, gpu_finding, gpu_name
 from .degradation import read_warning
 from .gpus import GpuEvent, GpuHealth
 from .kinds import Degradation, EventKind, GpuState, NodeState
@@ -19,6 +19,7 @@ from .summary import gpu_ints, summarize
 from .table import COLUMNS, GPU_COLUMNS
 
 __all__ = [
+    "ALERT_WAIT_S",
     "BUFFER_SAMPLES",
     "COLUMNS",
     "GPU_COLUMNS",

@@ -21,6 +21,12 @@ class Alert:
     node: str  # the node's label
     kind: EventKind
     recovered: bool = False  # a recovery from ``kind`` (a GPU back to normal)
+    gpus: tuple[int, ...] = ()  # the NVML indices of the node's GPUs it is about (GPU alerts)
+
+
+# W&B drops an alert whose title it got less than this ago (``run.alert``'s ``wait_duration``):
+# a backstop under the hold of a flapping GPU, and for a node that flaps.
+ALERT_WAIT_S = 300.0
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
@@ -130,7 +136,7 @@ def gpu_alert(
     flagged, back, level = _TITLES[kind]
     title = f"{back if recovered else flagged}: {label} GPU {gpu.index}"
     text = f"{who} {gpu_finding(event, threshold=threshold, window_s=window_s)}"
-    return Alert(title, text, "INFO" if recovered else level, label, kind, recovered)
+    return Alert(title, text, "INFO" if recovered else level, label, kind, recovered, (gpu.index,))
 
 
 def _gpu_name(kind: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
 from .degradation import no_gpu_warning, reports_no_gpu
 from .gpus import GpuHealth
@@ -27,6 +28,7 @@ from .node_judge import NodeJudge, TrackedNode
 from .table import COLUMNS, GPU_COLUMNS, node_order, node_row
 
 TABLE_EVERY_S = 60.0
+HOLD_S = 300.0  # a GPU's recovery is said once it held this long: a flapping GPU is one episode
 # A node that dies this soon after the run moved off it was lost (Train restarts around a dead
 # node, and may re-place its workers before the node is seen dead); later, it was let go.
 LOST_GRACE_S = 120.0
@@ -41,6 +43,7 @@ class HealthOptions:
     window_s: float = 120.0
     alerts: bool = True
     table_every_s: float = TABLE_EVERY_S
+    hold_s: float = HOLD_S
     compare_all: bool = False  # compare every node of the run, with ranks or not (a Tune trial's)
 
 
@@ -81,6 +84,8 @@ class HealthMonitor:
         self._stragglers = 0
         self._observed: set[str] = set()
         self._table_at: float | None = None
+        self._tabled = False  # a table logged yet (the first alert brings one at once)
+        self._hold = FlapHold(o.hold_s)
         self.raised: list[Alert] = []
         self.gpus = GpuHealth(o.threshold, o.window_s)
 
@@ -161,13 +166,13 @@ class HealthMonitor:
     def tick(self, now: float | None = None, final: bool = False) -> TickResult:
         """Judge the system rule on fresh samples; the alerts, straggler count and table due."""
         now = self._clock() if now is None else now
-        self._judge_gpus()
+        self._judge_gpus(now)
         if self.options.metric is None:
             self._said(self._judge.system(self._compared(), self.gpus, now), now)
         for node in self._nodes.values():
             node.fresh = 0
         out = TickResult(notices=self._notices())
-        for node_id, alert in self._events:
+        for node_id, alert in [*self._events, *self._hold.due(now, final)]:
             node = self._nodes[node_id]
             if alert.kind is not EventKind.NODE_LOST and node.state in (NodeState.LOST, NodeState.LEFT):
                 continue  # a node that died (or left) meanwhile is that, not a straggler or a bad GPU
@@ -177,15 +182,17 @@ class HealthMonitor:
                 node.state = NodeState.OK
             out.alerts.append(alert)
         self._events.clear()
+        out.alerts = group_alerts(out.alerts)  # one cause, one alert: within the tick, so none waits
         self.raised += out.alerts
         count = len(self.straggler_nodes())
         if count != self._stragglers:
             self._stragglers = out.stragglers = count
         if self._table_at is None:
             self._table_at = now  # the first table one interval in (or at the end)
-        # Due every table_every_s, at the end, and with every alert: the tables show what it says.
-        if final or out.alerts or now - self._table_at >= self.options.table_every_s:
-            self._table_at = now
+        # Due every table_every_s and at the end; the first alert brings the first table at once
+        # (a W&B table is a new artifact version each time: never more often than table_every_s).
+        if final or (out.alerts and not self._tabled) or now - self._table_at >= self.options.table_every_s:
+            self._table_at, self._tabled = now, True
             out.table, out.gpu_table, out.stragglers = self.table(now), self.gpu_table(), count
         return out
 
@@ -228,7 +235,7 @@ class HealthMonitor:
             if n.state is not NodeState.LOST and n.in_run and (n.ranks or self.options.compare_all)
         ]
 
-    def _judge_gpus(self) -> None:
+    def _judge_gpus(self, now: float) -> None:
         live = {n.node_id for n in self._nodes.values() if n.state not in (NodeState.LOST, NodeState.LEFT) and n.in_run}
         o = self.options
         for event in self.gpus.judge(live):
@@ -242,7 +249,9 @@ class HealthMonitor:
                 threshold=o.threshold,
                 window_s=o.window_s,
             )
-            self._events.append((node.node_id, alert))
+            said = self._hold.admit((node.node_id, event.gpu.index, event.kind), node.node_id, alert, now)
+            if said is not None:
+                self._events.append((node.node_id, said))
 
     def _notices(self) -> list[Notice]:
         """A node whose ranks have GPUs and whose samples show none: said once."""
@@ -263,3 +272,4 @@ class HealthMonitor:
         node.state = state
         self._judge.forget(node.node_id)
         self.gpus.forget(node.node_id)
+        self._hold.forget(node.node_id)

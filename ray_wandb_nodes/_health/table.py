@@ -90,8 +90,21 @@ def gpu_rows(gpus: list[Gpu], names: Mapping[str, tuple[str, str]]) -> list[list
     shown = gpus if len(gpus) <= TABLE_CAP else [g for g in gpus if g.state is not GpuState.OK][:TABLE_CAP]
     rows = [gpu_row(g, *names[g.node_id]) for g in shown]
     if len(shown) < len(gpus):
-        rows.append([f"({len(gpus) - len(shown)} more GPUs, all ok)", *[None] * (len(GPU_COLUMNS) - 1)])
+        listed = {id(g) for g in shown}
+        rows.append([omitted_line([g for g in gpus if id(g) not in listed]), *[None] * (len(GPU_COLUMNS) - 1)])
     return rows
+
+
+def omitted_line(omitted: list[Gpu]) -> str:
+    """The row that counts the GPUs past the cap, by state: ``(600 more GPUs, all ok)``, or
+    ``(88 more GPUs: 80 ok, 8 lost)`` when some of them are not ok (more of them than the cap)."""
+    counts: dict[GpuState, int] = {}
+    for g in omitted:
+        counts[g.state] = counts.get(g.state, 0) + 1
+    if set(counts) == {GpuState.OK}:
+        return f"({len(omitted)} more GPUs, all ok)"
+    states = ", ".join(f"{counts[state]} {state}" for state in GpuState if state in counts)  # the enum's order
+    return f"({len(omitted)} more GPUs: {states})"
 
 
 def gpu_row(g: Gpu, label: str, hostname: str) -> list[Any]:

@@ -92,7 +92,7 @@ class RunRecord:
     upsert_times: list[tuple[float, str | None]] = field(default_factory=list)  # (time.time(), client id)
     api_keys: dict[str, set[str]] = field(default_factory=dict)  # client id -> keys it authenticated with
     artifacts: list[ArtifactRecord] = field(default_factory=list)
-    alerts: list[dict[str, Any]] = field(default_factory=list)  # {title, text, severity, client}
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # {title, text, severity, wait, client}
     # (client id, file name) -> {offset: parsed line}
     _lines: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
@@ -446,6 +446,7 @@ class WandbTestBackend:
                 "title": v.get("title"),
                 "text": v.get("text"),
                 "severity": v.get("severity"),
+                "wait": v.get("waitDuration"),  # as wandb sends it (ms)
                 "client": client_id,
                 "received": time.time(),
             }

@@ -190,10 +190,13 @@ def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_n
     assert rows[("node-a-abcdef", 3)]["state"] == "ok"
     table = {r[0]: dict(zip(COLUMNS, r, strict=True)) for r in job.m.table()}
     assert table["node-b-abcdef"]["gpus_not_ok"] == "GPU 3 slow" and table["node-b-abcdef"]["state"] == "ok"
-    # back to its clock: one recovery, INFO
+    # back to its clock: one recovery, INFO, once it has held for the hold (a flap is no recovery)
     recovered = []
     for _ in range(5):
         recovered += job.sample({"a": [100.0] * 8, "b": [100.0] * 8}, {"a": clocks(8), "b": clocks(8)}).alerts
+    assert recovered == []
+    job.clock.now += job.m.options.hold_s
+    recovered += job.sample({"a": [100.0] * 8, "b": [100.0] * 8}, {"a": clocks(8), "b": clocks(8)}).alerts
     assert [(a.title, a.level) for a in recovered] == [("Slow GPU recovered: node-b-abcdef GPU 3", "INFO")]
 
 
