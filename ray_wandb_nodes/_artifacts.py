@@ -63,7 +63,7 @@ class CheckpointAt:
         return cls(path, fallback_filesystem)
 
 
-class CheckpointGone(Exception):
+class CheckpointGoneError(Exception):
     """A checkpoint's folder (or a file of it) vanished while its artifact was built or uploaded:
     Ray deletes old checkpoints once ``CheckpointConfig(num_to_keep=...)`` is reached."""
 
@@ -75,7 +75,7 @@ def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
     the checkpoint and no longer changes it, so wandb's ``immutable`` policy (no staging copy)
     and ``skip_cache`` (no copy into wandb's artifact cache after the upload) hold; both are
     in every wandb from 0.28. Building it still reads every file once, for its digest.
-    Raises :class:`CheckpointGone` when Ray deleted the folder before or while it was read.
+    Raises :class:`CheckpointGoneError` when Ray deleted the folder before or while it was read.
     """
     path = str(checkpoint.path)
     uri = checkpoint_uri(getattr(checkpoint, "filesystem", None), path)
@@ -86,7 +86,7 @@ def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
         except (OSError, ValueError) as e:  # add_dir: ValueError when the folder is gone
             if os.path.isdir(path) and not isinstance(e, FileNotFoundError):
                 raise
-            raise CheckpointGone(f"its folder was deleted before its files were read ({type(e).__name__})") from e
+            raise CheckpointGoneError(f"its folder was deleted before its files were read ({type(e).__name__})") from e
         still_whole(artifact, path)
     else:
         add_reference(artifact, uri)
@@ -94,13 +94,13 @@ def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
 
 
 def still_whole(artifact: Any, path: str) -> None:
-    """Raise :class:`CheckpointGone` unless the folder and every file the artifact lists are still
+    """Raise :class:`CheckpointGoneError` unless the folder and every file the artifact lists are still
     there. Ray deletes a whole folder at once, so a listing taken while it deleted would leave
     files out; a version of a partial checkpoint must never be logged (``latest`` would move to it)."""
     missing = [e.path for e in artifact.manifest.entries.values() if e.local_path and not os.path.exists(e.local_path)]
     if missing or not os.path.isdir(path):
         what = f"{len(missing)} of its files" if missing else "its folder"
-        raise CheckpointGone(f"{what} vanished while its artifact was built")
+        raise CheckpointGoneError(f"{what} vanished while its artifact was built")
 
 
 def add_reference(artifact: Any, uri: str) -> None:

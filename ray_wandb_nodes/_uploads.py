@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._artifacts import CheckpointGone
+from ._artifacts import CheckpointGoneError
 from ._warn import Warner, describe
 
 
@@ -33,7 +33,8 @@ class Upload:
 
     def skipped(self, why: str, gone: bool) -> str:
         """The one warning of a checkpoint W&B holds no version of (pure)."""
-        text = f"checkpoint {self.index} ({self.where or 'no path'}) is not a version of the artifact {self.name}: {why}"
+        where = self.where or "no path"
+        text = f"checkpoint {self.index} ({where}) is not a version of the artifact {self.name}: {why}"
         if gone:  # the fix for Ray's deletion
             text += (
                 "; Ray deleted it before its upload ended (CheckpointConfig(num_to_keep=...)), so W&B keeps no "
@@ -106,7 +107,8 @@ class ArtifactUploads:
             if not self._abandoned.is_set():
                 logged = run.log_artifact(artifact, aliases=list(upload.aliases) or None)
                 self._last_logged = upload.name
-                self._watch(logged, upload)
+                if not getattr(run, "offline", False):  # offline, wandb uploads nothing until a sync
+                    self._watch(logged, upload)
         except Exception as e:  # noqa: BLE001
             self._failed(e)
         self.settled(upload)
@@ -144,7 +146,7 @@ class ArtifactUploads:
             if not self._abandoned.is_set():
                 try:
                     artifact = make(wandb)
-                except CheckpointGone as e:
+                except CheckpointGoneError as e:
                     self._skipped(upload, str(e), gone=True)
                 except Exception as e:  # noqa: BLE001
                     self._failed(e)
@@ -184,4 +186,3 @@ class ArtifactUploads:
         self._warner.warn(
             f"artifact:{type(e).__name__}", f"a checkpoint could not be logged as an artifact ({describe(e)})"
         )
-

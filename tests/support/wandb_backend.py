@@ -331,7 +331,7 @@ class WandbTestBackend:
                 "NotifyScriptableRunAlert": self._alert,
             }.get(op or "")
             if handler is None:
-                self.unhandled.append(("graphql", op or query[:200]))
+                self.unhandled.append(("graphql", op or (body.get("query") or "")[:200]))
                 return {"data": {}}
             result: dict[str, Any] = handler(variables, client_id)
             return result
@@ -525,7 +525,8 @@ class WandbTestBackend:
         if record is None:
             return {"data": {"artifact": None}}
         project_id = base64.b64encode(f"Project:{record.entity}/{record.project}".encode()).decode()
-        project = {"id": project_id, "internalId": project_id, "name": record.project, "entity": {"name": record.entity}}
+        entity = {"name": record.entity}
+        project = {"id": project_id, "internalId": project_id, "name": record.project, "entity": entity}
         return {
             "data": {
                 "artifact": {

@@ -175,17 +175,17 @@ def test_a_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_
 def test_a_checkpoint_deleted_before_or_while_its_artifact_is_built_is_never_built(tmp_path: Any) -> None:
     import wandb
 
-    from ray_wandb_nodes._artifacts import CheckpointGone, checkpoint_artifact, still_whole
+    from ray_wandb_nodes._artifacts import CheckpointGoneError, checkpoint_artifact, still_whole
 
     gone = checkpoint(tmp_path / "gone")
     shutil.rmtree(gone.path)  # Ray deleted it before the artifact thread got to it
-    with pytest.raises(CheckpointGone, match="folder was deleted before its files were read"):
+    with pytest.raises(CheckpointGoneError, match="folder was deleted before its files were read"):
         checkpoint_artifact(wandb, name="checkpoint-x", checkpoint=gone)
     # A listing taken while Ray deleted the folder: a file it names is gone by the time it is checked.
     partial = checkpoint(tmp_path / "partial")
     artifact = checkpoint_artifact(wandb, name="checkpoint-x", checkpoint=partial)
     os.remove(os.path.join(partial.path, "model.pt"))
-    with pytest.raises(CheckpointGone, match="1 of its files vanished"):
+    with pytest.raises(CheckpointGoneError, match="1 of its files vanished"):
         still_whole(artifact, partial.path)
     whole = checkpoint(tmp_path / "whole")
     still_whole(checkpoint_artifact(wandb, name="checkpoint-x", checkpoint=whole), whole.path)  # raises nothing
@@ -200,3 +200,27 @@ def test_the_warning_of_a_skipped_checkpoint_names_it_why_and_the_fix() -> None:
     assert "ValueError: uploads failed" in said and "raise num_to_keep or checkpoint less often" in said
     other = upload.skipped("W&B did not commit its upload (ValueError: 500)", gone=False)  # not Ray's deletion
     assert "num_to_keep" not in other and other.endswith("(ValueError: 500)")
+
+
+def test_an_upload_wandb_did_not_commit_is_named_once_and_an_offline_run_waits_on_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ray_wandb_nodes._uploads import ArtifactUploads, Upload
+
+    class Logged:  # what run.log_artifact returns: wait() raises what wandb-core answered
+        def wait(self) -> None:
+            raise ValueError("ArtifactSaver.uploadFiles: most remaining uploads (1/1) have failed, giving up")
+
+    def fake_run(offline: bool) -> Any:
+        return SimpleNamespace(offline=offline, log_artifact=lambda artifact, aliases: Logged())
+
+    for offline in (True, False):
+        uploads = ArtifactUploads(lambda artifact, upload: None, threading.Event(), Warner())
+        upload = Upload("checkpoint-r", ("latest",), 0, "/gone/checkpoint_0")
+        uploads.log(fake_run(offline), object(), upload)
+        uploads.finished(5.0)
+        assert not uploads.pending
+    said = [r.getMessage() for r in caplog.records if "is not a version" in r.getMessage()]
+    assert len(said) == 1, said  # online only: offline, wandb uploads nothing to answer for
+    assert "checkpoint 0 (/gone/checkpoint_0)" in said[0] and "uploads (1/1) have failed" in said[0]
+    assert "raise num_to_keep" in said[0]  # its folder is gone: Ray's deletion, and the fix
