@@ -138,14 +138,14 @@ def test_a_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_
     run = main_run(tmp_path, monkeypatch, name, upload_checkpoints=True, finish_timeout_s=30)
     primary = run.sessions[run.base_id].primary  # type: ignore[attr-defined]
     wait_until(lambda: primary.ready, 60, "the run to exist", every_s=0.05)
-    # A slow upload: W&B answers for where the first checkpoint's files go only after 3 s.
-    seen = len(backend.requests)  # the backend serves the whole session
-    backend.faults.add(delay_s=3, operation="CreateArtifactFiles", count=1)
+    # Slow uploads: for 3 s, W&B answers where an artifact's files go only 3 s later (so a
+    # node table's artifact, if one comes first, cannot take the slowness off the checkpoint's).
+    backend.faults.add(delay_s=3, operation="CreateArtifactFiles", duration_s=3)
     first, second = checkpoint(tmp_path / "checkpoint_0"), checkpoint(tmp_path / "checkpoint_1")
     contents = [(tmp_path / f"checkpoint_{i}" / "model.pt").read_bytes() for i in (0, 1)]
     run.report([{"loss": 2.0}], first)
     wait_until(
-        lambda: any(op == "CreateArtifact" for _, _, op in list(backend.requests)[seen:]),
+        lambda: any(a.name == f"checkpoint-{run.base_id}" for a in list(backend.artifacts.values())),
         30,
         "the first checkpoint's upload to start",
         every_s=0.02,
