@@ -7,6 +7,7 @@ logged as a reference artifact pointing at its URI, so it is never lost from the
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,11 @@ class CheckpointAt:
         return cls(path, fallback_filesystem)
 
 
+class CheckpointGoneError(Exception):
+    """A checkpoint's folder (or a file of it) vanished while its artifact was built or uploaded:
+    Ray deletes old checkpoints once ``CheckpointConfig(num_to_keep=...)`` is reached."""
+
+
 def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
     """A ``model`` artifact of a Ray checkpoint: its files, or a reference to its URI.
 
@@ -69,15 +75,32 @@ def checkpoint_artifact(wandb: Any, *, name: str, checkpoint: Any) -> Any:
     the checkpoint and no longer changes it, so wandb's ``immutable`` policy (no staging copy)
     and ``skip_cache`` (no copy into wandb's artifact cache after the upload) hold; both are
     in every wandb from 0.28. Building it still reads every file once, for its digest.
+    Raises :class:`CheckpointGoneError` when Ray deleted the folder before or while it was read.
     """
     path = str(checkpoint.path)
     uri = checkpoint_uri(getattr(checkpoint, "filesystem", None), path)
     artifact = wandb.Artifact(name=artifact_name(name), type="model", metadata={"ray_checkpoint_path": uri or path})
     if uri is None:
-        artifact.add_dir(path, skip_cache=True, policy=IMMUTABLE)
+        try:
+            artifact.add_dir(path, skip_cache=True, policy=IMMUTABLE)
+        except (OSError, ValueError) as e:  # add_dir: ValueError when the folder is gone
+            if os.path.isdir(path) and not isinstance(e, FileNotFoundError):
+                raise
+            raise CheckpointGoneError(f"its folder was deleted before its files were read ({type(e).__name__})") from e
+        still_whole(artifact, path)
     else:
         add_reference(artifact, uri)
     return artifact
+
+
+def still_whole(artifact: Any, path: str) -> None:
+    """Raise :class:`CheckpointGoneError` unless the folder and every file the artifact lists are still
+    there. Ray deletes a whole folder at once, so a listing taken while it deleted would leave
+    files out; a version of a partial checkpoint must never be logged (``latest`` would move to it)."""
+    missing = [e.path for e in artifact.manifest.entries.values() if e.local_path and not os.path.exists(e.local_path)]
+    if missing or not os.path.isdir(path):
+        what = f"{len(missing)} of its files" if missing else "its folder"
+        raise CheckpointGoneError(f"{what} vanished while its artifact was built")
 
 
 def add_reference(artifact: Any, uri: str) -> None:

@@ -28,6 +28,7 @@ from .offline.index import OfflineIndex
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
 _ALERT, _HEALTH = "alert", "health"
+_WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
 class PrimaryWriter:
@@ -63,7 +64,7 @@ class PrimaryWriter:
         self._offline = PrimaryIndex(self.index, warner) if self.index is not None else None
         self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
         self._uploads = ArtifactUploads(
-            lambda artifact, aliases, name: self._queue.put((_ARTIFACT, (artifact, aliases, name))), self._done, warner
+            lambda artifact, upload: self._queue.put((_ARTIFACT, (artifact, upload))), self._done, warner
         )
         self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
 
@@ -81,10 +82,13 @@ class PrimaryWriter:
     def update_config(self, config: Mapping[str, Any]) -> None:
         self._queue.put((_CONFIG, dict(config)))
 
-    def log_artifact(self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint") -> None:
+    def log_artifact(
+        self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint", where: str = ""
+    ) -> None:
         """``make(wandb)`` builds the artifact on the artifact thread (never the writer thread);
-        the writer thread then logs it with ``aliases``. ``name`` names it in warnings."""
-        self._uploads.add(make, aliases, name)
+        the writer thread then logs it with ``aliases``. ``name`` and the checkpoint's path
+        ``where`` name it in warnings."""
+        self._uploads.add(make, aliases, name, where)
 
     def abandon_uploads(self) -> tuple[list[str], str | None]:
         """An abort: build and log no more artifacts, and finish without them. Returns the
@@ -186,7 +190,7 @@ class PrimaryWriter:
         if writes is None or not kind:
             self._dropped += kind == _LOG
             if kind == _ARTIFACT:
-                self._uploads.settled(payload[2])
+                self._uploads.settled(payload[1])
             return
         if kind == _LOG:
             writes.report(payload)
@@ -247,6 +251,8 @@ class PrimaryWriter:
             self._warner.warn(
                 f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
             )
+        if not self._uploads.abandoned:  # the finish waited for the uploads: say which W&B did not commit
+            self._uploads.finished(_WATCH_END_S)
         if self._offline is not None:
             self._offline.finished(exit_code)
 

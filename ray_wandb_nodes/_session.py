@@ -141,7 +141,7 @@ class SharedSession(RunSession):
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
-        self.primary.log_artifact(make, aliases=aliases, name=name)
+        self.primary.log_artifact(make, aliases=aliases, name=name, where=str(checkpoint.path))
 
     def abandon_uploads(self) -> tuple[list[str], str | None]:
         return self.primary.abandon_uploads()

@@ -187,8 +187,10 @@ class Faults:
         duration_s: float | None = None,
         count: int | None = None,
         joiners_only: bool = False,
+        operation: str | None = None,
     ) -> None:
-        """Add a fault; ``joiners_only`` limits it to writers joining a run another writer created."""
+        """Add a fault; ``joiners_only`` limits it to writers joining a run another writer created,
+        ``operation`` to one GraphQL operation (``CreateArtifactFiles``: before a checkpoint's files are read)."""
         until = time.monotonic() + duration_s if duration_s is not None else None
         with self._lock:
             self._rules.append(
@@ -200,6 +202,7 @@ class Faults:
                     "until": until,
                     "count": count,
                     "joiners_only": joiners_only,
+                    "operation": operation,
                 }
             )
 
@@ -207,7 +210,7 @@ class Faults:
         with self._lock:
             self._rules.clear()
 
-    def take(self, path: str, joiner: bool = False) -> dict[str, Any] | None:
+    def take(self, path: str, joiner: bool = False, operation: str | None = None) -> dict[str, Any] | None:
         now = time.monotonic()
         with self._lock:
             self._rules = [
@@ -216,7 +219,7 @@ class Faults:
                 if (r["until"] is None or r["until"] > now) and (r["count"] is None or r["count"] > 0)
             ]
             for rule in self._rules:
-                if rule["joiners_only"] and not joiner:
+                if (rule["joiners_only"] and not joiner) or rule["operation"] not in (None, operation):
                     continue
                 if rule["path"] is None or rule["path"] in path:
                     if rule["count"] is not None:
@@ -307,14 +310,7 @@ class WandbTestBackend:
         return self.runs.get((entity or DEFAULT_ENTITY, project or "uncategorized", run_id))
 
     def graphql(self, body: dict[str, Any], client_id: str | None) -> dict[str, Any]:
-        query = body.get("query") or ""
-        op = body.get("operationName")
-        if not op:
-            m = _OP_RE.search(query)
-            op = m.group(1) if m else None
-        if not op:
-            m = _ANON_OP_RE.match(query)
-            op = _ANON_OPS.get(m.group(1)) if m else None
+        op = operation_of(body)
         variables = body.get("variables") or {}
         with self._lock:
             self.requests[-1] = (self.requests[-1][0], self.requests[-1][1], op)
@@ -335,7 +331,7 @@ class WandbTestBackend:
                 "NotifyScriptableRunAlert": self._alert,
             }.get(op or "")
             if handler is None:
-                self.unhandled.append(("graphql", op or query[:200]))
+                self.unhandled.append(("graphql", op or (body.get("query") or "")[:200]))
                 return {"data": {}}
             result: dict[str, Any] = handler(variables, client_id)
             return result
@@ -524,11 +520,14 @@ class WandbTestBackend:
 
     def _artifact_by_id(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         """What wandb 0.28 and 0.29 ask of an artifact they just saved (a ``wandb.Table`` logged
-        again under its key refers to the artifact of the previous one)."""
+        again under its key refers to the artifact of the previous one), and what ``Artifact.wait()``
+        asks once the upload is committed."""
         record = self.artifacts.get(v.get("id") or "")
         if record is None:
             return {"data": {"artifact": None}}
-        project = {"name": record.project, "entity": {"name": record.entity}}
+        project_id = base64.b64encode(f"Project:{record.entity}/{record.project}".encode()).decode()
+        entity = {"name": record.entity}
+        project = {"id": project_id, "internalId": project_id, "name": record.project, "entity": entity}
         return {
             "data": {
                 "artifact": {
@@ -625,6 +624,19 @@ class WandbTestBackend:
             self._get_run(entity, project, run_id).files[name] = data
 
 
+def operation_of(body: dict[str, Any]) -> str | None:
+    """The name of a GraphQL request's operation (None: none found)."""
+    query = body.get("query") or ""
+    op = body.get("operationName")
+    if not op:
+        m = _OP_RE.search(query)
+        op = m.group(1) if m else None
+    if not op:
+        m = _ANON_OP_RE.match(query)
+        op = _ANON_OPS.get(m.group(1)) if m else None
+    return op
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients that close keep-alive connections at exit are normal here.
@@ -662,7 +674,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _fault(self, body: bytes = b"") -> bool:
         """Apply an injected fault; True when the request has been answered or dropped."""
-        rule = self.owner.faults.take(self.path, joiner=self.owner.is_joiner(self.path, body, self.headers))
+        operation = None
+        if body and self.path.startswith("/graphql"):
+            try:
+                operation = operation_of(json.loads(body))
+            except ValueError:
+                pass
+        joiner = self.owner.is_joiner(self.path, body, self.headers)
+        rule = self.owner.faults.take(self.path, joiner=joiner, operation=operation)
         if rule is None:
             return False
         if rule["delay_s"]:
