@@ -59,6 +59,7 @@ class Gpu:
     lost: NodeStreak = field(default_factory=NodeStreak)
     ecc: EccWatch = field(default_factory=EccWatch)
     ecc_first: float | None = None
+    waiting: bool = False  # idle while its ranks set up or save a checkpoint: no verdict, not the node's value
 
     @property
     def state(self) -> GpuState:
@@ -75,7 +76,7 @@ class Gpu:
         """Flagged, or on its way to be: its node's value leaves it out (one problem, one alert)."""
         slow, idle, lost = self.slow, self.idle, self.lost  # the node rule asks this of every GPU, each tick
         return (
-            lost.flagged or self.ecc.ever or slow.flagged or idle.flagged
+            lost.flagged or self.ecc.ever or slow.flagged or idle.flagged or self.waiting
             or slow.since is not None or idle.since is not None or lost.since is not None
         )  # fmt: skip
 
@@ -201,7 +202,9 @@ class GpuHealth:
             if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
                 worse, gpu.idle.median = idle[id(gpu)]
                 start, end, samples, _ = gpu.floats
-                if self._waited(gpu, start, end):  # set-up or a checkpoint save: not idle, no verdict
+                gpu.waiting = self._waited(gpu, start, end)
+                if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
+                    gpu.waiting = worse
                     if not gpu.idle.flagged:
                         gpu.idle.reset()
                     continue
