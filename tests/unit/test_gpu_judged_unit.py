@@ -162,3 +162,22 @@ def test_a_restart_s_new_ranks_are_in_set_up_again_until_they_report() -> None:
         alerts += job.sample(IDLE).alerts
     assert [a.title for a in alerts] == ["Idle GPU: node-b-abcdef GPU 0"]
     assert "rank 4" in alerts[0].text
+
+
+def test_every_report_reaches_the_run_s_monitor_with_its_checkpoint_without_a_metric_rule() -> None:
+    from ray_wandb_nodes._session import SharedSession
+    from tests.unit.test_fleet_unit import simulated_fleet
+
+    fleet, _, target = simulated_fleet(2)
+    assert target.health.options.metric is None  # the default rule: no metric to judge
+    seen: list[tuple[int, bool]] = []
+    report = target.health.report
+    target.health.report = lambda metrics, now=None, checkpoint=False: (
+        seen.append((len(metrics), checkpoint)) or report(metrics, now, checkpoint)
+    )
+    session = SharedSession(target, fleet, 1.0)
+    session.report_ranks([{"loss": 1.0}, {"loss": 2.0}])
+    session.report_ranks([{"loss": 1.0}, {"loss": 2.0}], checkpoint=True)
+    while not fleet._commands.empty():
+        fleet.step(fleet._commands.get_nowait())
+    assert seen == [(0, False), (0, True)]  # the time and the checkpoint; no metrics held without the rule
