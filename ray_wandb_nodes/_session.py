@@ -69,8 +69,9 @@ class RunSession:
     def report(self, metrics: Any) -> None:
         raise NotImplementedError
 
-    def report_ranks(self, metrics: list[dict[str, Any]]) -> None:
-        """Every rank's report, for the straggler rule by metric (a run with a node table)."""
+    def report_ranks(self, metrics: list[dict[str, Any]], checkpoint: bool = False) -> None:
+        """Every rank's report, for the straggler rule by metric and the idle-GPU rule (a run with
+        a node table); ``checkpoint``: the report carried one."""
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         raise NotImplementedError
@@ -133,11 +134,12 @@ class SharedSession(RunSession):
         if not self._finishing:
             self.primary.log(metrics)
 
-    def report_ranks(self, metrics: list[dict[str, Any]]) -> None:
-        """Every rank's report, for the straggler rule by metric (only when it is on)."""
+    def report_ranks(self, metrics: list[dict[str, Any]], checkpoint: bool = False) -> None:
+        """Every rank's report: its metrics for the straggler rule by metric (when it is on), its
+        time and checkpoint for the idle-GPU rule (a report's first and a save's span)."""
         health = self.target.health
-        if not self._finishing and health is not None and health.options.metric is not None:
-            self.fleet.rank_report(self.run_id, metrics)
+        if not self._finishing and health is not None:
+            self.fleet.rank_report(self.run_id, metrics if health.options.metric is not None else [], checkpoint)
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)

@@ -218,7 +218,7 @@ class TrainRun:
                 # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
                 # callbacks after taking them off its queues, then drops them.
                 session.report(metrics[0] if self.options.rank_metrics == "rank0" else list(metrics))
-                session.report_ranks(metrics)
+                session.report_ranks(metrics, checkpoint is not None)
             elif rank < len(metrics):
                 session.report(metrics[rank])
         if checkpoint is not None and self.options.upload_checkpoints:

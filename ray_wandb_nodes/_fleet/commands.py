@@ -45,11 +45,13 @@ class Prestart(NamedTuple):
 
 
 class RankReport(NamedTuple):
-    """Every rank's report (index = rank), for the run's straggler rule by metric, and when."""
+    """Every rank's report (index = rank; empty without the straggler rule by metric), when, and
+    whether it carried a checkpoint (the idle-GPU rule's set-up and save spans)."""
 
     run_id: str
     metrics: list[dict[str, Any]]
     at: float
+    checkpoint: bool = False
 
 
 class AwaitWriters(NamedTuple):

@@ -76,10 +76,10 @@ def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
         target.primary.log_health(result.stragglers, result.table, result.gpu_table)
 
 
-def rank_report(target: Any, metrics: list[dict[str, Any]], now: float) -> None:
+def rank_report(target: Any, metrics: list[dict[str, Any]], now: float, checkpoint: bool = False) -> None:
     health = getattr(target, "health", None)
     if health is not None:
-        health.report(metrics, now)
+        health.report(metrics, now, checkpoint)
 
 
 class FleetHealth:

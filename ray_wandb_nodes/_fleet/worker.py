@@ -110,7 +110,7 @@ class FleetWorker:
                 if command.rank_gpus is not None:
                     target.rank_gpus = command.rank_gpus
         elif isinstance(command, RankReport):
-            rank_report(self.targets.get(command.run_id), command.metrics, command.at)
+            rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
         elif isinstance(command, Retire):
             self._start_retirement(command)
         elif isinstance(command, AwaitWriters):

@@ -4,8 +4,14 @@ data in, plain data out; the monitor feeds it each node's summaries and ranks.
 
 Every GPU is keyed by (node id, NVML index). The ranks on a GPU come from Ray's GPU ids of each
 train worker, mapped to NVML indices (``_gpu_ids``: integer ids as indices, UUIDs through the
-UUIDs the monitor reports); a worker whose ids cannot be mapped (a MIG device, a UUID not known
-yet) leaves its node's GPUs without ranks, and its node is then judged by all of them.
+UUIDs the monitor reports). Only the run's GPUs are judged and enter the medians (:func:`judged`):
+those its ranks hold; every GPU of a node whose ranks' ids cannot be mapped (a MIG device, a UUID
+not known yet); none of a node whose ranks hold no GPU or that hosts no rank (a CPU-only job, an
+observed node), unless ``whole_nodes`` (a Tune trial, whose GPU ids Ray does not say).
+
+The idle rule waits for the run's reports: no idle verdict on samples taken before a node's
+ranks first reported (set-up: data, model download), nor during a checkpoint save the run's
+reports show (from the report before the one carrying a checkpoint to that one).
 
 The rules judge sample times, the node's own clock, never the driver's: the integer series come
 a transaction-log block late, in batches, and a batch spanning the window is judged as such.
@@ -28,6 +34,7 @@ from .rule import NodeStreak, advance
 from .table import gpu_rows
 
 MIN_SAMPLES = 3
+SAVES_KEPT = 8  # checkpoint save spans kept for samples that come late (blocks, pings at scale)
 
 
 @dataclass
@@ -54,6 +61,7 @@ class Gpu:
     lost: NodeStreak = field(default_factory=NodeStreak)
     ecc: EccWatch = field(default_factory=EccWatch)
     ecc_first: float | None = None
+    waiting: bool = False  # idle while its ranks set up or save a checkpoint: no verdict, not the node's value
 
     @property
     def state(self) -> GpuState:
@@ -70,7 +78,7 @@ class Gpu:
         """Flagged, or on its way to be: its node's value leaves it out (one problem, one alert)."""
         slow, idle, lost = self.slow, self.idle, self.lost  # the node rule asks this of every GPU, each tick
         return (
-            lost.flagged or self.ecc.ever or slow.flagged or idle.flagged
+            lost.flagged or self.ecc.ever or slow.flagged or idle.flagged or self.waiting
             or slow.since is not None or idle.since is not None or lost.since is not None
         )  # fmt: skip
 
@@ -94,21 +102,39 @@ class _NodeGpus:
     int_t: float | None = None
     uuids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
-    rank_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)  # rank -> Ray's GPU ids
+    rank_ids: dict[int, tuple[str, ...] | None] = field(default_factory=dict)  # rank -> Ray's GPU ids
     unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
+    first_report: float | None = None  # when its ranks (as they are now) first reported
 
 
 class GpuHealth:
-    def __init__(self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES) -> None:
+    def __init__(
+        self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES, whole_nodes: bool = False
+    ) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
+        self.whole_nodes = whole_nodes  # a node without rank GPU ids is judged by all its GPUs
         self._nodes: dict[str, _NodeGpus] = {}
+        self._last_report: float | None = None
+        self._saves: list[tuple[float, float]] = []  # the latest checkpoint saves' spans (report to report)
 
     # feeding ------------------------------------------------------------------------------------
-    def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str]]) -> None:
-        """The train ranks on a node now, each with its GPU ids as Ray names them."""
+    def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | None]) -> None:
+        """The train ranks on a node now, each with its GPU ids as Ray names them (None: not known)."""
         node = self._nodes.setdefault(node_id, _NodeGpus())
-        node.rank_ids = {r: tuple(ids) for r, ids in rank_ids.items()}
+        new = {r: None if ids is None else tuple(ids) for r, ids in rank_ids.items()}
+        if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
+            node.rank_ids, node.first_report = new, None
         self._map(node)
+
+    def reported(self, at: float, checkpoint: bool = False) -> None:
+        """Every rank reported at ``at`` (Ray's report waits for all), ``checkpoint``: with one,
+        saved since the report before (the save span the idle rule leaves out)."""
+        for node in self._nodes.values():
+            if node.rank_ids and node.first_report is None:
+                node.first_report = at
+        if checkpoint and self._last_report is not None:
+            self._saves = [*self._saves[-(SAVES_KEPT - 1) :], (self._last_report, at)]
+        self._last_report = at
 
     def update(self, node_id: str, summary: NodeSummary) -> None:
         """A node's new summary: its GPUs' fresh values become batches to judge."""
@@ -159,7 +185,7 @@ class GpuHealth:
         """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
         ``live`` nodes; their verdicts."""
         events: list[GpuEvent] = []
-        gpus = [g for n, node in self._nodes.items() if n in live for g in node.gpus.values()]
+        gpus = [g for n, node in self._nodes.items() if n in live for g in judged(node, self.whole_nodes)]
         w, m = self.window_s, self.min_samples
         for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
             if gpu.floats is not None:
@@ -178,6 +204,12 @@ class GpuHealth:
             if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
                 worse, gpu.idle.median = idle[id(gpu)]
                 start, end, samples, _ = gpu.floats
+                gpu.waiting = self._waited(gpu, start, end)
+                if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
+                    gpu.waiting = worse
+                    if not gpu.idle.flagged:
+                        gpu.idle.reset()
+                    continue
                 if advance(gpu.idle, worse, samples, start, end, w, m):
                     events.append(GpuEvent(gpu, EventKind.IDLE_GPU, not gpu.idle.flagged))
         for gpu in gpus:
@@ -221,12 +253,21 @@ class GpuHealth:
             gpu.ints = []
         return events
 
+    def _waited(self, gpu: Gpu, start: float, end: float) -> bool:
+        """Whether samples from ``start`` to ``end`` were taken before the GPU's node's ranks first
+        reported, or overlap a checkpoint save the reports show."""
+        first = self._nodes[gpu.node_id].first_report
+        return first is None or start < first or any(start < e and end > s for s, e in self._saves)
+
     # what the node rule and the tables read -------------------------------------------------------
     def judged_indices(self, node_id: str) -> tuple[int, ...] | None:
-        """The GPUs a node is judged by: those of its ranks (all when any rank's are unknown),
-        less the suspect ones; None when the node has reported no GPU."""
+        """The GPUs a node is judged by: those of its ranks (all when any rank's are unknown, or
+        it hosts no rank), less the suspect ones; None when the node has reported no GPU or its
+        ranks hold none (a CPU-only job on a GPU node: judged by its CPU, not another job's GPUs)."""
         node = self._nodes.get(node_id)
         if node is None or not node.gpus:
+            return None
+        if node.rank_ids and not node.unmapped and not any(node.rank_ids.values()):
             return None
         ranked = {i for i, g in node.gpus.items() if g.ranks}
         use = ranked if ranked and not node.unmapped else set(node.gpus)
@@ -273,7 +314,7 @@ class GpuHealth:
         by_index: dict[int, list[int]] = {}
         unmapped = []
         for rank, ids in sorted(node.rank_ids.items()):
-            indices = nvml_indices(ids, node.uuids) if ids else None
+            indices = None if ids is None else nvml_indices(ids, node.uuids) if ids else ()  # (): no GPU
             if indices is None:
                 unmapped.append(rank)
             for i in indices or ():
@@ -283,6 +324,16 @@ class GpuHealth:
             gpu.ranks = tuple(by_index.get(i, ()))
             if i < len(node.models):
                 gpu.model = node.models[i]
+
+
+def judged(node: _NodeGpus, whole_nodes: bool = False) -> list[Gpu]:
+    """The GPUs of ``node`` that the run's rules judge and its medians take: those its ranks
+    hold; all of them when a rank's ids cannot be mapped (which GPU it uses is not known), or, with
+    ``whole_nodes``, when no rank of it is known; none when its ranks hold no GPU or it hosts
+    no rank (another job's GPUs, on a shared node or one only observed)."""
+    if node.unmapped or (whole_nodes and not node.rank_ids):
+        return list(node.gpus.values())
+    return [g for g in node.gpus.values() if g.ranks]
 
 
 def _as_now(gpu: Gpu) -> Gpu:

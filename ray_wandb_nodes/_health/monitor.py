@@ -87,7 +87,7 @@ class HealthMonitor:
         self._tabled = False  # a table logged yet (the first alert brings one at once)
         self._hold = FlapHold(o.hold_s)
         self.raised: list[Alert] = []
-        self.gpus = GpuHealth(o.threshold, o.window_s)
+        self.gpus = GpuHealth(o.threshold, o.window_s, whole_nodes=o.compare_all)
 
     # what the fleet feeds it ----------------------------------------------------------------------
     def set_nodes(
@@ -110,7 +110,8 @@ class HealthMonitor:
                 new.add(node_id)
             node.ranks = tuple(sorted(ranks.get(node_id, ())))
             node.had_ranks = node.ranks or node.had_ranks
-            ids = {r: tuple((rank_gpus or {}).get(r, ())) for r in node.ranks}
+            # None: the rank's GPU ids are not known (judged as unmapped); (): it holds no GPU
+            ids = {r: None if rank_gpus is None else tuple(rank_gpus.get(r, ())) for r in node.ranks}
             node.expects_gpu = any(ids.values())
             self.gpus.ranks(node_id, ids)
             node.in_run, node.left_at = True, None
@@ -145,9 +146,11 @@ class HealthMonitor:
         node.intervals += new or int(summary.n or 1)
         node.got = self._clock(), max(0.0, float(summary.age_s)) if summary.age_s is not None else 0.0
 
-    def report(self, metrics: list[Mapping[str, Any]], now: float | None = None) -> None:
-        """One report of every rank (index = rank): judge the metric rule on it."""
+    def report(self, metrics: list[Mapping[str, Any]], now: float | None = None, checkpoint: bool = False) -> None:
+        """One report of every rank (index = rank), ``checkpoint``: with one: judge the metric rule
+        on it; the idle-GPU rule waits for the first and leaves out the save (see ``gpus``)."""
         now = self._clock() if now is None else now
+        self.gpus.reported(now, checkpoint)
         self._said(self._judge.report(self._compared(), metrics, now), now)
 
     def alive(self, alive: Iterable[str], now: float | None = None) -> None:

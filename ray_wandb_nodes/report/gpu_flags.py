@@ -26,7 +26,7 @@ def gpu_flags(
     """label -> what the GPU rules flagged on that node (one line each, as the alert says it)."""
     threshold = float((health or {}).get("threshold") or DEFAULT_THRESHOLD)
     window_s = float((health or {}).get("window_s") or DEFAULT_WINDOW_S)
-    rules = GpuHealth(threshold, window_s)
+    rules = GpuHealth(threshold, window_s, whole_nodes=True)  # no ranks offline: every GPU of a node
     labels = set(series)
     flags: dict[str, list[str]] = {}
     samples = sorted(((t, label, values) for label, points in series.items() for t, values in points), key=_time)

@@ -65,8 +65,8 @@ def nodes(gpu_cluster: tuple[Any, list[ScriptedGpus]]) -> list[ScriptedGpus]:
 
 def gpu_loop(config: dict[str, Any]) -> None:
     """Report every ``step_s``. Rank 0 rewrites a node's scripted GPUs at step ``script["step"]``;
-    with ``own``, each rank changes its own GPU at the steps it names, and rank 0 gives every
-    other GPU of its node a little noise each step."""
+    with ``own``, each rank changes its own GPU at the steps it names, and rank 0 the GPUs of
+    its node that no rank holds (``own["unused"]``: step -> one change for each, in index order)."""
     import os
     import random
     import time
@@ -86,6 +86,12 @@ def gpu_loop(config: dict[str, Any]) -> None:
         if script and rank == 0 and step == script["step"]:
             gpus = ScriptedGpus.read(script["path"])
             gpus.set_all(**script["values"])
+        unused = (own or {}).get("unused", {}).get(str(step))
+        if unused and rank == 0:  # every rank wrote its placement before the first report
+            held = {json.loads(p.read_text())["gpu_ids"][0] for p in Path(config["placement_dir"]).iterdir()}
+            with ScriptedGpus.locked(own["path"]) as gpus:
+                for index, values in zip(sorted(set(range(len(gpus.gpus))) - held), unused, strict=False):
+                    gpus.set(index, **values)
         if own:  # the ranks share one node and one file: each changes only its own GPU's line
             for key, value in own["events"].get(str(rank), {}).get(str(step), {}).items():
                 overrides.pop(key, None) if value is None else overrides.__setitem__(key, value)
@@ -225,7 +231,10 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
         "2": {"8": {"state": "lost"}},  # falls off the bus
     }  # rank 3's GPU, and every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
-    own = {"path": str(node.path), "events": events}
+    # The node's four GPUs that no rank holds (another job's): one throttles, one gets memory
+    # errors, one falls off the bus: the run judges only its own GPUs, so no alert for them.
+    unused = [{"sm_clock": 600, "util": 100}, {"ecc_uncorrected": 5}, {"state": "lost"}]
+    own = {"path": str(node.path), "events": events, "unused": {"8": unused}}
     # Sampled every 0.25 s: wandb writes its transaction log (the SM clock and ECC counts) a
     # 32 KiB block at a time, about every 6 samples of this node's 8 GPUs.
     callback = make_callback(straggler_window_s=1.5, sampling_interval_s=0.25)
@@ -270,6 +279,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     assert last[gpu[1]]["ecc_uncorrected"] == 2 and last[gpu[0]]["sm_clock"] >= 1900
     assert (last[gpu[2]]["util"], last[gpu[2]]["sm_clock"]) == (None, None)  # a lost GPU reads nothing
     assert {last[gpu[r]]["ranks"] for r in range(4)} == {"0", "1", "2", "3"}
+    assert {row["ranks"] for i, row in last.items() if i not in gpu.values()} == {""}  # not judged
     row = final_table(run)[label]
     assert row["gpus_not_ok"] == ", ".join(
         f"GPU {i} {state}" for i, state in sorted([(gpu[1], "memory errors"), (gpu[2], "lost")])

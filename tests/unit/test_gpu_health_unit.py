@@ -143,15 +143,25 @@ class Clock:
 
 
 class Job:
-    """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order."""
+    """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order
+    (``rank_gpus`` instead: each rank's Ray GPU ids). Its ranks have reported once, unless not ``reported``."""
 
-    def __init__(self, nodes: dict[str, tuple[int, tuple[int, ...], str]], **options: Any) -> None:
+    def __init__(
+        self,
+        nodes: dict[str, tuple[int, tuple[int, ...], str]],
+        reported: bool = True,
+        rank_gpus: dict[int, tuple[str, ...]] | None = None,
+        **options: Any,
+    ) -> None:
         self.clock = Clock()
         self.m = HealthMonitor(HealthOptions(window_s=2, table_every_s=1e9, **options), clock=self.clock)
         self.nodes = nodes
         names = {n: (f"node-{n}-abcdef", n) for n in nodes}
-        rank_gpus = {r: (str(i),) for _, ranks, _ in nodes.values() for i, r in enumerate(ranks)}
+        if rank_gpus is None:
+            rank_gpus = {r: (str(i),) for _, ranks, _ in nodes.values() for i, r in enumerate(ranks)}
         self.m.set_nodes(names, {n: ranks for n, (_, ranks, _) in nodes.items()}, (), rank_gpus)
+        if reported:
+            self.m.report([])
         self.seq = 0
 
     def sample(self, utils: dict[str, list[float]], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
