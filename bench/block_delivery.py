@@ -128,6 +128,7 @@ def simulate(n: int, minutes: float, sampling_s: float, gpus: int = GPUS) -> dic
     sim = BlockCluster(n, clock, sampling_s, gpus)
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
+    sim.place_ranks(target, gpus)
     fleet.step(AddRun(target))
     gpus: GpuHealth = target.health.gpus
     received: dict[str, list[float]] = {}

@@ -118,6 +118,13 @@ class SimCluster:
         for _ in range(n):
             self.join()
 
+    def place_ranks(self, target: SharedTarget, gpus: int = 8) -> None:
+        """A training job on every alive node: ``gpus`` ranks a node, a GPU each (GPU health
+        judges only the GPUs a run's ranks hold)."""
+        up = [n for n, a in self.alive.items() if a]
+        target.ranks = {n: tuple(range(gpus * i, gpus * i + gpus)) for i, n in enumerate(up)}
+        target.rank_gpus = {r: (str(r % gpus),) for r in range(gpus * len(up))}
+
     def join(self) -> str:
         node_id = f"{self._next:056x}"
         self._next += 1
@@ -240,6 +247,7 @@ def simulate(n: int, minutes: int, churn: float, keep: bool = False) -> dict[str
     warner = Quiet()
     fleet = NodeFleet(init_timeout_s=90.0, warner=warner, list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
+    sim.place_ranks(target)
     t0 = time.process_time()
     fleet.step(AddRun(target))
     run_minutes(fleet, sim, 1, 0.0, {})  # warm-up: N loggers started, every writer added
