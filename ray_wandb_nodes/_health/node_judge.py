@@ -33,13 +33,13 @@ from .summary import gpu_util
 
 SYSTEM_FLOOR = 10.0  # percentage points
 # A node seen gone this soon after its ranks went off it may have died with them (its death the
-# cause of the restart that moved them): Train can re-place ranks before the node is seen dead.
-# Ray knows a crashed node dead only once its health checks fail (up to ~65 s at Ray's defaults,
-# 5 checks 3 s apart, 10 s each) and a node that ended on purpose at once (then only the fleet's
-# listing, 3 s, and Train's re-placement race). Past the grace it was let go: an autoscaler
-# removes a node once idle (KubeRay after 60 s, Ray's own after 5 min). One the autoscaler
-# drained as idle never died with ranks running.
-LOST_GRACE_S = {NodeEnd.UNKNOWN: 120.0, NodeEnd.CRASHED: 120.0, NodeEnd.TERMINATED: 30.0, NodeEnd.PREEMPTED: 30.0}
+# cause of the restart that moved them: Train re-places ranks before the fleet sees the node
+# dead). Ray knows a crashed node dead once its health checks fail: up to ~65 s at Ray's
+# defaults (5 checks 3 s apart, 10 s each), plus the fleet's 3 s listing; a node ended on purpose
+# (SIGTERM, a drain) at once, so the listing and Train's re-placement race alone. An autoscaler
+# removes an idle node later (KubeRay after 60 s, then a drain or SIGTERM: past the 30 s; Ray's
+# own after 5 min). One it drained as idle never died with ranks running.
+LOST_GRACE_S = {NodeEnd.UNKNOWN: 70.0, NodeEnd.CRASHED: 70.0, NodeEnd.TERMINATED: 30.0, NodeEnd.PREEMPTED: 30.0}
 
 
 @dataclass
