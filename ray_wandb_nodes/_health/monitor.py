@@ -108,7 +108,7 @@ class HealthMonitor:
             ids = {r: tuple((rank_gpus or {}).get(r, ())) for r in node.ranks}
             node.expects_gpu = any(ids.values())
             self.gpus.ranks(node_id, ids)
-            node.in_run = True
+            node.in_run = not node.gone  # a node seen gone stays out, should the run still list it
             if node.state is NodeState.LEFT and not node.gone:
                 node.state = NodeState.OK
         for node_id, node in self._nodes.items():
