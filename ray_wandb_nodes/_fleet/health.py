@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .._health import read_warning
+from .._health import NodeEnd, read_warning
 from .._warn import Warner
 from .cap import cap_warning
 from .nodes import NodeInfo
@@ -21,9 +21,11 @@ def feed(
     known: Mapping[str, NodeInfo],
     updated: Collection[str],
     observed: frozenset[str] = frozenset(),
+    ended: Mapping[str, NodeEnd] | None = None,
 ) -> None:
     """Tell ``target``'s monitor what changed: its nodes (when they or the alive nodes changed),
-    the summaries of the ``updated`` nodes, and the alive nodes. Work grows with the changes."""
+    the summaries of the ``updated`` nodes, and the alive nodes (``ended``: how the dead ones
+    ended, as Ray says). Work grows with the changes."""
     health = target.health
     if health is None:
         return
@@ -40,7 +42,7 @@ def feed(
             {n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks, observed, target.rank_gpus
         )
         if alive:  # empty before the first listing
-            health.alive(alive)
+            health.alive(alive, ended=ended)
         updated = set(updated) | new  # a node new to the monitor brings its summary
     for node_id in updated:
         handle = pool.get(node_id)
@@ -111,6 +113,7 @@ class FleetHealth:
         *,
         only: str | None = None,
         final: bool = False,
+        ended: Mapping[str, NodeEnd] | None = None,
     ) -> bool:
         """Feed every shared run's monitor (``only``: one run's) and publish what it says; True
         when a capped run's stragglers changed (its members may change: re-plan)."""
@@ -123,7 +126,8 @@ class FleetHealth:
         for target in list(targets.values()):
             if isinstance(target, SharedTarget) and target.health is not None and only in (None, target.run_id):
                 before = stragglers(target)
-                feed(target, pool, alive, self._known, updated, self._observed.get(target.run_id, frozenset()))
+                observed = self._observed.get(target.run_id, frozenset())
+                feed(target, pool, alive, self._known, updated, observed, ended)
                 publish(target, self._warner, final=final)
                 replan |= target.max_writers is not None and stragglers(target) != before
         return replan

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .._health import NodeEnd
 from .._naming import LABELS
 from .cap import node_kind
 
@@ -63,6 +64,29 @@ def alive_nodes(
             gpus=_amount(resources, "GPU"),
         )
     return out
+
+
+# Ray's NodeDeathInfo reasons, by number (ray.nodes()) and by name (the state API).
+_ENDS = {
+    1: NodeEnd.TERMINATED,
+    2: NodeEnd.CRASHED,
+    3: NodeEnd.PREEMPTED,
+    4: NodeEnd.IDLE,
+    "EXPECTED_TERMINATION": NodeEnd.TERMINATED,
+    "UNEXPECTED_TERMINATION": NodeEnd.CRASHED,
+    "AUTOSCALER_DRAIN_PREEMPTED": NodeEnd.PREEMPTED,
+    "AUTOSCALER_DRAIN_IDLE": NodeEnd.IDLE,
+}
+
+
+def ended_nodes(records: Iterable[Mapping[str, object]]) -> dict[str, NodeEnd]:
+    """The dead nodes of a ``ray.nodes()`` listing and how Ray says each ended (its
+    ``DeathReason``; ``UNKNOWN`` where it gives none)."""
+    return {
+        str(rec["NodeID"]): _ENDS.get(rec.get("DeathReason"), NodeEnd.UNKNOWN)  # type: ignore[call-overload]
+        for rec in records
+        if not rec.get("Alive")
+    }
 
 
 def select_nodes(

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._health import NodeEnd
 from .._warn import Warner, describe
 from .._writers import WriterSpec
 from .actors import RayActors
@@ -30,7 +31,7 @@ from .commands import (
     SetNodes,
 )
 from .health import FleetHealth, rank_report, stragglers
-from .nodes import NodeInfo, alive_nodes, candidate_nodes, prestart_nodes
+from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
 from .pool import LoggerPool
 from .ready import Awaits
@@ -70,6 +71,7 @@ class FleetWorker:
         self._health = FleetHealth(warner)
         self._collection = OfflineCollection(warner)
         self._alive: dict[str, NodeInfo] = {}
+        self._ended: dict[str, NodeEnd] = {}  # the listing's dead nodes, how each ended (node health's lost or left)
 
     @property
     def relaying(self) -> bool:
@@ -132,10 +134,11 @@ class FleetWorker:
         if (not self.targets and not self.pool) or (self._listed_at is not None and now - self._listed_at < every):
             return
         self._listed_at = now
-        alive = alive_nodes(self._list_nodes(), self._alive)
+        records = self._list_nodes()
+        alive = alive_nodes(records, self._alive)
         if alive.keys() != self._alive.keys():  # else the same object stays: nothing downstream redoes work
             self.dirty = True
-            self._alive = alive
+            self._alive, self._ended = alive, ended_nodes(records)
 
     def _prestart_nodes(self, ask: Prestart) -> list[NodeInfo]:
         """The nodes to start loggers on ahead: where the job's workers fit now (each node's free
@@ -182,7 +185,8 @@ class FleetWorker:
 
     def _check_health(self, only: str | None = None, final: bool = False) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
-        self.dirty |= self._health.check(self.targets, self.pool, self._alive, only=only, final=final)
+        health = self._health
+        self.dirty |= health.check(self.targets, self.pool, self._alive, only=only, final=final, ended=self._ended)
 
     # retiring runs ---------------------------------------------------------------------------
     def _start_retirement(self, how: Retire) -> None:

@@ -10,7 +10,7 @@ tables (``table``) hold; ``alerts`` and ``degradation`` write the words. The nam
 from .alerts import ALERT_WAIT_S, Alert, gpu_finding, gpu_name
 from .degradation import read_warning
 from .gpus import GpuEvent, GpuHealth
-from .kinds import Degradation, EventKind, GpuState, NodeState
+from .kinds import Degradation, EventKind, GpuState, NodeEnd, NodeState
 from .messages import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
 from .monitor import HealthMonitor, HealthOptions, NodeView, Notice, TickResult
 from .reader import BUFFER_SAMPLES, SummaryReader, aged
@@ -35,6 +35,7 @@ __all__ = [
     "GpuSummary",
     "HealthMonitor",
     "HealthOptions",
+    "NodeEnd",
     "NodeState",
     "NodeSummary",
     "NodeView",

@@ -47,6 +47,19 @@ class EventKind(str, Enum):
         return self.value
 
 
+class NodeEnd(str, Enum):
+    """How Ray says a node ended (its ``DeathReason`` in the node listing)."""
+
+    UNKNOWN = "unknown"  # Ray said nothing (not listed dead, or a listing without the reason)
+    TERMINATED = "terminated"  # ended on purpose: SIGTERM (a pod deleted), ``ray stop``
+    CRASHED = "crashed"  # its health checks failed: known dead only after they did
+    PREEMPTED = "preempted"  # the autoscaler drained it for a preemption
+    IDLE = "idle"  # the autoscaler drained it as idle
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Degradation(str, Enum):
     """Why node health sees less of a node than it should: one warning each, per node."""
 

@@ -6,7 +6,7 @@ calls :meth:`HealthMonitor.tick`, which says which alerts to raise, whether the 
 changed, which warnings a degraded node needs, and, every ``table_every_s``, the tables' rows.
 Nodes are judged against each other by ``node_judge`` (the straggler rules), each GPU on its own
 against the job's others by ``gpus`` (slow, idle, memory errors, lost); ``table`` writes the
-rows, ``alerts`` the words. A node that leaves the cluster while the run uses it is lost.
+rows, ``alerts`` the words. A node that leaves the cluster with the run's ranks on it is lost.
 
 Nodes without train workers (no ranks) are left out of the comparison unless ``compare_all``.
 """
@@ -22,16 +22,13 @@ from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
 from .degradation import no_gpu_warning, reports_no_gpu
 from .gpus import GpuHealth
-from .kinds import Degradation, EventKind, NodeState
+from .kinds import Degradation, EventKind, NodeEnd, NodeState
 from .messages import NodeSummary
-from .node_judge import NodeJudge, TrackedNode
+from .node_judge import NodeJudge, TrackedNode, lost_when_gone
 from .table import COLUMNS, GPU_COLUMNS, node_order, node_row
 
 TABLE_EVERY_S = 60.0
 HOLD_S = 300.0  # a GPU's recovery is said once it held this long: a flapping GPU is one episode
-# A node that dies this soon after the run moved off it was lost (Train restarts around a dead
-# node, and may re-place its workers before the node is seen dead); later, it was let go.
-LOST_GRACE_S = 120.0
 __all__ = ["COLUMNS", "GPU_COLUMNS", "Alert", "HealthMonitor", "HealthOptions", "NodeView", "Notice", "TickResult"]
 
 
@@ -108,18 +105,23 @@ class HealthMonitor:
             if node is None:
                 node = self._nodes[node_id] = TrackedNode(node_id, label, hostname)
                 new.add(node_id)
-            node.ranks = tuple(sorted(ranks.get(node_id, ())))
+            now_ranks = tuple(sorted(ranks.get(node_id, ())))
+            if now_ranks or node.ranks:  # when they went off it (a restart, a resize): see lost_when_gone
+                node.ranks_off_at = None if now_ranks else self._clock()
+            node.ranks = now_ranks
             node.had_ranks = node.ranks or node.had_ranks
             # None: the rank's GPU ids are not known (judged as unmapped); (): it holds no GPU
             ids = {r: None if rank_gpus is None else tuple(rank_gpus.get(r, ())) for r in node.ranks}
             node.expects_gpu = any(ids.values())
             self.gpus.ranks(node_id, ids)
-            node.in_run, node.left_at = True, None
-            if node.state is NodeState.LEFT:
+            node.in_run = not node.gone  # a node seen gone stays out, should the run still list it
+            if node.state is NodeState.LEFT and not node.gone:
                 node.state = NodeState.OK
         for node_id, node in self._nodes.items():
             if node_id not in nodes and node.in_run:
-                node.in_run, node.ranks, node.left_at = False, (), self._clock()
+                if node.ranks:
+                    node.ranks_off_at = self._clock()
+                node.in_run, node.ranks = False, ()
                 if node.state is not NodeState.LOST:
                     self._clear(node, NodeState.LEFT)
         return new
@@ -153,18 +155,24 @@ class HealthMonitor:
         self.gpus.reported(now, checkpoint)
         self._said(self._judge.report(self._compared(), metrics, now), now)
 
-    def alive(self, alive: Iterable[str], now: float | None = None) -> None:
-        """The cluster's alive nodes: a node of the run (or just off it, having hosted ranks) not among them
-        is lost (once); one that left never having hosted a rank (an idle cluster node) stays ``left``."""
+    def alive(self, alive: Iterable[str], now: float | None = None, ended: Mapping[str, NodeEnd] | None = None) -> None:
+        """The cluster's alive nodes, and how Ray says the dead ones ended: a node gone with the run's
+        ranks on it (or just off it, see ``lost_when_gone``) is lost (one alert); any other is
+        ``left`` (no alert: an idle node an autoscaler removed, an observer). Judged once."""
         up = set(alive)
         now = self._clock() if now is None else now
         for node in self._nodes.values():
-            if node.state is NodeState.LOST or node.node_id in up:
+            if node.gone or node.node_id in up:
                 continue
-            just_left = node.left_at is not None and now - node.left_at < LOST_GRACE_S and bool(node.had_ranks)
-            if node.in_run or just_left:
+            node.gone = True
+            end = (ended or {}).get(node.node_id, NodeEnd.UNKNOWN)
+            working = bool(node.ranks) or (self.options.compare_all and node.in_run)  # a Tune trial's node
+            if lost_when_gone(node, end, now, working=working):
                 self._events.append((node.node_id, self._judge.alert(node, EventKind.NODE_LOST, self.gpus, now)))
                 self._clear(node, NodeState.LOST)
+            elif node.state is not NodeState.LEFT:
+                node.in_run, node.ranks = False, ()
+                self._clear(node, NodeState.LEFT)
 
     def tick(self, now: float | None = None, final: bool = False) -> TickResult:
         """Judge the system rule on fresh samples; the alerts, straggler count and table due."""

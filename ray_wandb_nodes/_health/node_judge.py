@@ -26,12 +26,20 @@ from typing import Any
 from .._metrics import flatten
 from .alerts import Alert, lost_alert, node_who, straggler_alert
 from .gpus import GpuHealth
-from .kinds import EventKind, NodeState
+from .kinds import EventKind, NodeEnd, NodeState
 from .messages import NodeSummary
 from .rule import NodeStreak, StragglerRule, judge
 from .summary import gpu_util
 
 SYSTEM_FLOOR = 10.0  # percentage points
+# A node seen gone this soon after its ranks went off it may have died with them (its death the
+# cause of the restart that moved them: Train re-places ranks before the fleet sees the node
+# dead). Ray knows a crashed node dead once its health checks fail: up to ~65 s at Ray's
+# defaults (5 checks 3 s apart, 10 s each), plus the fleet's 3 s listing; a node ended on purpose
+# (SIGTERM, a drain) at once, so the listing and Train's re-placement race alone. An autoscaler
+# removes an idle node later (KubeRay after 60 s, then a drain or SIGTERM: past the 30 s; Ray's
+# own after 5 min). One it drained as idle never died with ranks running.
+LOST_GRACE_S = {NodeEnd.UNKNOWN: 70.0, NodeEnd.CRASHED: 70.0, NodeEnd.TERMINATED: 30.0, NodeEnd.PREEMPTED: 30.0}
 
 
 @dataclass
@@ -47,7 +55,8 @@ class TrackedNode:
     metric: float | None = None
     state: NodeState = NodeState.OK
     in_run: bool = True
-    left_at: float | None = None
+    ranks_off_at: float | None = None  # when its ranks last went off it (a restart, a resize, the run leaving it)
+    gone: bool = False  # seen gone from the cluster (judged lost or left, once)
     had_ranks: tuple[int, ...] = ()  # its last ranks (a lost node's alert); empty: it never hosted one
     got: tuple[float, float] | None = None  # its summary's arrival (this clock), and age then (the node's)
     kind: str | None = None  # what the system rule compares it as ("gpu:<model>", "cpu"), sticky for GPUs
@@ -66,6 +75,17 @@ class TrackedNode:
         if self.fresh_t0 is None or self.summary is None:
             return None
         return float(self.fresh_t0), float(self.summary.t)
+
+
+def lost_when_gone(node: TrackedNode, end: NodeEnd, now: float, *, working: bool) -> bool:
+    """Whether ``node``, seen gone from the cluster at ``now`` (ended as Ray says: ``end``), was
+    lost with the run's work (an ERROR) rather than let go (``left``, no alert): it was
+    ``working`` then (it held ranks; a Tune trial's node), or its ranks went off it within the
+    grace of ``end``."""
+    if working:
+        return True
+    grace, off_at = LOST_GRACE_S.get(end), node.ranks_off_at
+    return bool(node.had_ranks) and off_at is not None and grace is not None and now - off_at < grace
 
 
 class NodeJudge:

@@ -246,6 +246,14 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     assert late == []
     # One "node lost" alert for the dead node, and no straggler: the node table says so too.
     assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Node lost: {victim_label}", "ERROR")]
+    # How Ray says it ended, as the fleet reads its listing: its ranks were on it, so it is lost
+    # even within the shorter grace of a node ended on purpose (a node let go idle is left).
+    import ray
+
+    from ray_wandb_nodes._fleet.nodes import ended_nodes
+    from ray_wandb_nodes._health import NodeEnd
+
+    assert ended_nodes(ray.nodes())[victim_id] is (NodeEnd.TERMINATED if graceful else NodeEnd.CRASHED)
     assert victim_label in run.alerts[0]["text"]
     if WANDB_TABLES:
         table = {row["node"]: row for row in run.tables("nodes")[-1]}
