@@ -224,7 +224,8 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         },  # throttles 5 s, recovers
         "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
         "2": {"8": {"state": "lost"}},  # falls off the bus
-    }  # rank 3's GPU, and every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
+        "3": {"0": {"state": "mig"}},  # MIG mode from its first step: no utilisation, the rest as ever
+    }  # every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
     own = {"path": str(node.path), "events": events}
     # Sampled every 0.25 s: wandb writes its transaction log (the SM clock and ECC counts) a
     # 32 KiB block at a time, about every 6 samples of this node's 8 GPUs.
@@ -256,6 +257,13 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     assert re.search(r"at \d+ % utilisation, \d+ C, \d+ W of 700 W", slow), slow
     ecc = next(a["text"] for a in run.alerts if a["title"].startswith("GPU memory errors"))
     assert "rank 1" in ecc and "uncorrectable" in ecc and ": 2, up from 0" in ecc, ecc
+    # Rank 3's MIG GPU is no lost GPU: its memory, temperature and power reach the run all along
+    # (as many samples as rank 0's GPU), its utilisation stops (or never starts) at MIG's NOT_SUPPORTED.
+    series, mig = gpu_series(run, label), gpu[3]
+    assert not [a for a in run.alerts if a["title"] == f"GPU lost: {label} GPU {mig}"]
+    for key in ("memoryAllocated", "temp", "powerWatts"):
+        assert len(series[f"gpu.{mig}.{key}"]) == len(series[f"gpu.{gpu[0]}.{key}"]) >= 50, key
+    assert len(series.get(f"gpu.{mig}.gpu", [])) < len(series[f"gpu.{mig}.temp"]) - 50
     if not WANDB_TABLES:
         return
     # The gpus table comes with every alert: one of them shows the slow GPU as such.
@@ -268,6 +276,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     }
     assert last[gpu[1]]["ecc_uncorrected"] == 2 and last[gpu[0]]["sm_clock"] >= 1900
     assert (last[gpu[2]]["util"], last[gpu[2]]["sm_clock"]) == (None, None)  # a lost GPU reads nothing
+    assert last[mig]["util"] is None and None not in (last[mig]["memory"], last[mig]["temp"], last[mig]["power_w"])
     assert {last[gpu[r]]["ranks"] for r in range(4)} == {"0", "1", "2", "3"}
     row = final_table(run)[label]
     assert row["gpus_not_ok"] == ", ".join(
