@@ -93,8 +93,10 @@ def lookup_on_node(ids: Iterable[str], library: str = "libnvidia-ml.so.1") -> tu
 
 def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] | None:
     """This node's GPUs as NVML lists them (index order): ``models`` and ``uuids``; None without
-    NVML or GPUs. One read when a writer starts (a node writer's wandb records no metadata of its
-    own, so this is where its GPUs' models and UUIDs come from); nothing is sampled."""
+    NVML, or when no GPU answers. One read when a writer starts (a node writer's wandb records no
+    metadata of its own, so this is where its GPUs' models and UUIDs come from); nothing is
+    sampled. A GPU NVML cannot read (off the bus: ``NVML_ERROR_GPU_IS_LOST`` from its handle
+    lookup) keeps its index with an empty model and UUID, and the node's other GPUs are listed."""
     import ctypes
 
     with _nvml(library) as nvml:
@@ -105,10 +107,9 @@ def nvml_inventory(library: str = "libnvidia-ml.so.1") -> dict[str, list[str]] |
         for i in range(min(count.value, 64)):
             handle = ctypes.c_void_p()
             name, uuid = ctypes.create_string_buffer(96), ctypes.create_string_buffer(96)
-            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
-                return None
-            nvml.nvmlDeviceGetName(handle, name, 96)
-            nvml.nvmlDeviceGetUUID(handle, uuid, 96)
+            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0:
+                nvml.nvmlDeviceGetName(handle, name, 96)
+                nvml.nvmlDeviceGetUUID(handle, uuid, 96)
             models.append(name.value.decode(errors="replace"))
             uuids.append(uuid.value.decode(errors="replace"))
-        return {"models": models, "uuids": uuids}
+        return {"models": models, "uuids": uuids} if any(models) or any(uuids) else None

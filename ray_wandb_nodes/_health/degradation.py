@@ -43,7 +43,8 @@ def no_gpu_warning(label: str, hostname: str, ranks: tuple[int, ...], intervals:
     """The warning for a node whose ranks have GPUs and whose samples show none."""
     return (
         f"{label} (host {hostname or '?'}, {ranks_text(ranks)}) runs ranks that Ray gave GPUs, yet its "
-        f"writer's samples show no GPU after {intervals} sampling intervals: wandb found no NVML there "
-        "(no libnvidia-ml.so.1 in the container, or NVIDIA's driver not loaded yet). Its GPU series "
+        f"writer's samples show no GPU after {intervals} sampling intervals: wandb's NVIDIA monitor did "
+        "not start there (no libnvidia-ml.so.1 in the container, NVIDIA's driver not loaded yet, or a GPU "
+        "off the bus when the writer started: NVML then fails its lookup). Its GPU series "
         "and the GPU rules are missing for it, and the straggler rule judges it by its CPU share"
     )

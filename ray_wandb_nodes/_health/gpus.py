@@ -162,7 +162,9 @@ class GpuHealth:
                 gpu = node.gpus.get(index) or self._gpu(node_id, node, index)
                 gpu.util, gpu.mem, gpu.temp = values.util, values.mem, values.temp
                 gpu.power, gpu.limit = values.power, values.limit if values.limit is not None else gpu.limit
-                gpu.floats = (*batch, gpu.util is not None)
+                # present while any of its series reports: a MIG GPU has no utilisation, and a
+                # GPU whose utilisation read failed once is never asked for it again (see gpu_lost)
+                gpu.floats = (*batch, any(v is not None for v in values))
             for index in node.gpus.keys() - gpus.keys():  # seen before, missing now
                 node.gpus[index].floats = (*batch, False)
         for ints in summary.gpu_ints:  # oldest first; each judged in turn
@@ -274,8 +276,8 @@ class GpuHealth:
         return tuple(sorted(i for i in use if not node.gpus[i].suspect))
 
     def model(self, node_id: str) -> str:
-        node = self._nodes.get(node_id)
-        return node.models[0] if node and node.models else ""
+        node = self._nodes.get(node_id)  # the first GPU NVML named: one lost from the start has no name
+        return next((m for m in node.models if m), "") if node else ""
 
     def not_ok(self, node_id: str) -> str:
         node = self._nodes.get(node_id)

@@ -230,7 +230,8 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         },  # throttles 5 s, recovers
         "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
         "2": {"8": {"state": "lost"}},  # falls off the bus
-    }  # rank 3's GPU, and every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
+        "3": {"0": {"state": "mig"}},  # MIG mode from its first step: no utilisation, the rest as ever
+    }  # every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)
     # The node's four GPUs that no rank holds (another job's): one throttles, one gets memory
     # errors, one falls off the bus: the run judges only its own GPUs, so no alert for them.
     unused = [{"sm_clock": 600, "util": 100}, {"ecc_uncorrected": 5}, {"state": "lost"}]
@@ -267,6 +268,13 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     assert "rank 1" in ecc and "uncorrectable" in ecc and ": 2, up from 0" in ecc, ecc
     # every alert asks W&B to drop the same title again within 300 s (wait_duration, sent in ms)
     assert {a["wait"] for a in run.alerts} == {300_000}, [a["wait"] for a in run.alerts]
+    # Rank 3's MIG GPU is no lost GPU: its memory, temperature and power reach the run all along
+    # (as many samples as rank 0's GPU), its utilisation stops (or never starts) at MIG's NOT_SUPPORTED.
+    series, mig = gpu_series(run, label), gpu[3]
+    assert not [a for a in run.alerts if a["title"] == f"GPU lost: {label} GPU {mig}"]
+    for key in ("memoryAllocated", "temp", "powerWatts"):
+        assert len(series[f"gpu.{mig}.{key}"]) == len(series[f"gpu.{gpu[0]}.{key}"]) >= 50, key
+    assert len(series.get(f"gpu.{mig}.gpu", [])) < len(series[f"gpu.{mig}.temp"]) - 50
     if not WANDB_TABLES:
         return
     # Tables at most once a minute: this run (under a minute) logs the first alert's and the end's.
@@ -278,6 +286,7 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
     }
     assert last[gpu[1]]["ecc_uncorrected"] == 2 and last[gpu[0]]["sm_clock"] >= 1900
     assert (last[gpu[2]]["util"], last[gpu[2]]["sm_clock"]) == (None, None)  # a lost GPU reads nothing
+    assert last[mig]["util"] is None and None not in (last[mig]["memory"], last[mig]["temp"], last[mig]["power_w"])
     assert {last[gpu[r]]["ranks"] for r in range(4)} == {"0", "1", "2", "3"}
     assert {row["ranks"] for i, row in last.items() if i not in gpu.values()} == {""}  # not judged
     row = final_table(run)[label]

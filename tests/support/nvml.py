@@ -85,7 +85,9 @@ class Gpu:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     fan: int = 40  # %
-    state: str = "ok"  # "ok", or "lost": every NVML call for it fails as for a GPU off the bus
+    # "ok"; "lost": every NVML call for it fails as for a GPU off the bus; "mig": in MIG mode,
+    # NVML answers NOT_SUPPORTED for its utilisation and everything else as for "ok"
+    state: str = "ok"
 
     @property
     def memory_allocated(self) -> float:

@@ -13,8 +13,12 @@
  *   name|uuid|util %|memory used MiB|memory total MiB|temperature C|power W|power limit W|
  *   SM clock MHz|memory clock MHz|corrected ECC|uncorrected ECC|fan %|state
  *
- * state is "ok" or "lost": a lost GPU fails every call with NVML_ERROR_GPU_IS_LOST, as a GPU
- * that fell off the bus does. The file is read again whenever it changes (its inode, size or
+ * state is "ok", "lost" or "mig". A lost GPU fails every call with NVML_ERROR_GPU_IS_LOST, as a
+ * GPU that fell off the bus does, its handle lookup by index included (nvidia-smi's "Unable to
+ * determine the device handle for GPU ...: GPU is lost"). A "mig" GPU is one in MIG mode: its
+ * utilisation call answers NVML_ERROR_NOT_SUPPORTED, as NVML's does for a GPU partitioned into
+ * MIG slices, and every other call (memory, temperature, power, clocks, ECC) answers as for an
+ * "ok" GPU. The file is read again whenever it changes (its inode, size or
  * modification time), so a test changes a GPU mid-run by replacing the file; write it to a
  * temporary name and rename it over the old one, so no reader sees half a file. The device
  * count is fixed at nvmlInit, as NVML's is: a GPU whose line is gone later counts as lost.
@@ -71,7 +75,7 @@ typedef struct {
     unsigned int util, temp, sm_clock, mem_clock, fan;
     unsigned long long mem_used_mib, mem_total_mib, ecc_corrected, ecc_uncorrected;
     double power_w, limit_w;
-    int lost;
+    int lost, mig;
 } gpu_t;
 
 /* A device handle is a pointer to its slot; the slot's index is what the handle names. */
@@ -167,6 +171,7 @@ static int load(const char *path) {
         char state[16];
         copy_field(state, fields[13], sizeof state);
         g->lost = strcmp(state, "lost") == 0;
+        g->mig = strcmp(state, "mig") == 0;
     }
     fclose(f);
     listed = count;
@@ -292,6 +297,12 @@ static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t *device) {
     if (!device) return NVML_ERROR_INVALID_ARGUMENT;
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (index >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    /* A GPU off the bus has no handle either: the lookup fails as every call on it does. */
+    pthread_mutex_lock(&lock);
+    refresh();
+    int lost = index >= listed || gpus[index].lost;
+    pthread_mutex_unlock(&lock);
+    if (lost) return NVML_ERROR_GPU_IS_LOST;
     *device = &devices[index];
     return NVML_SUCCESS;
 }
@@ -391,6 +402,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     TRACE();
     if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
     WITH_GPU(device, g);
+    if (g->mig) { /* NVML reports no utilisation of a GPU in MIG mode */
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
     utilization->gpu = g->util;
     utilization->memory = g->util / 2;
     DONE();

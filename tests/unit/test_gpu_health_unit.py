@@ -8,14 +8,23 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
-from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, GpuInts, GpuState, HealthMonitor, HealthOptions, gpu_ints
+from ray_wandb_nodes._health import (
+    COLUMNS,
+    GPU_COLUMNS,
+    GpuInts,
+    GpuInventory,
+    GpuState,
+    HealthMonitor,
+    HealthOptions,
+    gpu_ints,
+)
 from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
 from ray_wandb_nodes._health.gpu_idle import idle_verdicts
 from ray_wandb_nodes._health.gpu_lost import lost_step
 from ray_wandb_nodes._health.gpu_slow import slow_verdicts
 from ray_wandb_nodes._health.rule import NodeStreak
 from ray_wandb_nodes._health.table import TABLE_CAP
-from tests.support.fakes import clocks, gpus, inventory, summary
+from tests.support.fakes import clocks, gpu, gpus, inventory, summary
 from tests.support.fakes import ints as fake_ints
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
@@ -133,6 +142,21 @@ def test_uuids_are_looked_up_in_nvml_on_the_node(tmp_path: Any, monkeypatch: pyt
     assert nvml_inventory(library) is None
 
 
+def test_a_gpu_off_the_bus_from_the_start_leaves_the_node_s_other_gpus_in_its_inventory(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.nvml import LIBRARY, Gpu, ScriptedGpus, build
+
+    gpus = ScriptedGpus(tmp_path / "gpus.txt", [Gpu(), Gpu(name=A100), Gpu()], node="x")
+    gpus.set(1, state="lost")  # its handle lookup fails as NVML's does (GPU_IS_LOST)
+    monkeypatch.setenv("SCRIPTED_NVML_GPUS", str(gpus.path))
+    library = str(build() / LIBRARY)
+    uuids = [g.uuid for g in gpus.gpus]
+    assert nvml_inventory(library) == {"models": [H100, "", H100], "uuids": [uuids[0], "", uuids[2]]}
+    gpus.set_all(state="lost")  # no GPU answers: nothing to list
+    assert nvml_inventory(library) is None
+
+
 # the monitor ------------------------------------------------------------------------------------
 class Clock:
     def __init__(self) -> None:
@@ -163,9 +187,11 @@ class Job:
         if reported:
             self.m.report([])
         self.seq = 0
+        self.infos: dict[str, GpuInventory] = {}  # a node's inventory other than ``inventory()``'s
 
-    def sample(self, utils: dict[str, list[float]], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
-        """One sampling interval of every node; ``ints``: integer series of this interval."""
+    def sample(self, utils: dict[str, Any], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
+        """One sampling interval of every node (``utils``: node -> its GPUs' utilisations, or
+        its GPUs' readings by index); ``ints``: integer series of this interval."""
         self.clock.now += 1
         self.seq += 1
         t = self.clock.now
@@ -176,8 +202,8 @@ class Job:
                     t,
                     seq=self.seq,
                     cpu=10.0,
-                    gpus=gpus(utils[node]) if node in utils else {},
-                    info=inventory(count, node, model),
+                    gpus=(gpus(utils[node]) if isinstance(utils[node], list) else utils[node]) if node in utils else {},
+                    info=self.infos.get(node) or inventory(count, node, model),
                     ints=(ints or {}).get(node),
                 ),
             )
@@ -269,6 +295,44 @@ def test_a_gpu_that_stops_reporting_is_lost_never_slow_and_the_node_goes_on() ->
         if r[0:3:2] == ["node-b-abcdef", 1]
     )
     assert row["state"] == "lost" and (row["util"], row["sm_clock"]) == (None, None)  # no stale readings
+
+
+@pytest.mark.parametrize(
+    ("reported", "lost"),
+    [
+        # MIG for the whole run: NVML answers NOT_SUPPORTED for utilisation, memory/temp/power go on
+        (lambda step: gpu(None), False),
+        # a healthy GPU whose utilisation read failed once: wandb asks for it no more
+        (lambda step: gpu(97.0 if step < 2 else None), False),
+        # off the bus: every series stops (wandb's monitor asks a failing GPU nothing more)
+        (lambda step: gpu(97.0) if step < 2 else None, True),
+    ],
+    ids=["mig", "utilisation-stops", "every-series-stops"],
+)
+def test_a_gpu_is_lost_only_when_every_series_of_it_stops(reported: Any, lost: bool) -> None:
+    job = Job({"a": (2, (0, 1), H100), "b": (2, (2, 3), H100)})
+    alerts = []
+    for step in range(8):  # window 2 s, 3 samples: long enough to be lost four times over
+        b1 = reported(step)
+        alerts += job.sample({"a": [97.0, 97.0], "b": {0: gpu(97.0), **({1: b1} if b1 else {})}}).alerts
+    assert [(a.title, a.level) for a in alerts] == ([("GPU lost: node-b-abcdef GPU 1", "ERROR")] if lost else [])
+    rows = {(r[0], r[2]): dict(zip(GPU_COLUMNS, r, strict=True)) for r in job.m.gpus.rows(job_names(job))}
+    row = rows[("node-b-abcdef", 1)]
+    assert row["state"] == ("lost" if lost else "ok")
+    if not lost:  # its other readings still shown
+        assert (row["util"], row["memory"], row["temp"], row["power_w"]) == (None, 50.0, 60.0, 500.0)
+
+
+def test_a_node_whose_gpu_0_was_lost_from_the_start_keeps_its_model_and_per_model_grouping() -> None:
+    # A100 nodes at 60 % beside H100 nodes at 97 %; node a's GPU 0 was off the bus when its
+    # writer started: NVML named only GPU 1, and wandb reports only GPU 1.
+    job = Job({"a": (2, (0,), H100), "b": (1, (1,), H100), "c": (1, (2,), A100), "d": (1, (3,), A100)})
+    job.infos["a"] = GpuInventory(("", H100), ("", "GPU-a-1"))
+    alerts = []
+    for _ in range(6):
+        alerts += job.sample({"a": {1: gpu(97.0)}, "b": [96.0], "c": [60.0], "d": [61.0]}).alerts
+    assert alerts == []  # each model against its own, as without the lost GPU
+    assert job.m.gpus.model("a") == H100
 
 
 def test_an_uncorrected_ecc_increase_is_one_error_alert_and_the_state_stays() -> None:
