@@ -13,7 +13,7 @@ from .evidence import RankEvidence, arm, disarm, evidence_from_dumps, request_du
 from .flight import Collective, FlightRecord, flight_recorder_env
 from .policy import HangTimeout, hung_ranks, job_cadence_s, limit_s, parse_hang_timeout
 from .stacks import Frame, ThreadStack, parse_faulthandler
-from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge
+from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
 
 __all__ = [
     "Beacon",
@@ -43,6 +43,7 @@ __all__ = [
     "parse_faulthandler",
     "parse_hang_timeout",
     "progress_of",
+    "rank_ranges",
     "read_slots",
     "request_dump",
     "request_dumps",

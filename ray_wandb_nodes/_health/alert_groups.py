@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import replace
 
+from .._hang import rank_ranges
 from .alerts import Alert
 
 LIST_LIMIT = 40  # nodes named in a grouped alert; past it, counted
@@ -65,17 +66,8 @@ class FlapHold:
 
 
 def gpu_span(indices: tuple[int, ...]) -> str:
-    """``0-7``, ``0,2,5-7``: GPU indices in short."""
-    parts: list[str] = []
-    ordered = sorted(set(indices))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """``0-7``, ``0,2,5-7``: GPU indices in short (as a hang verdict writes ranks)."""
+    return rank_ranges(indices)
 
 
 # inside -------------------------------------------------------------------------------------------
