@@ -228,7 +228,9 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
             "8": {"sm_clock": 900, "power_w": 250},
             "28": {"sm_clock": None, "power_w": None},
         },  # throttles 5 s, recovers
-        "1": {"8": {"ecc_uncorrected": 2}},  # uncorrectable memory errors
+        # uncorrectable memory errors: 2 in device memory since the driver loaded (the counter
+        # wandb reads), 9 in the GPU's lifetime, 3 more in SRAM; the alert must say 2
+        "1": {"8": {"ecc_uncorrected": 2, "ecc_uncorrected_aggregate": 9, "ecc_uncorrected_sram": 3}},
         "2": {"8": {"state": "lost"}},  # falls off the bus
         "3": {"0": {"state": "mig"}},  # MIG mode from its first step: no utilisation, the rest as ever
     }  # every GPU until step 8: busy, with noise (util 92-100 %, SM clock 1900-1980 MHz)

@@ -88,6 +88,12 @@ class Gpu:
     # "ok"; "lost": every NVML call for it fails as for a GPU off the bus; "mig": in MIG mode,
     # NVML answers NOT_SUPPORTED for its utilisation and everything else as for "ok"
     state: str = "ok"
+    # NVML's other ECC counters: the aggregate (lifetime) ones (never reported below the volatile
+    # ecc_corrected / ecc_uncorrected, which count device memory since the driver loaded) and the
+    # uncorrected SRAM errors; wandb reads the volatile device-memory ones
+    ecc_corrected_aggregate: int = 0
+    ecc_uncorrected_aggregate: int = 0
+    ecc_uncorrected_sram: int = 0
 
     @property
     def memory_allocated(self) -> float:

@@ -11,7 +11,12 @@
  * by '|' ('#' starts a comment line):
  *
  *   name|uuid|util %|memory used MiB|memory total MiB|temperature C|power W|power limit W|
- *   SM clock MHz|memory clock MHz|corrected ECC|uncorrected ECC|fan %|state
+ *   SM clock MHz|memory clock MHz|corrected ECC|uncorrected ECC|fan %|state|
+ *   aggregate corrected ECC|aggregate uncorrected ECC|uncorrected SRAM ECC
+ *
+ * The corrected and uncorrected ECC counts are NVML's volatile device-memory (DRAM/HBM) ones;
+ * the aggregate (lifetime) ones are never below them; SRAM errors are uncorrected only. So a
+ * test can tell which counter a monitor reads (see ecc_count below).
  *
  * state is "ok", "lost" or "mig". A lost GPU fails every call with NVML_ERROR_GPU_IS_LOST, as a
  * GPU that fell off the bus does, its handle lookup by index included (nvidia-smi's "Unable to
@@ -74,6 +79,8 @@ typedef struct {
     char uuid[NAME_LEN];
     unsigned int util, temp, sm_clock, mem_clock, fan;
     unsigned long long mem_used_mib, mem_total_mib, ecc_corrected, ecc_uncorrected;
+    /* aggregate (lifetime) counts, never below the volatile ones; uncorrected volatile SRAM errors */
+    unsigned long long ecc_corrected_aggregate, ecc_uncorrected_aggregate, ecc_uncorrected_sram;
     double power_w, limit_w;
     int lost, mig;
 } gpu_t;
@@ -146,11 +153,11 @@ static int load(const char *path) {
         while (*p == ' ' || *p == '\t') p++;
         if (*p == '#' || *p == '\n' || *p == 0) continue;
         if (count == MAX_GPUS) break;
-        char *fields[14];
+        char *fields[17];
         int nf = 0;
-        for (char *tok = strtok(p, "|"); tok && nf < 14; tok = strtok(NULL, "|")) fields[nf++] = tok;
-        if (nf != 14) {
-            fprintf(stderr, "scripted NVML: %s line %d has %d fields, expected 14\n", path, lineno, nf);
+        for (char *tok = strtok(p, "|"); tok && nf < 17; tok = strtok(NULL, "|")) fields[nf++] = tok;
+        if (nf != 17) {
+            fprintf(stderr, "scripted NVML: %s line %d has %d fields, expected 17\n", path, lineno, nf);
             fclose(f);
             return -1;
         }
@@ -172,6 +179,9 @@ static int load(const char *path) {
         copy_field(state, fields[13], sizeof state);
         g->lost = strcmp(state, "lost") == 0;
         g->mig = strcmp(state, "mig") == 0;
+        g->ecc_corrected_aggregate = strtoull(fields[14], NULL, 10);
+        g->ecc_uncorrected_aggregate = strtoull(fields[15], NULL, 10);
+        g->ecc_uncorrected_sram = strtoull(fields[16], NULL, 10);
     }
     fclose(f);
     listed = count;
@@ -484,25 +494,36 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned i
 }
 
 /* errorType: 0 corrected, 1 uncorrected; counter and location: the file's counts for each. */
-static nvmlReturn_t ecc_count(nvmlDevice_t device, int error_type, unsigned long long *count) {
-    if (!count || error_type < 0 || error_type > 1) return NVML_ERROR_INVALID_ARGUMENT;
+/* NVML's ECC counters: error type 0 corrected, 1 uncorrected; counter type 0 volatile (since the
+ * driver loaded or the GPU was reset), 1 aggregate (the GPU's lifetime); location 2 device memory
+ * (DRAM/HBM), 7 SRAM, others none here. The file's corrected and uncorrected counts are the
+ * volatile device-memory ones; SRAM errors are uncorrected and volatile only (aggregate: the same). */
+enum { LOC_DEVICE_MEMORY = 2, LOC_SRAM = 7, LOC_ALL = -1 };
+static unsigned long long max_ull(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+static nvmlReturn_t ecc_count(nvmlDevice_t device, int error_type, int counter_type, int location,
+                              unsigned long long *count) {
+    if (!count || error_type < 0 || error_type > 1 || counter_type < 0 || counter_type > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
     WITH_GPU(device, g);
-    *count = error_type == 0 ? g->ecc_corrected : g->ecc_uncorrected;
+    unsigned long long dram, sram = error_type == 1 ? g->ecc_uncorrected_sram : 0;
+    if (error_type == 0)
+        dram = counter_type == 0 ? g->ecc_corrected : max_ull(g->ecc_corrected_aggregate, g->ecc_corrected);
+    else
+        dram = counter_type == 0 ? g->ecc_uncorrected : max_ull(g->ecc_uncorrected_aggregate, g->ecc_uncorrected);
+    *count = location == LOC_DEVICE_MEMORY ? dram : location == LOC_SRAM ? sram : location == LOC_ALL ? dram + sram : 0;
     DONE();
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, int error_type, int counter_type, int location,
                                              unsigned long long *count) {
     TRACE();
-    (void)counter_type;
-    (void)location;
-    return ecc_count(device, error_type, count);
+    return ecc_count(device, error_type, counter_type, location, count);
 }
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
                                          unsigned long long *count) {
     TRACE();
-    (void)counter_type;
-    return ecc_count(device, error_type, count);
+    return ecc_count(device, error_type, counter_type, LOC_ALL, count);
 }
 
 nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *fans) {

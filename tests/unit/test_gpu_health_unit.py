@@ -157,6 +157,36 @@ def test_a_gpu_off_the_bus_from_the_start_leaves_the_node_s_other_gpus_in_its_in
     assert nvml_inventory(library) is None
 
 
+def test_the_stand_in_keeps_nvml_s_ecc_counters_apart(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Volatile against aggregate, device memory against SRAM: what a test scripts for each
+    counter is what NVML's two ECC calls answer, so a test can tell which one a monitor reads."""
+    import ctypes
+
+    from tests.support.nvml import LIBRARY, Gpu, ScriptedGpus, build
+
+    bad = Gpu(ecc_corrected=5, ecc_uncorrected=2, ecc_corrected_aggregate=40, ecc_uncorrected_aggregate=9)
+    gpus = ScriptedGpus(tmp_path / "gpus.txt", [bad], node="x")
+    gpus.set(0, ecc_uncorrected_sram=3)
+    monkeypatch.setenv("SCRIPTED_NVML_GPUS", str(gpus.path))
+    nvml = ctypes.CDLL(str(build() / LIBRARY))
+    assert nvml.nvmlInit_v2() == 0
+    handle, count = ctypes.c_void_p(), ctypes.c_ulonglong()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+
+    def counter(error: int, kind: int, location: int) -> int:  # error 1: uncorrected; kind 1: aggregate
+        assert nvml.nvmlDeviceGetMemoryErrorCounter(handle, error, kind, location, ctypes.byref(count)) == 0
+        return count.value
+
+    def total(error: int, kind: int) -> int:
+        assert nvml.nvmlDeviceGetTotalEccErrors(handle, error, kind, ctypes.byref(count)) == 0
+        return count.value
+
+    dram, sram = 2, 7
+    assert [counter(1, 0, dram), counter(1, 1, dram), counter(1, 0, sram), counter(0, 0, dram)] == [2, 9, 3, 5]
+    assert [counter(0, 1, dram), counter(0, 0, sram), total(1, 0), total(1, 1), total(0, 1)] == [40, 0, 5, 12, 40]
+    nvml.nvmlShutdown()
+
+
 # the monitor ------------------------------------------------------------------------------------
 class Clock:
     def __init__(self) -> None:
