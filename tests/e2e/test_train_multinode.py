@@ -258,10 +258,12 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         text = capsys.readouterr().out
         assert "gpu0    util% 91/91" in text and "gpu1    util% 87/87" in text and "gpu0    util% 78/78" in text
         assert "no GPU metrics" not in text
-        # The alert the run raised, and the report's own flag from the same rule.
+        # The job's two workers hold no GPU (a CPU job on GPU nodes): the live rules judge only the
+        # GPUs a run's ranks hold, so the run raised no alert for the lost one; the report, which
+        # has no ranks and judges every GPU, flags it with the same rule's words.
         lost_label = labels[gpu_nodes[0].node_id]
-        assert [(a["title"], a["level"]) for a in index["alerts"]] == [(f"GPU lost: {lost_label} GPU 1", "ERROR")]
-        assert f"ERROR GPU lost: {lost_label} GPU 1: GPU 1 (NVIDIA H100 80GB HBM3) of {lost_label}" in text
+        assert not index.get("alerts"), index.get("alerts")
+        assert f"ERROR GPU lost: {lost_label} GPU 1" not in text
         assert f"{lost_label}: GPU 1 stopped reporting while its node samples on" in text
         from PIL import Image
 
