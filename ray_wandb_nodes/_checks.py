@@ -191,3 +191,18 @@ def _key_file(value: Any) -> str | None:
 
 KEY_FILE = Check("the path of a file holding the W&B API key, or None", _key_file)
 INIT_KWARGS = Check("wandb.init keyword arguments", lambda value: dict(value or {}))
+
+
+def _hang_timeout(value: Any) -> Any:
+    from ._hang import parse_hang_timeout
+
+    try:
+        return parse_hang_timeout(value)
+    except ValueError:
+        raise RejectedError from None
+
+
+HANG_TIMEOUT = Check(
+    'a number of seconds > 0, "auto" (follow the job\'s cadence, below the process-group timeout) or None (off)',
+    _hang_timeout,
+)

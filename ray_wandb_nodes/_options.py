@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _checks as c
 from ._checks import invalid, mode_value
+from ._hang import HangTimeout
 
 __all__ = ["OPTIONS", "Option", "Options", "build_options", "invalid", "resolve_mode"]
 
@@ -50,6 +51,7 @@ SECTIONS = {
     "logging": ("What is logged", "Which runs, which metrics and which nodes' system metrics."),
     "checkpoints": ("Checkpoints", "Reported checkpoints as W&B artifacts."),
     "health": ("Node health", "The live `nodes` table, the straggler rule and its alerts."),
+    "hangs": ("Hangs", "A rank that stops while the others wait: named live, with every rank's stacks in the run."),
     "bounds": ("Bounds and scale", "How long the plugin waits, and how many writers join one run."),
     "offline": ("Offline mode", 'With `mode="offline"` every node writes an offline run on its own disk.'),
     "key": ("The W&B key and wandb.init", "The API key never enters the run config, `runtime_env` or a log line."),
@@ -156,6 +158,18 @@ OPTIONS: tuple[Option, ...] = (
         "``nodes/stragglers`` stay without)",
     ),
     Option(
+        "hang_timeout_s", "auto", "float | str | None", c.HANG_TIMEOUT, (TRAIN,), "hangs",
+        "seconds without progress (a report or an optimizer step) after which a rank is hung and every rank's "
+        "evidence is taken; ``auto``: max(120 s, 5 x the slowest interval seen), longer for the first step and "
+        "checkpoints, always below the process-group timeout; None: off",
+    ),
+    Option(
+        "on_hang", "alert", "str", c.choice("alert", "restart"), (TRAIN,), "hangs",
+        "what a hang does: ``alert`` (an ERROR alert, the ``hangs`` table and every rank's stacks in the run) or "
+        "``restart`` (the same, then the hung attempt is ended so that ``FailureConfig`` restarts it from the "
+        "last checkpoint)",
+    ),
+    Option(
         "init_timeout_s", 90.0, "float", c.seconds(), BOTH, "bounds",
         "how long a writer may take to create or join the run",
     ),
@@ -248,6 +262,8 @@ class Options:
     straggler_threshold: float
     straggler_window_s: float
     alerts: bool
+    hang_timeout_s: HangTimeout
+    on_hang: str
     init_timeout_s: float
     finish_timeout_s: float
     max_node_writers: int  # node writers of one shared run (see _fleet/cap.py)

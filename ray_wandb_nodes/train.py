@@ -82,6 +82,12 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             recovered
         alerts: W&B alerts when a node becomes a straggler, recovers or is lost (the ``nodes`` table, the
             warnings and ``nodes/stragglers`` stay without)
+        hang_timeout_s: seconds without progress (a report or an optimizer step) after which a rank is hung and
+            every rank's evidence is taken; ``auto``: max(120 s, 5 x the slowest interval seen), longer for the
+            first step and checkpoints, always below the process-group timeout; None: off
+        on_hang: what a hang does: ``alert`` (an ERROR alert, the ``hangs`` table and every rank's stacks in the
+            run) or ``restart`` (the same, then the hung attempt is ended so that ``FailureConfig`` restarts it
+            from the last checkpoint)
         init_timeout_s: how long a writer may take to create or join the run
         finish_timeout_s: the bound on finishing the node writers, then on finishing the run
         max_node_writers: at most this many node writers join one shared run (W&B tests about 300 a run); past
@@ -124,6 +130,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
+        hang_timeout_s: float | str | None = "auto",
+        on_hang: str = "alert",
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,

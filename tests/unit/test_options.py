@@ -156,6 +156,8 @@ BAD = {
     "straggler_threshold": 1.5,
     "straggler_window_s": float("inf"),
     "alerts": "on",
+    "hang_timeout_s": "never",
+    "on_hang": "kill",
     "init_timeout_s": -1,
     "finish_timeout_s": "10",
     "max_node_writers": 0,
@@ -334,3 +336,17 @@ def test_callback_is_a_train_v2_callback_and_not_a_user_callback() -> None:
     cb = WandbNodesCallback(project="p")
     assert not isinstance(cb, UserCallback)
     assert RunConfig(callbacks=[cb]).callbacks == [cb]
+
+
+@pytest.mark.parametrize("value", [0, -5, float("nan"), True, "soon", [60]])
+def test_hang_timeout_s_rejects_what_is_no_timeout(value: object) -> None:
+    with pytest.raises(ValueError, match=r"hang_timeout_s=.*expected a number of seconds > 0, \"auto\""):
+        build_options(hang_timeout_s=value)
+
+
+def test_hang_timeout_s_takes_seconds_auto_and_none() -> None:
+    assert build_options().hang_timeout_s.auto and build_options().on_hang == "alert"
+    assert build_options(hang_timeout_s=" AUTO ").hang_timeout_s.auto
+    assert build_options(hang_timeout_s=90).hang_timeout_s.seconds == 90.0
+    assert not build_options(hang_timeout_s=None).hang_timeout_s.enabled
+    assert build_options(on_hang="restart").on_hang == "restart"
