@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ._hang import HangNotice
+from ._hang_writes import hang_alert, save_hang
 from ._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from ._metrics import RowBuilder, Stepper
 from ._strategies import report_rows
@@ -27,7 +29,7 @@ from ._writers import WriterSpec, offline_index
 from .offline.index import OfflineIndex
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-_ALERT, _HEALTH = "alert", "health"
+_ALERT, _HEALTH, _HANG = "alert", "health", "hang"
 _WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
@@ -99,6 +101,10 @@ class PrimaryWriter:
     def alert(self, alert: Alert) -> None:
         """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
         self._queue.put((_ALERT, alert))
+
+    def hang(self, notice: HangNotice) -> None:
+        """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
+        self._queue.put((_HANG, notice))
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
@@ -202,6 +208,9 @@ class PrimaryWriter:
             writes.alert(payload)
         elif kind == _HEALTH:
             writes.health(*payload)
+        elif kind == _HANG:
+            writes.alert(hang_alert(payload, self.spec.label))
+            save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -295,6 +304,10 @@ class RunWrites:
             self.dropped += 1
             self._warner.warn(f"log:{type(e).__name__}", f"a report could not be logged to W&B ({describe(e)})")
 
+    def step_row(self) -> dict[str, Any]:
+        """A row at the current step (the run's own step metric)."""
+        return {self._stepper.key: self._stepper.value}
+
     def config(self, config: dict[str, Any]) -> None:
         try:
             self.run.config.update(config, allow_val_change=True)
@@ -313,7 +326,7 @@ class RunWrites:
     def health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
     ) -> None:
-        row: dict[str, Any] = {self._stepper.key: self._stepper.value}  # at the current step
+        row = self.step_row()
         if stragglers is not None:
             row["nodes/stragglers"] = stragglers
         try:

@@ -30,7 +30,10 @@ used here (read from the released sources):
   ``ray.experimental.internal_kv`` (the Tune/Train handoff); ``PlacementGroup(PlacementGroupID())``
   (the janitor removes groups by id); ``ScalingConfig._resources_per_worker_not_none`` and
   ``ray._private.state.available_resources_per_node`` (how many nodes a job's workers need, for
-  the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it.
+  the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it;
+  ``Worker.execute_async`` (set-up on each train worker, calls run in order), a worker's
+  ``TrainContext.execution_context.train_context_callbacks`` (its report hooks, 2.50 to 2.60) and
+  ``TrainRunContext.backend_config.timeout_s`` (torch's process-group timeout).
 
 Hooks that Ray changed and the plugin leaves alone: ``before_controller_shutdown`` (``async`` from
 2.55). From 2.54 a raise in a controller hook can fail the run: every hook is guarded.
@@ -48,8 +51,6 @@ from ._gpu_ids import ray_gpu_ids
 from ._strategies import Placement
 
 NODE_ID_LABEL = "ray.io/node-id"
-
-
 RAY_RANGE = ((2, 50), (2, 60))  # the oldest and newest Ray minor releases supported
 SUPPORTED_RAY = ">=2.50,<2.61"
 V2_ENV = "RAY_TRAIN_V2_ENABLED"
@@ -144,6 +145,7 @@ class TrainStart:
     # None when unknown. An elastic run's most workers (max_workers) where num_workers is not set.
     resources_per_worker: dict[str, float] | None = None
     max_workers: int | None = None
+    pg_timeout_s: float | None = None
 
 
 def train_start(ctx: Any) -> TrainStart:
@@ -163,7 +165,12 @@ def train_start(ctx: Any) -> TrainStart:
         score_order=getattr(checkpointing, "checkpoint_score_order", "max"),
         resources_per_worker=_per_worker(scaling),
         max_workers=_int_or_none(getattr(scaling, "max_workers", None)),
+        pg_timeout_s=_seconds(getattr(getattr(ctx, "backend_config", None), "timeout_s", None)),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def _per_worker(scaling: Any) -> dict[str, float] | None:
@@ -181,8 +188,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def free_resources() -> dict[str, dict[str, float]]:
-    """Each alive node's free resources (``ray._private.state.available_resources_per_node``,
-    Ray 2.50 to 2.60: one GCS call); empty when it cannot be read."""
+    """Each alive node's free resources (one GCS call); empty when it cannot be read."""
     try:
         from ray._private import state
 
@@ -211,19 +217,16 @@ def placements_of(workers: Any) -> list[Placement]:
     ]
 
 
-def run_on_workers(worker_group: Any, fn: Any, *args: Any, timeout: float) -> bool:
-    """``fn(rank, *args)`` in every train worker's process before the train function starts
-    (``Worker.execute_async``: Ray 2.50 to 2.60); True when every call returned within ``timeout``."""
+def run_on_workers(worker_group: Any, fn: Any, *args: Any, timeout: float) -> list[Any] | None:
+    """``fn(rank, *args)`` on every train worker: what each returned, None if not all in ``timeout``."""
     import ray
 
-    workers = worker_group.get_workers()
-    refs = [
-        w.execute_async(fn, w.distributed_context.world_rank if w.distributed_context else i, *args)
-        for i, w in enumerate(workers)
-    ]
+    refs = queue_on_workers(worker_group.get_workers(), fn, *args)
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    ray.get(ready)  # a raise in fn surfaces here
-    return len(ready) == len(refs)
+    if len(ready) < len(refs):
+        ray.get(ready)  # a raise in fn surfaces here
+        return None
+    return list(ray.get(refs))
 
 
 def is_aborted(state: Any) -> bool:
@@ -235,7 +238,7 @@ def is_aborted(state: Any) -> bool:
     return isinstance(state, AbortedState)
 
 
-def report_checkpoint(training_report: Any) -> Any:
+def report_checkpoint(training_report: Any) -> Any:  # ``TrainingReport.checkpoint``
     return getattr(training_report, "checkpoint", None)
 
 
@@ -358,19 +361,39 @@ def remove_placement_groups(prefix: str) -> int:
 
 
 def kv_put(key: bytes, value: bytes, namespace: str) -> None:
-    from ray.experimental import internal_kv
-
-    internal_kv._internal_kv_put(key, value, True, namespace=namespace)
+    _internal_kv()._internal_kv_put(key, value, True, namespace=namespace)
 
 
 def kv_get(key: bytes, namespace: str) -> bytes | None:
-    from ray.experimental import internal_kv
-
-    raw = internal_kv._internal_kv_get(key, namespace=namespace)
+    raw = _internal_kv()._internal_kv_get(key, namespace=namespace)
     return bytes(raw) if raw else None
 
 
 def kv_del(key: bytes, namespace: str) -> None:
+    _internal_kv()._internal_kv_del(key, namespace=namespace)
+
+
+def _internal_kv() -> Any:
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_del(key, namespace=namespace)
+    return internal_kv
+
+
+def queue_on_workers(workers: list[Any], fn: Any, *args: Any) -> list[Any]:
+    """``fn(rank, *args)`` queued on each worker (``Worker.execute_async``, 2.50-2.60), unawaited: an
+    actor runs calls in order, so it runs before Train's next ones (its process group's set-up)."""
+    return [
+        w.execute_async(fn, w.distributed_context.world_rank if w.distributed_context else i, *args)
+        for i, w in enumerate(workers)
+    ]
+
+
+def add_report_hook(hook: Any) -> bool:
+    """On a train worker with its context: ``hook`` wraps its reports as a ``TrainContextCallback``
+    (``execution_context.train_context_callbacks``, 2.50-2.60); False where there is none."""
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    callbacks = getattr(getattr(get_train_context(), "execution_context", None), "train_context_callbacks", None)
+    if isinstance(callbacks, list) and not any(type(c) is type(hook) for c in callbacks):
+        callbacks.append(hook)
+    return isinstance(callbacks, list)

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ._artifacts import checkpoint_aliases
-from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
+from ._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
 from ._health import HealthMonitor, HealthOptions
 from ._metrics import config_for_wandb, flatten
 from ._naming import LABELS, train_run_id
@@ -108,10 +108,16 @@ class TrainRun:
             if why_not is not None:
                 warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         self.config = config_for_wandb(train_config(o, start), warner.warn)
+        self._pg_timeout_s = start.pg_timeout_s
+        # Hangs are watched in the shared strategy, whose node loggers read the ranks' beacons.
+        self.hang_run = self.base_id if o.hang_timeout_s.enabled and o.strategy == "shared" else None
         self._score_key = start.score_attribute
         self._score_max = start.score_order != "min"
         self._best: float | None = None
-        self.fleet = NodeFleet(init_timeout_s=o.init_timeout_s, warner=warner)  # started by its first session
+        poll = poll_s(o.hang_timeout_s, POLL_S) if self.hang_run else POLL_S
+        self.fleet = NodeFleet(
+            init_timeout_s=o.init_timeout_s, warner=warner, poll_s=poll
+        )  # started by its first session
         self._finished = False
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
@@ -152,6 +158,7 @@ class TrainRun:
             storage=self._offline_storage(self.base_id),
             health=HealthMonitor(health_options(o)),
             max_writers=o.max_node_writers if o.strategy == "shared" else None,
+            hangs=HangWatch(o.hang_timeout_s, o.on_hang, self._pg_timeout_s) if self.hang_run else None,
         )
         if target.primary.index is not None:  # offline: the report judges GPUs by the run's own rules
             target.primary.index.update(health={"threshold": o.straggler_threshold, "window_s": o.straggler_window_s})

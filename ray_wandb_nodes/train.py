@@ -18,7 +18,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import _frameworks, _handoff, _ray
+from . import _handoff, _ray, _worker_setup
 from ._setup import configure
 from ._strategies import Placement
 from ._train_run import TrainRun
@@ -27,7 +27,7 @@ from ._warn import Warner, describe, guarded
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
 # callback says which Ray is needed).
 _BASES = _ray.train_callback_bases()
-QUIET_TIMEOUT_S = 10.0  # for every train worker to patch its wandb.init (see _quiet_frameworks)
+SETUP_TIMEOUT_S = 10.0  # for every train worker to patch its wandb.init and hook its reports (see _setup_workers)
 
 if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
@@ -149,6 +149,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
         self._relay_trial: str | None = None
         self._placements: dict[int, Placement] = {}  # rank -> where it runs now
+        self._hang_run: str | None = None  # the run whose ranks are armed for hangs (see _worker_setup)
 
     def __repr__(self) -> str:
         o = self.options
@@ -156,7 +157,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_run=None, _relay_trial=None, _placements={})  # runtime state never travels
+        state.update(_run=None, _relay_trial=None, _placements={}, _hang_run=None)  # runtime state never travels
         return state
 
     @property
@@ -185,6 +186,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             hostname=socket.gethostname(),
             driver_cwd=self._driver_cwd,
         )
+        self._hang_run = self._run.hang_run
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
@@ -212,6 +214,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         """The earliest moment the workers' nodes are known (their actors exist; the train
         function has not started): the node writers start joining now."""
         try:
+            if self._hang_run:  # armed ahead of Train's own calls there, the process group's included
+                _ray.queue_on_workers(workers, _worker_setup.arm, self._hang_run)
             if self._run is not None or self._relay_trial:
                 # every rank of a worker group, or (2.56+) the ranks of a replaced replica group
                 self._placements.update((p.rank, p) for p in _ray.placements_of(workers))
@@ -227,7 +231,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             if placements != self._placements:  # before_init_train_context told the fleet already
                 self._placements = placements
                 self._placed()
-            self._quiet_frameworks(worker_group)
+            self._setup_workers(worker_group)
         if self._run is not None:
             # Right before Ray launches the train function: hold it (bounded) until every node
             # writer has joined and taken its first sample, so the set-up inside the function
@@ -242,13 +246,24 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
 
-    def _quiet_frameworks(self, worker_group: WorkerGroup) -> None:
+    def _setup_workers(self, worker_group: WorkerGroup) -> None:
         """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF
-        ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks)."""
+        ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks);
+        and each rank's reports stamp its hang beacon (see _worker_setup)."""
         run_id = self.run_id or self._relay_trial
-        if not _ray.run_on_workers(worker_group, _frameworks.quiet_frameworks, run_id, timeout=QUIET_TIMEOUT_S):
+        answers = _ray.run_on_workers(
+            worker_group, _worker_setup.setup, run_id, self._hang_run, timeout=SETUP_TIMEOUT_S
+        )
+        if answers is None:
             self._warner.warn(
                 "frameworks", "the train workers did not answer in time: a framework's own W&B logging stays on there"
+            )
+            return
+        unarmed = [a for a in answers if a.hang not in ("armed", "off")]
+        if unarmed:
+            self._warner.warn(
+                f"hang-arm:{unarmed[0].hang}",
+                f"hang detection sees less of rank(s) {', '.join(str(a.rank) for a in unarmed)}: {unarmed[0].hang}",
             )
 
     def _placed(self) -> None:

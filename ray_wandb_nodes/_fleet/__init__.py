@@ -6,8 +6,9 @@ offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is th
 ``janitor`` removes placement groups a dead controller left, ``nodes`` reads Ray's node list.
 """
 
-from .fleet import NodeFleet
+from .fleet import POLL_S, NodeFleet
+from .hangs import HangWatch, poll_s
 from .nodes import NodeInfo
 from .targets import RunTarget, SharedTarget, StandaloneTarget
 
-__all__ = ["NodeFleet", "NodeInfo", "RunTarget", "SharedTarget", "StandaloneTarget"]
+__all__ = ["POLL_S", "HangWatch", "NodeFleet", "NodeInfo", "RunTarget", "SharedTarget", "StandaloneTarget", "poll_s"]

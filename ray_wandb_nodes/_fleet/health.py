@@ -129,5 +129,7 @@ class FleetHealth:
                 observed = self._observed.get(target.run_id, frozenset())
                 feed(target, pool, alive, self._known, updated, observed, ended)
                 publish(target, self._warner, final=final)
+                if target.hangs is not None and target.ready and not final:
+                    target.hangs.check(target, pool, self._warner, target.primary.hang)
                 replan |= target.max_writers is not None and stragglers(target) != before
         return replan

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import threading
+import time
 from typing import Any
 
 from .. import _ray
+from .._hang import RankEvidence, RankProgress, progress_of, read_slots, request_dumps, run_dir
 from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
 from .._metrics import Stepper
 from .._wandb_io import init_writer
@@ -30,6 +33,7 @@ from .._writers import WriterSpec, node_dir
 from ..offline import index as _index
 from ..offline import storage as _storage
 from ..offline import transfer as _transfer
+from .plan import run_of
 from .wire import LoggerStatus
 
 
@@ -160,7 +164,28 @@ class NodeLogger:
             errors=dict(self._errors),
             summaries=self.summaries(),
             problems=problems,
+            progress=self.progress(),
         )
+
+    # hangs: the train ranks of this node, read off their beacons ------------------------------
+    def progress(self) -> dict[str, tuple[RankProgress, ...]]:
+        """Each hosted run's ranks on this node (their beacons; ages on this node's clock)."""
+        out = {}
+        for run_id in {run_of(key)[0] for key in self._runs}:
+            slots = read_slots(run_dir(run_id))
+            if slots:
+                now = time.monotonic_ns()
+                out[run_id] = tuple(progress_of(slot, now) for slot in slots)
+        return out
+
+    def hang_evidence(self, run_id: str) -> tuple[tuple[RankProgress, RankEvidence], ...]:
+        """Every rank of ``run_id`` on this node asked for its evidence at once (bounded)."""
+        return rank_evidence(run_id)
+
+    def end_ranks(self, run_id: str, ranks: list[int]) -> list[int]:
+        """End the processes of ``ranks`` of ``run_id`` on this node (a hung attempt, so that Ray
+        restarts it); returns the ranks ended."""
+        return end_ranks(run_id, ranks)
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> LoggerStatus:
         """Finish one writer, or all when ``run_id`` is None.
@@ -181,6 +206,7 @@ class NodeLogger:
                     run.finish()
             except Exception as e:  # noqa: BLE001
                 self._errors[rid] = f"finish failed: {describe(e)}"
+            shutil.rmtree(run_dir(run_of(rid)[0]), ignore_errors=True)  # its ranks' beacons and dumps
             if self._roles.get(rid) == "observer":  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(rid, self._labels.get(rid, "")), ignore_errors=True)
         return self.status()
@@ -225,3 +251,24 @@ class NodeLogger:
     def discard_offline(self, run_id: str, label: str) -> None:
         """Remove the node's copy once the driver side holds it."""
         _transfer.discard(_index.node_local_dir(run_id, label))
+
+
+def rank_evidence(run_id: str, root: Any = None) -> tuple[tuple[RankProgress, RankEvidence], ...]:
+    """Every rank of ``run_id`` on this node: its progress and its evidence, all asked at once."""
+    slots = read_slots(run_dir(run_id, root))
+    evidence = request_dumps(slots)
+    now = time.monotonic_ns()
+    return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))
+
+
+def end_ranks(run_id: str, ranks: list[int], root: Any = None) -> list[int]:
+    """SIGKILL the live processes of ``ranks`` of ``run_id`` on this node."""
+    ended = []
+    for slot in read_slots(run_dir(run_id, root)):
+        if slot.rank in ranks:
+            try:
+                os.kill(slot.pid, signal.SIGKILL)
+                ended.append(slot.rank)
+            except OSError:
+                pass
+    return ended

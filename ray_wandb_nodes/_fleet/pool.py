@@ -15,10 +15,11 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._hang import RankProgress
 from .._health import NodeSummary, read_warning
 from .._warn import Warner, describe
 from .._writers import WriterSpec
@@ -49,6 +50,8 @@ class LoggerHandle:
     summary: NodeSummary | None = None  # its node's latest samples, as the last ping brought
     # Each writer's latest samples by run id (a Tune trial's writer samples its own processes).
     summaries: dict[str, NodeSummary] = field(default_factory=dict)
+    # The train ranks' progress on its node by run id (their beacons), as the last ping brought.
+    progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
 
@@ -231,6 +234,7 @@ class LoggerPool:
         self._rejoin(handle, status, spec_for)
 
     def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
+        handle.progress = status.progress
         summary = status.summary
         if summary is not None and summary is not handle.summary:
             handle.summary = summary

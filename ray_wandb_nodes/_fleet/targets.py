@@ -22,6 +22,7 @@ from .plan import RunWants, run_of
 if TYPE_CHECKING:
     from .._health import HealthMonitor
     from .._primary import PrimaryWriter
+    from .hangs import HangWatch
 
 
 @dataclass(kw_only=True)
@@ -84,6 +85,8 @@ class SharedTarget(RunTarget):
     # The run's node health (table, straggler and node-lost alerts); None: none kept.
     health: HealthMonitor | None = None
     health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)
+    # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
+    hangs: HangWatch | None = None
 
     def __post_init__(self) -> None:
         if self.index is None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._hang import RankProgress
 from .._health import NodeSummary, ReadProblem
 
 
@@ -36,6 +37,8 @@ class LoggerStatus:
     """Each writer's latest summary of its samples, by writer key."""
     problems: Mapping[str, tuple[ReadProblem, ...]] = field(default_factory=dict)
     """A writer whose samples or transaction log could not be read, and why (empty: none)."""
+    progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
+    """The train ranks' progress on this node by run id, read off their beacons (ages on this node's clock)."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))

@@ -12,15 +12,20 @@ from .beacon import Beacon, BeaconSlot, Phase, RankProgress, default_root, insta
 from .evidence import RankEvidence, arm, disarm, evidence_from_dumps, request_dump, request_dumps
 from .flight import Collective, FlightRecord, flight_recorder_env
 from .policy import HangTimeout, hung_ranks, job_cadence_s, limit_s, parse_hang_timeout
+from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, in_phase, in_report, run_dir
+from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
 
 __all__ = [
+    "HANG_COLUMNS",
+    "ArmedRank",
     "Beacon",
     "BeaconSlot",
     "Collective",
     "FlightRecord",
     "Frame",
+    "HangNotice",
     "HangRow",
     "HangTimeout",
     "Phase",
@@ -30,12 +35,19 @@ __all__ = [
     "ThreadStack",
     "Verdict",
     "arm",
+    "arm_rank",
+    "armed_rank",
     "default_root",
     "disarm",
+    "disarm_rank",
     "evidence_from_dumps",
+    "evidence_text",
     "flight_recorder_env",
     "format_stack_groups",
+    "hang_notice",
     "hung_ranks",
+    "in_phase",
+    "in_report",
     "install_step_hook",
     "job_cadence_s",
     "judge",
@@ -47,4 +59,6 @@ __all__ = [
     "read_slots",
     "request_dump",
     "request_dumps",
+    "resumed_notice",
+    "run_dir",
 ]

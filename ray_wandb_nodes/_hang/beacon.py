@@ -205,6 +205,10 @@ class Beacon:
         finally:
             self.phase(Phase.RUNNING)
 
+    @property
+    def current_phase(self) -> Phase:
+        return self._phase
+
     def set_dump_signal(self, signum: int) -> None:
         """Record that faulthandler is registered on ``signum`` (0: not registered)."""
         self._signal = signum

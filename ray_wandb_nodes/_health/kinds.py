@@ -42,6 +42,7 @@ class EventKind(str, Enum):
     IDLE_GPU = "idle-gpu"
     GPU_MEMORY_ERRORS = "gpu-memory-errors"
     GPU_LOST = "gpu-lost"
+    HANG = "hang"  # a rank stopped while the others wait (``_hang``); recovered: progress again
 
     def __str__(self) -> str:
         return self.value

@@ -1,0 +1,181 @@
+"""The fleet's side of hang detection: one run's ranks' progress (as the node loggers' pings bring
+it, and off the beacons of the controller's own node), the policy applied, every rank's evidence
+taken at once when one is past its limit, the verdict handed to the run's primary, and the end of
+the episode when progress resumes. Runs on the fleet thread, after each health check."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._hang import (
+    HangNotice,
+    HangTimeout,
+    RankEvidence,
+    RankFacts,
+    RankProgress,
+    hang_notice,
+    hung_ranks,
+    judge,
+    progress_of,
+    read_slots,
+    resumed_notice,
+    run_dir,
+)
+from .._warn import Warner, describe
+from .node_logger import end_ranks, rank_evidence
+
+if TYPE_CHECKING:
+    from .pool import LoggerPool
+    from .targets import SharedTarget
+
+EVIDENCE_TIMEOUT_S = 15.0  # every node's dumps (each node bounds its own at a few seconds)
+
+Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
+
+
+def poll_s(setting: HangTimeout, default_s: float) -> float:
+    """The fleet's poll (and each logger's ping) for a run with ``setting``: a short fixed
+    ``hang_timeout_s`` is seen within an eighth of it, at most every quarter second."""
+    if setting.seconds is None:
+        return default_s
+    return min(default_s, max(0.25, setting.seconds / 8))
+
+
+@dataclass
+class HangWatch:
+    """One run's hang detection. ``setting`` is its ``hang_timeout_s``; ``pg_timeout_s`` torch's
+    process-group timeout (every limit stays below it, so the evidence is taken while the
+    processes live)."""
+
+    setting: HangTimeout
+    on_hang: str = "alert"
+    pg_timeout_s: float | None = None
+    episode: int = 0  # hangs raised so far
+    open: bool = False  # a hang raised and no progress since
+    counts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (pid, reports, steps) at the hang
+    raised_at: float = 0.0
+    notices: list[HangNotice] = field(default_factory=list)  # for tests and the offline index
+
+    def check(
+        self,
+        target: SharedTarget,
+        pool: LoggerPool,
+        warner: Warner,
+        deliver: Callable[[HangNotice], None],
+        ask: Callable[[list[Any], str], list[Evidence | None]] | None = None,
+    ) -> None:
+        """Judge the run's ranks now; raise a hang (or its end) through ``deliver``."""
+        ranks = self.progress(target, pool)
+        if not ranks:
+            return
+        if self.open:
+            moved = [
+                r.rank for r, _ in ranks.values()
+                if r.rank in self.counts and (r.pid, r.reports, r.steps) != self.counts[r.rank]
+            ]  # fmt: skip
+            if moved:
+                self.open = False
+                self._deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at), deliver)
+            return
+        if not hung_ranks(self.setting, [r for r, _ in ranks.values()], self.pg_timeout_s):
+            return
+        self.episode += 1
+        self.open, self.raised_at = True, time.monotonic()
+        self.counts = {r.rank: (r.pid, r.reports, r.steps) for r, _ in ranks.values()}
+        facts = self.evidence(target, pool, ranks, ask or _ask_loggers)
+        verdict = judge(facts)
+        notice = hang_notice(verdict, facts, self.episode, self.on_hang)
+        warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {verdict.sentence}")
+        self._deliver(notice, deliver)
+        if self.on_hang == "restart":
+            self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), warner)
+
+    def _deliver(self, notice: HangNotice, deliver: Callable[[HangNotice], None]) -> None:
+        self.notices.append(notice)
+        deliver(notice)
+
+    def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
+        """The run's ranks now (rank -> its progress and its node), placed ranks only."""
+        out: dict[int, tuple[RankProgress, str]] = {}
+        for node_id, ranks in target.ranks.items():
+            if node_id == target.covered_node:
+                now = time.monotonic_ns()
+                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
+            else:
+                handle = pool.get(node_id)
+                seen = handle.progress.get(target.run_id, ()) if handle is not None else ()
+            for progress in seen:
+                if progress.rank in ranks:
+                    out[progress.rank] = (progress, node_id)
+        return out
+
+    def evidence(
+        self,
+        target: SharedTarget,
+        pool: LoggerPool,
+        ranks: Mapping[int, tuple[RankProgress, str]],
+        ask: Callable[[list[Any], str], list[Evidence | None]],
+    ) -> list[RankFacts]:
+        """Every rank's evidence, all nodes asked at once; a rank whose node gave none is judged
+        from its progress alone."""
+        nodes = sorted({node for _, node in ranks.values()})
+        remote = [n for n in nodes if n != target.covered_node and pool.get(n) is not None]
+        got: dict[int, tuple[RankProgress, RankEvidence | None]] = {}
+        answers = ask([pool.get(n).actor for n in remote], target.run_id) if remote else []  # type: ignore[union-attr]
+        if target.covered_node in nodes:
+            answers.append(rank_evidence(target.run_id))
+        for answer in answers:
+            for progress, given in answer or ():
+                got[progress.rank] = (progress, given)
+        facts = []
+        labels = {n: (pool.get(n).node.label if pool.get(n) else "") for n in nodes}  # type: ignore[union-attr]
+        if target.covered_node:
+            labels[target.covered_node] = target.primary.spec.label
+        for rank, (progress, node) in sorted(ranks.items()):
+            now_progress, evidence = got.get(rank, (progress, None))
+            facts.append(RankFacts(now_progress, evidence, labels.get(node, ""), tuple(target.rank_gpus.get(rank, ()))))
+        return facts
+
+    def end_attempt(self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], warner: Warner) -> None:
+        """``on_hang="restart"``: end the stopped ranks' processes, so that Ray Train's failure
+        handling restarts the attempt from its last checkpoint (or ends the run)."""
+        import ray
+
+        by_node: dict[str, list[int]] = {}
+        for node_id, placed in target.ranks.items():
+            mine = [r for r in placed if r in ranks]
+            if mine:
+                by_node[node_id] = mine
+        for node_id, mine in by_node.items():
+            try:
+                if node_id == target.covered_node:
+                    end_ranks(target.run_id, mine)
+                else:
+                    handle = pool.get(node_id)
+                    if handle is not None:
+                        ray.get(handle.actor.end_ranks.remote(target.run_id, mine), timeout=EVIDENCE_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001
+                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {mine} ({describe(e)})")
+        warner.warn(
+            f"hang-restart:{target.run_id}:{self.episode}",
+            f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
+            "FailureConfig decides whether the attempt restarts from its last checkpoint",
+        )
+
+
+def _ask_loggers(actors: list[Any], run_id: str) -> list[Evidence | None]:
+    """Every node logger asked for its ranks' evidence at once, waited for together (bounded)."""
+    import ray
+
+    refs = [actor.hang_evidence.remote(run_id) for actor in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=EVIDENCE_TIMEOUT_S)
+    out: list[Evidence | None] = []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref) if ref in ready else None)
+        except Exception:  # noqa: BLE001 - that node's ranks are judged from their progress alone
+            out.append(None)
+    return out

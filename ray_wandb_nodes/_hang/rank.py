@@ -1,0 +1,111 @@
+"""A rank's side of hang detection, as a train worker runs it: the run's beacon folder on this
+node, and arming (the beacon, torch's optimizer-step hook, faulthandler and the dump thread).
+
+The folder is a pure function of the run id and the node's user, so the rank that writes and
+the node's logger that reads find the same one without telling each other anything. Arming is
+done once a process, before the train function starts (and before torch's process group
+exists, so that the flight recorder's variable is in the environment when it is read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .beacon import Beacon, Phase, default_root, install_step_hook
+from .evidence import Armed, arm, disarm
+from .flight import flight_recorder_env
+
+FLIGHT_BUFFER = 2000  # entries a process group: a few minutes of steps of a large model
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def run_dir(run_id: str, root: Path | None = None) -> Path:
+    """The folder of ``run_id``'s beacons and dumps on this node, private to this user."""
+    base = Path(root) if root is not None else default_root()
+    return base / f"ray_wandb_nodes-{os.getuid()}" / (_UNSAFE.sub("_", run_id) or "run")
+
+
+@dataclass
+class ArmedRank:
+    """What :func:`arm_rank` set up in this process, for :func:`disarm_rank`."""
+
+    rank: int
+    beacon: Beacon
+    armed: Armed
+    remove_hook: Callable[[], None] | None
+
+
+_current: ArmedRank | None = None
+
+
+def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
+    """Arm this process as ``rank`` of ``run_id`` (idempotent: a second call returns the first).
+
+    Sets the flight recorder's variable unless the user set it, creates the beacon, stamps it on
+    every optimizer step (where torch is installed) and arms the evidence dumps."""
+    global _current
+    if _current is not None and _current.rank == rank:
+        return _current
+    if _current is not None:
+        disarm_rank()
+    os.environ.update(flight_recorder_env(FLIGHT_BUFFER, environ=os.environ))
+    directory = run_dir(run_id, root)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    beacon = Beacon(directory, rank)
+    armed = arm(directory, rank, beacon)
+    _current = ArmedRank(rank, beacon, armed, install_step_hook(beacon))
+    return _current
+
+
+def disarm_rank() -> None:
+    """Undo :func:`arm_rank` (the worker's shutdown): no hook, no dump thread, no slot left."""
+    global _current
+    current, _current = _current, None
+    if current is None:
+        return
+    if current.remove_hook is not None:
+        with contextlib.suppress(Exception):
+            current.remove_hook()
+    disarm(current.armed, current.beacon)
+    current.beacon.close()
+
+
+def armed_rank() -> ArmedRank | None:
+    return _current
+
+
+@contextlib.contextmanager
+def in_report() -> Iterator[None]:
+    """Around ``ray.train.report`` on a rank: the report phase while inside (Ray's barrier), and
+    a report stamped once it returns. Nothing where the process is not armed."""
+    armed = _current
+    if armed is None:
+        yield
+        return
+    armed.beacon.phase(Phase.IN_REPORT)
+    try:
+        yield
+    finally:
+        armed.beacon.phase(Phase.RUNNING)
+        armed.beacon.report()
+
+
+@contextlib.contextmanager
+def in_phase(phase: Phase) -> Iterator[None]:
+    """A long phase (checkpointing, evaluating) on a rank, allowed longer than a step; the phase
+    it interrupted (a report, say) is taken up again after it."""
+    armed = _current
+    if armed is None:
+        yield
+        return
+    before = armed.beacon.current_phase
+    armed.beacon.phase(phase)
+    try:
+        yield
+    finally:
+        armed.beacon.phase(before)

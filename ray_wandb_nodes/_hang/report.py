@@ -1,0 +1,109 @@
+"""What a hang puts into the run (pure): the alert's words, the ``hangs`` table's rows and every
+rank's evidence as a text file, one :class:`HangNotice` a hang and one when progress resumes."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .stacks import format_stack
+from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, rank_ranges
+
+HANG_COLUMNS = (
+    "rank", "node", "gpus", "last_step", "reports", "seconds_since_progress", "state", "where", "collective", "seq",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HangNotice:
+    """One hang (or its end) as the run receives it: from the fleet thread to the primary."""
+
+    episode: int  # 1 for the run's first hang
+    title: str
+    text: str
+    level: str  # "ERROR" for a hang, "INFO" when progress resumed
+    rows: tuple[HangRow, ...] = ()  # the ``hangs`` table (none when resumed)
+    files: tuple[tuple[str, str], ...] = ()  # (file name, text): every rank's evidence, the stacks
+    stopped: tuple[int, ...] = ()  # the ranks that stopped (the others wait on them)
+
+    @property
+    def folder(self) -> str:
+        """Where this hang's files go inside the run's files."""
+        return f"hangs/hang-{self.episode}"
+
+    def table(self) -> list[list[object]]:
+        return [
+            [r.rank, r.node, r.gpus, r.last_step, r.reports, round(r.seconds_since_progress, 1), r.state, r.where,
+             r.collective, r.seq if r.seq is not None else -1]
+            for r in self.rows
+        ]  # fmt: skip
+
+
+def _since(age_s: float, now: datetime.datetime) -> str:
+    return (now - datetime.timedelta(seconds=age_s)).strftime("%H:%M:%S UTC")
+
+
+def hang_notice(
+    verdict: Verdict,
+    facts: Sequence[RankFacts],
+    episode: int,
+    on_hang: str = "alert",
+    now: datetime.datetime | None = None,
+) -> HangNotice:
+    """The alert, table and files of ``verdict`` over ``facts`` (every rank of the run)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    by_rank = {f.progress.rank: f for f in facts}
+    stopped = verdict.stopped or tuple(sorted(by_rank))
+    where = []
+    for rank in stopped:
+        f = by_rank.get(rank)
+        if f is not None:
+            gpus = f" GPU {','.join(f.gpus)}" if f.gpus else ""
+            where.append(
+                f"rank {rank} on {f.node or '?'}{gpus}: last progress at step {f.progress.steps}, report "
+                f"{f.progress.reports}, since {_since(f.progress.age_s, now)}"
+            )
+    action = (
+        "The attempt is ended so that Ray Train restarts it (on_hang='restart')."
+        if on_hang == "restart"
+        else "Every rank's stacks are in the run's files under " + f"hangs/hang-{episode}/."
+    )
+    text = f"{verdict.sentence}.\n" + "\n".join(where) + f"\n{action}"
+    files = [("verdict.txt", text + "\n\n" + format_stack_groups(verdict))]
+    files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in sorted(facts, key=lambda f: f.progress.rank)]
+    ranks = rank_ranges(stopped)
+    title = f"Hang: rank{'s' if len(stopped) > 1 else ''} {ranks} stopped"
+    return HangNotice(episode, title, text, "ERROR", verdict.rows, tuple(files), tuple(stopped))
+
+
+def resumed_notice(episode: int, ranks: Sequence[int], after_s: float) -> HangNotice:
+    """Progress again after hang ``episode``: an INFO alert, no table, no files."""
+    return HangNotice(
+        episode,
+        f"Hang over: rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} progress again",
+        f"Progress resumed {after_s:.0f} s after hang {episode} was raised (ranks {rank_ranges(ranks)}).",
+        "INFO",
+    )
+
+
+def evidence_text(facts: RankFacts) -> str:
+    """One rank's file: its progress, every thread's stack (the training thread first), what
+    could not be taken, and the collectives its flight recorder has in flight."""
+    p = facts.progress
+    lines = [
+        f"rank {p.rank} (pid {p.pid}) on {facts.node or '?'}" + (f", GPU {','.join(facts.gpus)}" if facts.gpus else ""),
+        f"steps {p.steps}, reports {p.reports}, phase {p.phase.name.lower()}, no progress for {p.age_s:.1f} s",
+    ]
+    evidence = facts.evidence
+    if evidence is None:
+        return "\n".join([*lines, "no evidence came back from this rank's node"]) + "\n"
+    for note in evidence.notes:
+        lines.append(f"note: {note}")
+    source = "named Python stacks" if evidence.python else "faulthandler (C-level, without the GIL)"
+    lines.append(f"\nthreads ({source}), the training thread first:")
+    lines += [format_stack(stack) for stack in evidence.threads()]
+    if evidence.flight is not None:
+        lines.append("\nflight recorder, collectives in flight:")
+        lines += [f"  {c.op} #{c.seq} ({c.pg}) {c.state}" for c in evidence.flight.in_flight()] or ["  none"]
+    return "\n".join(lines) + "\n"
