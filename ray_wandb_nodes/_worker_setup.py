@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from . import _frameworks, _ray
-from ._hang import Phase, arm_rank, armed_rank, in_phase, in_report
+from ._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report
 from ._warn import describe
 
 _arm_failure = ""  # why arming failed in this process ("" when it did not)
@@ -38,15 +38,15 @@ def arm(rank: int, run_id: str) -> None:
 class ReportHook:
     """Ray Train's report hooks on a rank (the shape of a ``TrainContextCallback``): a report is
     the report phase while inside Ray's barrier and a stamp when it returns; a checkpoint's
-    sync or transfer inside it is the checkpoint phase (allowed longer)."""
+    transfer inside it (Ray 2.55 and later) is the checkpoint phase, allowed longer. The sync of
+    the checkpoint's name, a barrier of every report, stays the report phase."""
 
     def on_report(self) -> contextlib.AbstractContextManager[None]:
         return in_report()
 
     @contextlib.contextmanager
     def on_checkpoint_sync(self) -> Iterator[None]:
-        with in_phase(Phase.CHECKPOINTING):
-            yield
+        yield
 
     @contextlib.contextmanager
     def on_checkpoint_transfer(self) -> Iterator[None]:
@@ -65,6 +65,7 @@ def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
         arm(rank, hang_run)
         if armed_rank() is None:
             return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
+    hook_steps()  # torch is imported by now where Train set up its process group
     try:
         hooked = _ray.add_report_hook(ReportHook())
     except Exception as e:  # noqa: BLE001

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .._hang import (
@@ -17,7 +17,7 @@ from .._hang import (
     RankFacts,
     RankProgress,
     hang_notice,
-    hung_ranks,
+    job_hung,
     judge,
     progress_of,
     read_slots,
@@ -38,10 +38,10 @@ Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
 
 def poll_s(setting: HangTimeout, default_s: float) -> float:
     """The fleet's poll (and each logger's ping) for a run with ``setting``: a short fixed
-    ``hang_timeout_s`` is seen within an eighth of it, at most every quarter second."""
+    ``hang_timeout_s`` is seen within a sixteenth of it, at most every quarter second."""
     if setting.seconds is None:
         return default_s
-    return min(default_s, max(0.25, setting.seconds / 8))
+    return min(default_s, max(0.25, setting.seconds / 16))
 
 
 @dataclass
@@ -71,16 +71,24 @@ class HangWatch:
         ranks = self.progress(target, pool)
         if not ranks:
             return
+        if target.health is not None:  # the nodes table's last progress of each node
+            ages: dict[str, float] = {}
+            for r, node in ranks.values():
+                ages[node] = max(ages.get(node, 0.0), r.age_s)
+            target.health.progress(ages)
         if self.open:
+            if any(r.rank in self.counts and r.pid != self.counts[r.rank][0] for r, _ in ranks.values()):
+                self.open = False  # a new attempt (a restart): its own hangs are new episodes
+                return
             moved = [
                 r.rank for r, _ in ranks.values()
-                if r.rank in self.counts and (r.pid, r.reports, r.steps) != self.counts[r.rank]
+                if r.rank in self.counts and (r.reports, r.steps) != self.counts[r.rank][1:]
             ]  # fmt: skip
             if moved:
                 self.open = False
                 self._deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at), deliver)
             return
-        if not hung_ranks(self.setting, [r for r, _ in ranks.values()], self.pg_timeout_s):
+        if not job_hung(self.setting, [r for r, _ in ranks.values()], self.pg_timeout_s):
             return
         self.episode += 1
         self.open, self.raised_at = True, time.monotonic()
@@ -91,7 +99,8 @@ class HangWatch:
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {verdict.sentence}")
         self._deliver(notice, deliver)
         if self.on_hang == "restart":
-            self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), warner)
+            why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {verdict.sentence}"
+            self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), why, warner)
 
     def _deliver(self, notice: HangNotice, deliver: Callable[[HangNotice], None]) -> None:
         self.notices.append(notice)
@@ -106,7 +115,7 @@ class HangWatch:
                 seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
             else:
                 handle = pool.get(node_id)
-                seen = handle.progress.get(target.run_id, ()) if handle is not None else ()
+                seen = aged(handle.progress.get(target.run_id, ()), pool.now() - handle.progress_at) if handle else ()
             for progress in seen:
                 if progress.rank in ranks:
                     out[progress.rank] = (progress, node_id)
@@ -139,9 +148,11 @@ class HangWatch:
             facts.append(RankFacts(now_progress, evidence, labels.get(node, ""), tuple(target.rank_gpus.get(rank, ()))))
         return facts
 
-    def end_attempt(self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], warner: Warner) -> None:
-        """``on_hang="restart"``: end the stopped ranks' processes, so that Ray Train's failure
-        handling restarts the attempt from its last checkpoint (or ends the run)."""
+    def end_attempt(
+        self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
+    ) -> None:
+        """``on_hang="restart"``: end the stopped ranks (``why`` is the error they raise), so that
+        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run)."""
         import ray
 
         by_node: dict[str, list[int]] = {}
@@ -152,11 +163,11 @@ class HangWatch:
         for node_id, mine in by_node.items():
             try:
                 if node_id == target.covered_node:
-                    end_ranks(target.run_id, mine)
+                    end_ranks(target.run_id, mine, why)
                 else:
                     handle = pool.get(node_id)
                     if handle is not None:
-                        ray.get(handle.actor.end_ranks.remote(target.run_id, mine), timeout=EVIDENCE_TIMEOUT_S)
+                        ray.get(handle.actor.end_ranks.remote(target.run_id, mine, why), timeout=EVIDENCE_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001
                 warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {mine} ({describe(e)})")
         warner.warn(
@@ -164,6 +175,13 @@ class HangWatch:
             f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
             "FailureConfig decides whether the attempt restarts from its last checkpoint",
         )
+
+
+def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:
+    """``ranks`` as read ``since_s`` ago, aged by that much (a ping's ages are as old as the ping)."""
+    if since_s <= 0:
+        return ranks
+    return tuple(replace(r, age_s=r.age_s + since_s, phase_age_s=r.phase_age_s + since_s) for r in ranks)
 
 
 def _ask_loggers(actors: list[Any], run_id: str) -> list[Evidence | None]:

@@ -15,6 +15,7 @@ this node's clock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -24,7 +25,16 @@ import time
 from typing import Any
 
 from .. import _ray
-from .._hang import RankEvidence, RankProgress, progress_of, read_slots, request_dumps, run_dir
+from .._hang import (
+    BeaconSlot,
+    RankEvidence,
+    RankProgress,
+    progress_of,
+    read_slots,
+    request_dumps,
+    request_end,
+    run_dir,
+)
 from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
 from .._metrics import Stepper
 from .._wandb_io import init_writer
@@ -35,6 +45,9 @@ from ..offline import storage as _storage
 from ..offline import transfer as _transfer
 from .plan import run_of
 from .wire import LoggerStatus
+
+DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 2.0  # every rank's dumps on a node, all asked at once
+END_GRACE_S = 10.0  # for Ray Train to end a hung attempt on its own, after HangError is raised in it
 
 
 class NodeLogger:
@@ -182,10 +195,10 @@ class NodeLogger:
         """Every rank of ``run_id`` on this node asked for its evidence at once (bounded)."""
         return rank_evidence(run_id)
 
-    def end_ranks(self, run_id: str, ranks: list[int]) -> list[int]:
-        """End the processes of ``ranks`` of ``run_id`` on this node (a hung attempt, so that Ray
-        restarts it); returns the ranks ended."""
-        return end_ranks(run_id, ranks)
+    def end_ranks(self, run_id: str, ranks: list[int], message: str) -> list[int]:
+        """End ``ranks`` of ``run_id`` on this node (a hung attempt, so that Ray restarts it);
+        returns at once with the ranks asked (see :func:`end_ranks`)."""
+        return end_ranks(run_id, ranks, message)
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> LoggerStatus:
         """Finish one writer, or all when ``run_id`` is None.
@@ -256,19 +269,35 @@ class NodeLogger:
 def rank_evidence(run_id: str, root: Any = None) -> tuple[tuple[RankProgress, RankEvidence], ...]:
     """Every rank of ``run_id`` on this node: its progress and its evidence, all asked at once."""
     slots = read_slots(run_dir(run_id, root))
-    evidence = request_dumps(slots)
+    # A loaded node answers slower: 2 s for the Python-level dumps once faulthandler's are in.
+    evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S)
     now = time.monotonic_ns()
     return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))
 
 
-def end_ranks(run_id: str, ranks: list[int], root: Any = None) -> list[int]:
-    """SIGKILL the live processes of ``ranks`` of ``run_id`` on this node."""
-    ended = []
-    for slot in read_slots(run_dir(run_id, root)):
-        if slot.rank in ranks:
-            try:
-                os.kill(slot.pid, signal.SIGKILL)
-                ended.append(slot.rank)
-            except OSError:
-                pass
-    return ended
+def end_ranks(run_id: str, ranks: list[int], message: str, root: Any = None, grace_s: float = END_GRACE_S) -> list[int]:
+    """End ``ranks`` of ``run_id`` on this node: :class:`HangError` with ``message`` raised in
+    each one's training thread (Ray Train then reports it, and ``fit()`` names the hang), and
+    after ``grace_s`` (on a thread: this returns at once) SIGKILL for a process still alive, as
+    for one whose Python cannot run at all. Returns the ranks asked."""
+    slots = [slot for slot in read_slots(run_dir(run_id, root)) if slot.rank in ranks]
+    asked = [slot for slot in slots if request_end(slot, message)]
+    for slot in slots:
+        if slot not in asked:
+            _kill(slot.pid)
+    if asked:
+        threading.Thread(target=_kill_late, args=(asked, grace_s), name="ray_wandb_nodes-hang-end", daemon=True).start()
+    return [slot.rank for slot in slots]
+
+
+def _kill_late(slots: list[BeaconSlot], grace_s: float) -> None:
+    time.sleep(grace_s)
+    alive = {(s.pid, s.rank) for s in read_slots(slots[0].path.parent)}
+    for slot in slots:
+        if (slot.pid, slot.rank) in alive:
+            _kill(slot.pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)

@@ -52,6 +52,7 @@ class LoggerHandle:
     summaries: dict[str, NodeSummary] = field(default_factory=dict)
     # The train ranks' progress on its node by run id (their beacons), as the last ping brought.
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
+    progress_at: float = 0.0  # when it came (the pool's clock): its ages are that old
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
 
@@ -234,7 +235,7 @@ class LoggerPool:
         self._rejoin(handle, status, spec_for)
 
     def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
-        handle.progress = status.progress
+        handle.progress, handle.progress_at = status.progress, self._clock()
         summary = status.summary
         if summary is not None and summary is not handle.summary:
             handle.summary = summary
@@ -244,6 +245,10 @@ class LoggerPool:
             for problems in status.problems.values():
                 for p in problems:
                     self._warner.warn(f"{p.kind}:{handle.node.node_id}:{p.cause}", read_warning(handle.node.label, p))
+
+    def now(self) -> float:
+        """The pool's clock (monotonic), on which a handle's ``progress_at`` is."""
+        return self._clock()
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""

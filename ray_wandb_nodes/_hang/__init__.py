@@ -9,10 +9,19 @@ imports Ray or wandb: the node loggers, the health monitor and the callbacks dri
 """
 
 from .beacon import Beacon, BeaconSlot, Phase, RankProgress, default_root, install_step_hook, progress_of, read_slots
-from .evidence import RankEvidence, arm, disarm, evidence_from_dumps, request_dump, request_dumps
+from .evidence import (
+    HangError,
+    RankEvidence,
+    arm,
+    disarm,
+    evidence_from_dumps,
+    request_dump,
+    request_dumps,
+    request_end,
+)
 from .flight import Collective, FlightRecord, flight_recorder_env
-from .policy import HangTimeout, hung_ranks, job_cadence_s, limit_s, parse_hang_timeout
-from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, in_phase, in_report, run_dir
+from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
+from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir
 from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
@@ -25,6 +34,7 @@ __all__ = [
     "Collective",
     "FlightRecord",
     "Frame",
+    "HangError",
     "HangNotice",
     "HangRow",
     "HangTimeout",
@@ -45,11 +55,13 @@ __all__ = [
     "flight_recorder_env",
     "format_stack_groups",
     "hang_notice",
+    "hook_steps",
     "hung_ranks",
     "in_phase",
     "in_report",
     "install_step_hook",
     "job_cadence_s",
+    "job_hung",
     "judge",
     "limit_s",
     "parse_faulthandler",
@@ -59,6 +71,7 @@ __all__ = [
     "read_slots",
     "request_dump",
     "request_dumps",
+    "request_end",
     "resumed_notice",
     "run_dir",
 ]

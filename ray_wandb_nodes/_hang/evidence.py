@@ -53,12 +53,27 @@ class EvidencePaths:
     stacks: Path  # faulthandler's text, appended at each signal
     request: Path  # the FIFO that wakes the dump thread
     python: Path  # the dump thread's JSON (named Python stacks and the flight recorder)
+    end: Path  # an end request's JSON: the training thread to raise in, and the message
 
     @classmethod
     def of(cls, directory: Path, rank: int, pid: int) -> EvidencePaths:
         slot = slot_path(directory, rank, pid)
         stem = slot.name[: -len(SUFFIX)]  # "rank-3.1234": the pid is part of the stem
-        return cls(*(slot.with_name(stem + end) for end in (".stacks", ".req", ".evidence.json")))
+        return cls(*(slot.with_name(stem + end) for end in (".stacks", ".req", ".evidence.json", ".end.json")))
+
+
+class HangError(RuntimeError):
+    """Raised in a hung rank's training thread to end its attempt (``on_hang="restart"``): the
+    error that Ray Train reports, and that ``fit()`` raises once no failure is left, names the
+    hang. Raised by type from another thread, so its message waits in ``pending``."""
+
+    pending = "the training hung (ray_wandb_nodes, on_hang='restart')"
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or (HangError.pending,)))
+
+
+END_REQUEST = (1 << 64) - 1  # a request id that asks the dump thread to end the attempt
 
 
 @dataclass
@@ -169,6 +184,10 @@ def _dump_loop(armed: Armed) -> None:
             if armed.stop.is_set():
                 return
             ids = [_REQUEST.unpack_from(data, i)[0] for i in range(0, len(data) - len(data) % 8, 8)]
+            if END_REQUEST in ids:
+                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                    _raise_in_training_thread(armed.paths.end)
+                ids = [i for i in ids if i != END_REQUEST]
             if ids:
                 with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
                     _write_python_evidence(armed.paths.python, max(ids))
@@ -188,6 +207,33 @@ def _write_python_evidence(path: Path, request_id: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)  # a reader sees the old file or the whole new one
+
+
+def _raise_in_training_thread(path: Path) -> None:
+    """An end request: :class:`HangError` raised in the thread the request names (it takes
+    effect at that thread's next Python instruction)."""
+    import ctypes
+
+    request = json.loads(path.read_text())
+    HangError.pending = str(request["message"])
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(int(request["ident"])), ctypes.py_object(HangError))
+
+
+def request_end(slot: BeaconSlot, message: str) -> bool:
+    """Ask ``slot``'s rank to raise :class:`HangError` with ``message`` in its training thread
+    (the thread that stamped its beacon last); False where its dump thread cannot be reached
+    (its Python cannot run, or it is not armed): the caller ends the process instead."""
+    paths = EvidencePaths.of(slot.path.parent, slot.rank, slot.pid)
+    if not slot.started or not slot.thread_ident or not _is_fifo(paths.request):
+        return False  # before any progress, the last stamp was the arming thread's, not training's
+    try:
+        tmp = paths.end.with_name(paths.end.name + ".tmp")
+        tmp.write_text(json.dumps({"ident": slot.thread_ident, "message": message}))
+        os.replace(tmp, paths.end)
+        _wake(paths.request, END_REQUEST)
+    except OSError:
+        return False
+    return True
 
 
 def _wake(fifo: Path, request_id: int) -> None:

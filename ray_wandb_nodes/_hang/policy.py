@@ -124,3 +124,17 @@ def hung_ranks(
         if limit is not None and rank.age_s > limit:
             out.append(rank)
     return sorted(out, key=lambda r: r.rank)
+
+
+def job_hung(
+    setting: HangTimeout, ranks: Iterable[RankProgress], pg_timeout_s: float | None = None
+) -> list[RankProgress]:
+    """The job's hung ranks (:func:`hung_ranks`), or none while a rank in a long phase (a
+    checkpoint's upload, an evaluation) is still within its own limit: the others wait on it,
+    in Ray's report barrier or the next collective, and their silence is not theirs."""
+    ranks = list(ranks)
+    hung = hung_ranks(setting, ranks, pg_timeout_s)
+    held = {r.rank for r in hung}
+    if any(r.phase in _LONG_PHASES and r.rank not in held for r in ranks):
+        return []
+    return hung

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,9 @@ _current: ArmedRank | None = None
 def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
     """Arm this process as ``rank`` of ``run_id`` (idempotent: a second call returns the first).
 
-    Sets the flight recorder's variable unless the user set it, creates the beacon, stamps it on
-    every optimizer step (where torch is installed) and arms the evidence dumps."""
+    Sets the flight recorder's variable unless the user set it, creates the beacon and arms the
+    evidence dumps. Optimizer steps are hooked by :func:`hook_steps` once torch is imported (this
+    never imports it: a job without torch pays nothing)."""
     global _current
     if _current is not None and _current.rank == rank:
         return _current
@@ -58,8 +60,20 @@ def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     beacon = Beacon(directory, rank)
     armed = arm(directory, rank, beacon)
-    _current = ArmedRank(rank, beacon, armed, install_step_hook(beacon))
+    _current = ArmedRank(rank, beacon, armed, None)
+    hook_steps()
     return _current
+
+
+def hook_steps() -> bool:
+    """Stamp the beacon on every optimizer step of this process (torch's global hook), once
+    torch is imported here; whether steps are hooked now."""
+    armed = _current
+    if armed is None:
+        return False
+    if armed.remove_hook is None and "torch" in sys.modules:
+        armed.remove_hook = install_step_hook(armed.beacon)
+    return armed.remove_hook is not None
 
 
 def disarm_rank() -> None:
@@ -93,6 +107,8 @@ def in_report() -> Iterator[None]:
     finally:
         armed.beacon.phase(Phase.RUNNING)
         armed.beacon.report()
+        if armed.remove_hook is None:
+            hook_steps()  # torch imported by the train function since
 
 
 @contextlib.contextmanager

@@ -177,6 +177,11 @@ def _what(pos: Position) -> str:
     return head + (f" ({pos.where.place})" if pos.where is not None else "")
 
 
+def _same_wait(pos: Position, front: Position) -> bool:
+    """``pos`` is a wait in ``front``'s collective, its sequence number unknown."""
+    return pos.kind is Kind.COLLECTIVE and pos.seq is None and (pos.op, pos.where) == (front.op, front.where)
+
+
 def _key(pos: Position) -> tuple[object, ...]:
     return (pos.kind, pos.op, pos.seq, pos.where, pos.inner if pos.kind is Kind.ELSEWHERE else None)
 
@@ -221,6 +226,14 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
                 (g for g in groups.values() if positions[g[0].progress.rank].kind is Kind.COLLECTIVE),
                 key=lambda g: (positions[g[0].progress.rank].seq or -1, len(g)),
             )
+            # A rank in the same collective at the same line whose flight recorder did not come
+            # back (its dump was late) waits there too: nothing says it is behind.
+            front = positions[waiters[0].progress.rank]
+            waiters = waiters + [
+                f for f in facts
+                if f not in waiters and _same_wait(positions[f.progress.rank], front)
+            ]  # fmt: skip
+            waiters.sort(key=lambda f: f.progress.rank)
         wait_ranks = {f.progress.rank for f in waiters}
         others = [f for f in facts if f.progress.rank not in wait_ranks]
         clauses = []

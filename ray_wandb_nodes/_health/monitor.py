@@ -80,6 +80,7 @@ class HealthMonitor:
         self._judge = NodeJudge(o.metric, o.mode, o.threshold, o.window_s)
         self._stragglers = 0
         self._observed: set[str] = set()
+        self._progress: dict[str, tuple[float, float]] = {}  # node -> (its ranks' oldest progress age, when noted)
         self._table_at: float | None = None
         self._tabled = False  # a table logged yet (the first alert brings one at once)
         self._hold = FlapHold(o.hold_s)
@@ -207,6 +208,15 @@ class HealthMonitor:
             out.table, out.gpu_table, out.stragglers = self.table(now), self.gpu_table(), count
         return out
 
+    def progress(self, ages: dict[str, float]) -> None:
+        """Each node's oldest seconds since a rank's progress (hang detection reads the beacons)."""
+        now = self._clock()
+        self._progress = {node: (age, now) for node, age in ages.items()}
+
+    def _progress_age(self, node_id: str, now: float) -> float | None:
+        noted = self._progress.get(node_id)
+        return noted[0] + max(0.0, now - noted[1]) if noted else None
+
     # what it holds --------------------------------------------------------------------------------
     def table(self, now: float | None = None) -> list[list[Any]]:
         """The ``nodes`` table's rows now."""
@@ -219,6 +229,7 @@ class HealthMonitor:
                 value=self._judge.value(node, self.gpus)[1],
                 median=self._judge.median(node.node_id),
                 gpus_not_ok=self.gpus.not_ok(node.node_id),
+                progress_age=self._progress_age(node.node_id, now),
             )
             for node in node_order(self._nodes.values())
         ]

@@ -31,6 +31,7 @@ COLUMNS = [
     "value",
     "others_median",
     "gpus_not_ok",
+    "progress_age_s",
 ]
 GPU_COLUMNS = [
     "node",
@@ -52,9 +53,17 @@ TABLE_CAP = 512  # rows of every GPU; past it, only the GPUs that are not ok, an
 
 
 def node_row(
-    node: TrackedNode, *, observed: bool, age: float | None, value: float | None, median: float | None, gpus_not_ok: str
+    node: TrackedNode,
+    *,
+    observed: bool,
+    age: float | None,
+    value: float | None,
+    median: float | None,
+    gpus_not_ok: str,
+    progress_age: float | None = None,
 ) -> list[Any]:
-    """One node's row of the ``nodes`` table (``COLUMNS``)."""
+    """One node's row of the ``nodes`` table (``COLUMNS``); ``progress_age``: the seconds since
+    the last progress of its least recent rank (None without hang detection)."""
     s = node.summary
     mean, low = gpu_util(s)
     return [
@@ -75,6 +84,7 @@ def node_row(
         _round(value),
         _round(median),
         gpus_not_ok,
+        _round(progress_age),
     ]
 
 

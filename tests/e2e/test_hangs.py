@@ -1,12 +1,17 @@
-"""Hangs named live, end to end: a real TorchTrainer over gloo on two nodes, four ranks, one of
-which stops after a step's report while the others wait in the next step's all_reduce. Every
-rank is armed by the plugin (no user code), the node loggers read the beacons, the evidence is
-taken out of band, and the alert, the ``hangs`` table and the stack files reach the test backend
-through the real wandb client."""
+"""Hangs named live, end to end: a real TorchTrainer over gloo on two nodes, four ranks, armed by
+the plugin with no user code. One fit goes through every kind of hang in turn, each released by
+the test (or by itself) once its alert is in the run: a rank stuck in Python while the others wait
+in all_reduce; a rank stuck in native code that holds the GIL; every rank stuck in one place; a
+rank that skips a report while the others wait in Ray's report barrier. Around them, slow phases
+that are not hangs: a long first step and a checkpoint upload ten times a step. The node loggers
+read the beacons, the evidence is taken out of band, and the alerts, the ``hangs`` table and the
+stack files reach the test backend through the real wandb client."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,18 +27,52 @@ from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 TOPOLOGY = "two_nodes"
-WORLD, STUCK, AT, STEPS = 4, 3, 3, 6
-HANG_TIMEOUT_S = 4.0
+REPO = Path(__file__).resolve().parents[2]
+WORLD, STEPS = 4, 12
+HANG_TIMEOUT_S = 5.0
+SAMPLING_S = 1.5
+FIRST_STEP_S = 1.2 * HANG_TIMEOUT_S  # longer than the limit, shorter than the first step's (3 x)
+GIL_HELD_S = 4 * HANG_TIMEOUT_S  # the native call returns by itself
+UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
+# step -> (ranks that stop, how): each episode's hang
+EPISODES = {2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report")}
+CHECKPOINT_STEP = 10
 
 
-def load_next_shard(release: str, stuck_at: str) -> None:
+def load_next_shard(release: str) -> None:
     """A data function that stops (a stalled file system, say) until the test releases it."""
-    Path(stuck_at).write_text(str(time.time()))
     while not os.path.exists(release):
         time.sleep(0.05)  # <load_next_shard>
 
 
+def read_from_device(lib: str, seconds: float) -> None:
+    import ctypes
+
+    ctypes.PyDLL(lib).rwn_hold_gil(ctypes.c_double(seconds))  # <read_from_device>
+
+
+def slow_upload(checkpoint: Any, dir_name: str) -> Any:
+    import ray.train
+
+    time.sleep(UPLOAD_S)
+    dest = os.path.join(ray.train.get_context().get_storage().experiment_fs_path, dir_name)
+    shutil.copytree(checkpoint.path, dest, dirs_exist_ok=True)
+    return ray.train.Checkpoint(dest)
+
+
+def stop(config: dict[str, Any], step: int, rank: int, how: str) -> None:
+    ranks, kind = EPISODES.get(step, ((), ""))
+    if rank in ranks and kind == how:
+        Path(config["dir"], f"stuck-{step}-{rank}").write_text(str(time.time()))
+        if how == "native":
+            read_from_device(config["gil"], GIL_HELD_S)
+        else:
+            load_next_shard(os.path.join(config["dir"], f"release-{step}"))
+
+
 def hang_loop(config: dict[str, Any]) -> None:
+    import tempfile
+
     import ray.train
     import torch
     import torch.distributed as dist
@@ -41,16 +80,25 @@ def hang_loop(config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(config["steps"]):
-        if step == config["at"] and rank == config["stuck"]:
-            load_next_shard(config["release"], config["stuck_at"])
+    time.sleep(FIRST_STEP_S)  # a long first step (a model load, a compile): no hang
+    for step in range(STEPS):
+        stop(config, step, rank, "python")
+        stop(config, step, rank, "native")
         loss = model(torch.ones(8, 4)).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         for param in model.parameters():
             dist.all_reduce(param.grad)  # <all_reduce>
-        optimizer.step()
-        ray.train.report({"step": step})
+        optimizer.step()  # each rank's progress, through torch's hook: no user code
+        stop(config, step, rank, "report")
+        if step == CHECKPOINT_STEP and rank == 0 and config["slow_upload"]:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "model").write_text("weights")
+                ray.train.report(
+                    {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d), checkpoint_upload_fn=slow_upload
+                )
+        else:
+            ray.train.report({"step": step})  # <report>
 
 
 def line_of(marker: str) -> int:
@@ -60,15 +108,37 @@ def line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def test_a_rank_stuck_in_python_is_named_live_with_every_ranks_stacks_and_progress_resumes(
-    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+@pytest.fixture(scope="module")
+def gil_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(REPO / "tests" / "support" / "gil_holder.c")],
+        check=True,
+    )
+    return str(out)
+
+
+def checkpoint_hooks() -> bool:
+    """Whether this Ray has the worker's checkpoint hooks (the upload is then a checkpoint phase)."""
+    from ray.train.v2._internal.execution.callback import TrainContextCallback
+
+    return hasattr(TrainContextCallback, "on_checkpoint_transfer")
+
+
+def hang_alerts(backend: WandbTestBackend, name: str) -> list[dict[str, Any]]:
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    return [a for a in runs[0].alerts if a["title"].startswith("Hang")] if runs else []
+
+
+def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phases_are_not(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path, gil_lib: str
 ) -> None:
     from ray.train import RunConfig, ScalingConfig
 
-    name = unique("hang-python")
-    release, stuck_at = tmp_path / "release", tmp_path / "stuck_at"
-    callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S)
-    config = {"steps": STEPS, "at": AT, "stuck": STUCK, "release": str(release), "stuck_at": str(stuck_at)}
+    name = unique("hangs")
+    slow_upload = checkpoint_hooks()
+    config = {"dir": str(tmp_path), "gil": gil_lib, "slow_upload": slow_upload}
+    callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, sampling_interval_s=SAMPLING_S)
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -82,56 +152,132 @@ def test_a_rank_stuck_in_python_is_named_live_with_every_ranks_stacks_and_progre
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    late: dict[int, float] = {}
     try:
-        alert = wait_until(
-            lambda: (
-                next((a for a in run_of(backend, name).alerts if a["title"].startswith("Hang:")), None)
-                if run_of_or_none(backend, name)
-                else None
-            ),
-            180,
-            "the hang alert",
-            every_s=0.1,
-        )
-        seen_s = time.time() - float(stuck_at.read_text())
+        for k, (step, (ranks, _)) in enumerate(sorted(EPISODES.items())):
+            wait_until(lambda k=k: (hang_alerts(backend, name)[2 * k :] or [None])[0], 240, f"hang {k + 1}")
+            stuck = [tmp_path / f"stuck-{step}-{r}" for r in ranks]
+            late[step] = time.time() - max(float(p.read_text()) for p in stuck)
+            (tmp_path / f"release-{step}").touch()
+            wait_until(lambda k=k: len(hang_alerts(backend, name)) >= 2 * k + 2, 120, f"the end of hang {k + 1}")
     finally:
-        release.touch()
-    thread.join(timeout=180)
-    assert not thread.is_alive() and result["fit"].error is None
+        for step in EPISODES:
+            (tmp_path / f"release-{step}").touch()
+    thread.join(timeout=240)
+    assert not thread.is_alive() and result["fit"].error is None, result
 
-    labels = node_labels()
-    sentence = alert["text"].splitlines()[0]
-    print(f"hang alert {seen_s:.1f} s after rank {STUCK} stopped: {alert['title']}\n{alert['text']}")
-    assert alert["severity"] == "ERROR" and alert["title"] == f"Hang: rank {STUCK} stopped"
-    assert sentence.startswith("ranks 0-2 wait in all_reduce #"), sentence
-    assert f"(test_hangs.py:{line_of('all_reduce')})" in sentence
-    assert f"rank {STUCK} never entered it: in load_next_shard (test_hangs.py:{line_of('load_next_shard')})" in sentence
-    assert any(f"rank {STUCK} on {label}" in alert["text"] for label in labels.values()), alert["text"]
-    # The evidence came while the processes lived, within the limit and the detection's cadence.
-    assert seen_s < HANG_TIMEOUT_S + 10, seen_s
+    alerts = hang_alerts(backend, name)
+    for f in sorted(f for f in run_of(backend, name).files if f.startswith("hangs/hang-1/")):
+        print(f"--- {f}\n{run_of(backend, name).files[f].decode()}")
+    for a in alerts:
+        print(f"{a['severity']} {a['title']}\n{a['text']}\n")
+    print("seconds from the stop to the alert:", {s: round(t, 1) for s, t in late.items()})
+    titles = [a["title"] for a in alerts]
+    assert titles == [
+        "Hang: rank 3 stopped", "Hang over: ranks 0-3 progress again",
+        "Hang: rank 2 stopped", "Hang over: ranks 0-3 progress again",
+        "Hang: ranks 0-3 stopped", "Hang over: ranks 0-3 progress again",
+        "Hang: rank 1 stopped", "Hang over: ranks 0-3 progress again",
+    ], titles  # fmt: skip
+    assert [a["severity"] for a in alerts] == ["ERROR", "INFO"] * 4
+    first = [a["text"].splitlines()[0] for a in alerts[::2]]
+    shard, reduce = line_of("load_next_shard"), line_of("all_reduce")
+    assert first[0].startswith("ranks 0-2 wait in all_reduce #") and f"(test_hangs.py:{reduce})" in first[0]
+    assert f"rank 3 never entered it: in load_next_shard (test_hangs.py:{shard})" in first[0], first[0]
+    assert first[1].startswith("ranks 0-1,3 wait in all_reduce #"), first[1]
+    assert f"rank 2 is not in it: in read_from_device (test_hangs.py:{line_of('read_from_device')})" in first[1]
+    assert first[2].startswith(f"every rank (0-3) is in load_next_shard (test_hangs.py:{shard})"), first[2]
+    assert first[3].startswith("ranks 0,2-3 wait in Ray Train's report barrier"), first[3]
+    assert "rank 1 did not reach it" in first[3] and f"load_next_shard (test_hangs.py:{shard})" in first[3]
+    labels = set(node_labels().values())
+    for a, (ranks, _) in zip(alerts[::2], [EPISODES[s] for s in sorted(EPISODES)], strict=True):
+        for r in ranks:
+            assert any(f"rank {r} on {label}" in a["text"] for label in labels), a["text"]
+    # Each hang is named within its limit and two sampling intervals of the last progress.
+    assert all(t < HANG_TIMEOUT_S + 2 * SAMPLING_S for t in late.values()), late
 
     run = run_of(backend, name)
-    titles = [a["title"] for a in run.alerts if "Hang" in a["title"]]
-    assert titles[0] == f"Hang: rank {STUCK} stopped" and len(titles) == 2, titles
-    assert titles[1].startswith("Hang over: rank") and titles[1].endswith("progress again"), titles
-    (table,) = run.tables("hangs")
-    rows = {row["rank"]: row for row in table}
+    tables = run.tables("hangs")
+    assert len(tables) == 4
+    rows = {row["rank"]: row for row in tables[0]}
     assert sorted(rows) == list(range(WORLD))
-    assert rows[STUCK]["state"] == "stopped" and "load_next_shard" in rows[STUCK]["where"]
-    assert {rows[r]["state"] for r in range(WORLD) if r != STUCK} == {"waits"}
-    assert {rows[r]["collective"] for r in range(WORLD) if r != STUCK} == {"all_reduce"}
-    assert all(rows[r]["last_step"] == AT for r in range(WORLD)), rows  # optimizer steps, no user code
-    files = {name for name in run.files if name.startswith("hangs/hang-1/")}
-    assert files == {"hangs/hang-1/verdict.txt", *(f"hangs/hang-1/rank-{r}.txt" for r in range(WORLD))}, files
-    stuck_file = run.files[f"hangs/hang-1/rank-{STUCK}.txt"].decode()
-    assert "TrainingThread(" in stuck_file and "load_next_shard" in stuck_file
+    assert rows[3]["state"] == "stopped" and "load_next_shard" in rows[3]["where"]
+    assert {rows[r]["state"] for r in (0, 1, 2)} == {"waits"} and {rows[r]["collective"] for r in (0, 1, 2)} == {
+        "all_reduce"
+    }
+    assert all(rows[r]["last_step"] == 2 for r in range(WORLD)), rows  # optimizer steps, counted by the hook
+    assert {row["state"] for row in tables[2]} == {"stuck"}
+    for episode in range(1, 5):
+        files = {f for f in run.files if f.startswith(f"hangs/hang-{episode}/")}
+        assert files == {
+            f"hangs/hang-{episode}/verdict.txt",
+            *(f"hangs/hang-{episode}/rank-{r}.txt" for r in range(WORLD)),
+        }
+    python_stuck = run.files["hangs/hang-1/rank-3.txt"].decode()
+    assert "TrainingThread(" in python_stuck and "load_next_shard" in python_stuck
+    native_stuck = run.files["hangs/hang-2/rank-2.txt"].decode()
+    assert "faulthandler" in native_stuck and "read_from_device" in native_stuck
     assert "all_reduce" in run.files["hangs/hang-1/rank-0.txt"].decode()
     assert run.completes and run.completes[-1].exit_code == 0
     assert_nothing_left()
 
 
-def run_of_or_none(backend: WandbTestBackend, name: str) -> Any:
-    try:
-        return run_of(backend, name)
-    except AssertionError:
-        return None
+def restart_loop(config: dict[str, Any]) -> None:
+    """Reports a checkpoint a step; rank 1 stops at step 3 of the first attempt only (of every
+    attempt with ``always``), in a data function that never returns."""
+    import tempfile
+
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    checkpoint = ray.train.get_checkpoint()
+    start = int(Path(checkpoint.path, "step").read_text()) + 1 if checkpoint else 0
+    for step in range(start, 6):
+        if step == 3 and rank == 1 and (checkpoint is None or config["always"]):
+            load_next_shard(os.path.join(config["dir"], "never"))
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "step").write_text(str(step))
+            ray.train.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+@pytest.mark.parametrize("failures", [1, 0], ids=["restarts", "no-failures-left"])
+def test_on_hang_restart_ends_the_hung_attempt_through_rays_failure_handling(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path, failures: int
+) -> None:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+
+    name = unique(f"hang-restart-{failures}")
+    callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, on_hang="restart", sampling_interval_s=SAMPLING_S)
+    fit = trainer(
+        restart_loop,
+        torch=False,
+        train_loop_config={"dir": str(tmp_path), "always": failures == 0},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "storage"),
+            callbacks=[callback],
+            failure_config=FailureConfig(max_failures=failures),
+        ),
+    )
+    if failures:
+        result = fit.fit()
+        assert result.error is None
+    else:
+        with pytest.raises(Exception, match=r"hang 1 \(ray_wandb_nodes on_hang='restart'\): rank 0 wait") as err:
+            fit.fit()
+        assert "load_next_shard" in str(err.value)
+
+    run = run_of(backend, name)
+    alerts = [a for a in run.alerts if a["title"].startswith("Hang")]
+    assert [a["title"] for a in alerts] == ["Hang: rank 1 stopped"], alerts
+    assert "on_hang='restart'" in alerts[0]["text"] and "rank 1 did not reach it" in alerts[0]["text"]
+    assert {f for f in run.files if f.startswith("hangs/hang-1/")} >= {"hangs/hang-1/rank-1.txt"}
+    steps = [row["step"] for row in run.history if "step" in row]
+    if failures:  # restarted from the checkpoint of step 2: every step once, then the run's one end
+        assert steps == [0, 1, 2, 3, 4, 5], steps
+        assert [c.exit_code for c in run.completes] == [0]
+    else:
+        assert steps == [0, 1, 2], steps
+        assert [c.exit_code for c in run.completes] == [1]
+    assert_nothing_left()

@@ -95,3 +95,18 @@ def test_hung_ranks_use_the_job_cadence_of_all_ranks() -> None:
     assert [r.rank for r in hung_ranks(HangTimeout(seconds=5.0), ranks)] == [0, 1]
     assert hung_ranks(HangTimeout(), ranks) == []
     assert job_cadence_s([]) is None
+
+
+def test_a_rank_checkpointing_within_its_limit_holds_the_others_silence() -> None:
+    from ray_wandb_nodes._hang.policy import job_hung
+
+    fixed = HangTimeout(seconds=10)
+    waiting = [_rank(r, 25.0, None) for r in (1, 2, 3)]  # past 10 s: in the barrier, waiting on rank 0
+    saving = _rank(0, 25.0, None, phase=Phase.CHECKPOINTING)  # within 3 x 10 s
+    assert [r.rank for r in hung_ranks(fixed, [saving, *waiting])] == [1, 2, 3]
+    assert job_hung(fixed, [saving, *waiting]) == []
+    # Past its own limit too: the job hangs, every silent rank named.
+    late = _rank(0, 31.0, None, phase=Phase.CHECKPOINTING)
+    assert [r.rank for r in job_hung(fixed, [late, *waiting])] == [0, 1, 2, 3]
+    # No long phase: the running ranks past the limit hang as before.
+    assert [r.rank for r in job_hung(fixed, [_rank(0, 5.0, None), *waiting])] == [1, 2, 3]

@@ -182,6 +182,19 @@ CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, ...]]] 
         (0, 1, 2, 3),
         (),
     ),
+    (
+        "a waiter whose flight recorder came back late waits with the others (its number unknown)",
+        [
+            rank(0, ALL_REDUCE, fr(12, "all_reduce")),
+            rank(1, ALL_REDUCE, None),
+            rank(2, ALL_REDUCE, fr(12, "all_reduce")),
+            rank(3, SHARD, fr(11), age=40.0),
+        ],
+        "ranks 0-2 wait in all_reduce #12 (train.py:88); rank 3 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 40 s",
+        (3,),
+        (0, 1, 2),
+    ),
 ]
 
 

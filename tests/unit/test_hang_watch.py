@@ -1,0 +1,169 @@
+"""The fleet's hang watch over a fake pool (no Ray): one alert a hang with every rank's evidence
+asked at once, one INFO when progress resumes, a new hang after that, and what the notice holds."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_wandb_nodes._fleet.hangs import HangWatch, aged, poll_s
+from ray_wandb_nodes._hang import HangNotice, HangTimeout, Phase, RankEvidence, RankProgress, hang_notice
+from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
+from ray_wandb_nodes._hang.verdict import judge
+from ray_wandb_nodes._warn import Warner
+
+USER = "/home/me/train.py"
+SHARD = (Frame(USER, 71, "load_next_shard"), Frame(USER, 90, "train_loop"))
+
+
+def progress(rank: int, age: float, steps: int = 5, reports: int = 5) -> RankProgress:
+    return RankProgress(rank, 100 + rank, reports, steps, True, age, Phase.RUNNING, age, 1.0, 12)
+
+
+@dataclass
+class Node:
+    label: str
+
+
+@dataclass
+class Handle:
+    node: Node
+    progress: dict[str, tuple[RankProgress, ...]]
+    progress_at: float = 0.0
+    actor: Any = None
+
+
+@dataclass
+class Pool:
+    handles: dict[str, Handle]
+    clock: float = 0.0
+
+    def get(self, node_id: str) -> Handle | None:
+        return self.handles.get(node_id)
+
+    def now(self) -> float:
+        return self.clock
+
+
+@dataclass
+class Spec:
+    label: str = "node-head"
+
+
+@dataclass
+class Primary:
+    spec: Spec = field(default_factory=Spec)
+
+
+@dataclass
+class Health:
+    ages: dict[str, float] = field(default_factory=dict)
+
+    def progress(self, ages: dict[str, float]) -> None:
+        self.ages = ages
+
+
+@dataclass
+class Target:
+    ranks: dict[str, tuple[int, ...]]
+    health: Health = field(default_factory=Health)
+    rank_gpus: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    covered_node: str | None = None
+    run_id: str = "run-1"
+    primary: Primary = field(default_factory=Primary)
+
+
+def setup(ages: dict[int, float], steps: int = 5) -> tuple[Target, Pool]:
+    target = Target(ranks={"a": (0, 1), "b": (2, 3)}, rank_gpus={r: (str(r % 2),) for r in range(4)})
+    pool = Pool(
+        {
+            n: Handle(Node(f"node-{n}"), {"run-1": tuple(progress(r, ages[r], steps) for r in ranks)})
+            for n, ranks in target.ranks.items()
+        }
+    )
+    return target, pool
+
+
+def evidence_of(rank: int) -> RankEvidence:
+    return RankEvidence(rank, 100 + rank, 7, native=(ThreadStack(7, SHARD, "TrainingThread(train_loop)"),))
+
+
+def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resumes() -> None:
+    watch = HangWatch(HangTimeout(seconds=10))
+    target, pool = setup({0: 2, 1: 2, 2: 2, 3: 2})
+    asked: list[list[Any]] = []
+    notices: list[HangNotice] = []
+
+    def ask(actors: list[Any], run_id: str) -> list[Any]:
+        asked.append(actors)
+        return [tuple((progress(r, 12), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
+
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert notices == [] and asked == []  # within the limit: nothing asked
+    assert target.health.ages == {"a": 2.0, "b": 2.0}  # the nodes table's last progress
+    pool.clock = 11.0  # the pings' ages are 11 s old: past the limit now
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert len(asked) == 1 and len(asked[0]) == 2  # both nodes, once, at once
+    (hang,) = notices
+    assert hang.level == "ERROR" and hang.title == "Hang: ranks 0-3 stopped"
+    assert hang.text.startswith("every rank (0-3) is in load_next_shard (train.py:71)")
+    assert "rank 2 on node-b GPU 0" in hang.text
+    assert [name for name, _ in hang.files] == ["verdict.txt", "rank-0.txt", "rank-1.txt", "rank-2.txt", "rank-3.txt"]
+    assert [row.rank for row in hang.rows] == [0, 1, 2, 3]
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert len(notices) == 1 and len(asked) == 1  # one alert an episode
+    # Rank 2 steps again: the episode ends with an INFO.
+    pool.handles["b"].progress = {"run-1": (progress(2, 0.1, steps=6), progress(3, 14))}
+    pool.handles["b"].progress_at = pool.clock
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR", "INFO"] and notices[1].title == "Hang over: rank 2 progress again"
+    assert not notices[1].rows and not notices[1].files
+
+
+def test_a_hang_needs_its_limit_and_ages_grow_with_the_pings_age() -> None:
+    ranks = (progress(0, 3.0),)
+    assert aged(ranks, 0.0) == ranks
+    assert aged(ranks, 4.5)[0].age_s == 7.5 and aged(ranks, 4.5)[0].phase_age_s == 7.5
+    assert poll_s(HangTimeout(seconds=4), 3.0) == 0.25 and poll_s(HangTimeout(seconds=32), 3.0) == 2.0
+    assert poll_s(HangTimeout(auto=True), 3.0) == 3.0 and poll_s(HangTimeout(seconds=600), 3.0) == 3.0
+
+
+def test_the_notice_names_the_stopped_ranks_their_node_gpu_and_when() -> None:
+    from ray_wandb_nodes._hang import RankFacts
+
+    facts = [RankFacts(progress(r, 65.0, steps=8), evidence_of(r), f"node-{r}", (str(r),)) for r in range(2)]
+    now = datetime.datetime(2026, 12, 4, 12, 0, 0, tzinfo=datetime.timezone.utc)
+    notice = hang_notice(judge(facts), facts, 3, "restart", now=now)
+    assert notice.folder == "hangs/hang-3" and notice.stopped == (0, 1)
+    assert "rank 1 on node-1 GPU 1: last progress at step 8, report 5, since 11:58:55 UTC" in notice.text
+    assert "on_hang='restart'" in notice.text
+    rank_file = dict(notice.files)["rank-1.txt"]
+    assert "rank 1 (pid 101) on node-1, GPU 1" in rank_file and "load_next_shard" in rank_file
+    assert notice.table()[0][:7] == [0, "node-0", "0", 8, 5, 65.0, "stuck"]
+
+
+def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_again() -> None:
+    watch = HangWatch(HangTimeout(seconds=10), on_hang="alert")
+    target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
+    notices: list[HangNotice] = []
+
+    def ask(actors: list[Any], run_id: str) -> list[Any]:
+        return [tuple((progress(r, 20), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
+
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR"]
+    # New processes (Ray restarted the worker group): no "progress again", the episode closes.
+    for handle in pool.handles.values():
+        handle.progress = {
+            "run-1": tuple(
+                RankProgress(p.rank, p.pid + 1000, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12)
+                for p in handle.progress["run-1"]
+            )
+        }
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR"] and not watch.open
+    for handle in pool.handles.values():
+        handle.progress = {"run-1": tuple(progress(p.rank, 40.0) for p in handle.progress["run-1"])}
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR", "ERROR"] and notices[1].episode == 2
