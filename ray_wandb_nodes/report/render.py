@@ -73,7 +73,8 @@ def format_text(reports: list[RunReport]) -> str:
         if r.alerts:
             lines.append("  Alerts raised during the run:")
             lines.extend(
-                f"    {_clock(a.get('time'))} {a.get('level', '?'):<5} {a.get('title')}: {a.get('text')}"
+                f"    {_clock(a.get('time'))} {a.get('level', '?'):<5} {a.get('title')}: "
+                + str(a.get("text")).replace("\n", "\n      ")  # a hang's alert has a line a stopped rank
                 for a in r.alerts
             )
         else:

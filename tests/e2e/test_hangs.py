@@ -10,6 +10,7 @@ stack files reach the test backend through the real wandb client."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import assert_nothing_left, node_labels
+from tests.support.env import offline_backend
 from tests.support.runs import run_of, unique
 from tests.support.training import make_callback, trainer
 from tests.support.wait import wait_until
@@ -30,7 +32,7 @@ TOPOLOGY = "two_nodes"
 REPO = Path(__file__).resolve().parents[2]
 WORLD, STEPS = 4, 12
 HANG_TIMEOUT_S = 5.0
-SAMPLING_S = 1.5
+SAMPLING_S = 2.0
 FIRST_STEP_S = 1.2 * HANG_TIMEOUT_S  # longer than the limit, shorter than the first step's (3 x)
 GIL_HELD_S = 4 * HANG_TIMEOUT_S  # the native call returns by itself
 UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
@@ -182,10 +184,13 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     assert [a["severity"] for a in alerts] == ["ERROR", "INFO"] * 4
     first = [a["text"].splitlines()[0] for a in alerts[::2]]
     shard, reduce = line_of("load_next_shard"), line_of("all_reduce")
-    assert first[0].startswith("ranks 0-2 wait in all_reduce #") and f"(test_hangs.py:{reduce})" in first[0]
-    assert f"rank 3 never entered it: in load_next_shard (test_hangs.py:{shard})" in first[0], first[0]
-    assert first[1].startswith("ranks 0-1,3 wait in all_reduce #"), first[1]
+    # A waiter's flight recorder comes with its Python-level dump, which a loaded node may not give
+    # within the wait: then the number is unknown and the stopped rank is "not in it".
+    assert re.match(rf"ranks 0-2 wait in all_reduce( #\d+)? \(test_hangs.py:{reduce}\); rank 3 ", first[0]), first[0]
+    assert re.search(rf"rank 3 (never entered it|is not in it): in load_next_shard \(test_hangs.py:{shard}\)", first[0])
+    assert re.match(rf"ranks 0-1,3 wait in all_reduce( #\d+)? \(test_hangs.py:{reduce}\); ", first[1]), first[1]
     assert f"rank 2 is not in it: in read_from_device (test_hangs.py:{line_of('read_from_device')})" in first[1]
+    assert "#" in first[0] + first[1]  # the flight recorder's sequence number, at least once
     assert first[2].startswith(f"every rank (0-3) is in load_next_shard (test_hangs.py:{shard})"), first[2]
     assert first[3].startswith("ranks 0,2-3 wait in Ray Train's report barrier"), first[3]
     assert "rank 1 did not reach it" in first[3] and f"load_next_shard (test_hangs.py:{shard})" in first[3]
@@ -198,6 +203,7 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
 
     run = run_of(backend, name)
     tables = run.tables("hangs")
+    print("hangs table of hang 1:", *tables[0], sep="\n")
     assert len(tables) == 4
     rows = {row["rank"]: row for row in tables[0]}
     assert sorted(rows) == list(range(WORLD))
@@ -240,15 +246,13 @@ def restart_loop(config: dict[str, Any]) -> None:
             ray.train.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-@pytest.mark.parametrize("failures", [1, 0], ids=["restarts", "no-failures-left"])
-def test_on_hang_restart_ends_the_hung_attempt_through_rays_failure_handling(
-    cluster: Any, backend: WandbTestBackend, tmp_path: Path, failures: int
-) -> None:
+def restart_fit(name: str, tmp_path: Path, failures: int, **options: Any) -> Any:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
 
-    name = unique(f"hang-restart-{failures}")
-    callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, on_hang="restart", sampling_interval_s=SAMPLING_S)
-    fit = trainer(
+    callback = make_callback(
+        hang_timeout_s=HANG_TIMEOUT_S, on_hang="restart", sampling_interval_s=SAMPLING_S, **options
+    )
+    return trainer(
         restart_loop,
         torch=False,
         train_loop_config={"dir": str(tmp_path), "always": failures == 0},
@@ -260,24 +264,55 @@ def test_on_hang_restart_ends_the_hung_attempt_through_rays_failure_handling(
             failure_config=FailureConfig(max_failures=failures),
         ),
     )
-    if failures:
-        result = fit.fit()
-        assert result.error is None
-    else:
-        with pytest.raises(Exception, match=r"hang 1 \(ray_wandb_nodes on_hang='restart'\): rank 0 wait") as err:
-            fit.fit()
-        assert "load_next_shard" in str(err.value)
+
+
+def test_on_hang_restart_ends_the_hung_attempt_and_ray_restarts_it_from_its_checkpoint(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    name = unique("hang-restart")
+    result = restart_fit(name, tmp_path, failures=1).fit()
+    assert result.error is None
 
     run = run_of(backend, name)
     alerts = [a for a in run.alerts if a["title"].startswith("Hang")]
-    assert [a["title"] for a in alerts] == ["Hang: rank 1 stopped"], alerts
+    assert [a["title"] for a in alerts] == ["Hang: rank 1 stopped"], alerts  # the restart is no "progress again"
     assert "on_hang='restart'" in alerts[0]["text"] and "rank 1 did not reach it" in alerts[0]["text"]
-    assert {f for f in run.files if f.startswith("hangs/hang-1/")} >= {"hangs/hang-1/rank-1.txt"}
-    steps = [row["step"] for row in run.history if "step" in row]
-    if failures:  # restarted from the checkpoint of step 2: every step once, then the run's one end
-        assert steps == [0, 1, 2, 3, 4, 5], steps
-        assert [c.exit_code for c in run.completes] == [0]
-    else:
-        assert steps == [0, 1, 2], steps
-        assert [c.exit_code for c in run.completes] == [1]
+    assert "hangs/hang-1/rank-1.txt" in run.files
+    # Restarted from the checkpoint of step 2: every step once, and the run's one end.
+    assert [row["step"] for row in run.history if "step" in row] == [0, 1, 2, 3, 4, 5]
+    assert [c.exit_code for c in run.completes] == [0]
+    assert_nothing_left()
+
+
+def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder_keeps_it(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from ray_wandb_nodes import cli
+    from ray_wandb_nodes._wandb_log import read_run
+
+    with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
+        name = unique("hang-no-failures-left")
+        with pytest.raises(Exception, match=r"hang 1 \(ray_wandb_nodes on_hang='restart'\): rank 0 wait") as err:
+            restart_fit(name, tmp_path, failures=0, mode="offline").fit()
+        assert "load_next_shard" in str(err.value) and "HangError" in str(err.value)
+        assert own_backend.requests == []
+
+    (folder,) = (wandb_dir / "ray_wandb_nodes").iterdir()
+    index = json.loads((folder / "index.json").read_text())
+    assert index["exit_code"] == 1
+    (alert,) = [a for a in index["alerts"] if a["kind"] == "hang"]
+    assert alert["level"] == "ERROR" and alert["title"] == "Hang: rank 1 stopped"
+    (stack_file,) = folder.glob("**/files/hangs/hang-1/rank-1.txt")
+    assert "load_next_shard" in stack_file.read_text()
+    (primary,) = [w for w in index["writers"] if w["role"] == "primary"]
+    (log_path,) = (folder / primary["path"]).glob("**/run-*.wandb")
+    log = read_run(str(log_path))
+    assert [row["step"] for row in log.history if "step" in row] == [0, 1, 2]
+    assert any(row.get("hangs/_type") == "table-file" for row in log.history)
+    capsys.readouterr()
+    assert cli.main(["report", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "ERROR Hang: rank 1 stopped: rank 0 wait in Ray Train's report barrier" in text, text
     assert_nothing_left()
