@@ -4,8 +4,9 @@ A trial that wraps a ``TorchTrainer`` runs a Train controller whose workers sit 
 nodes than the trial actor. The Tune callback marks each trial it logs in Ray's internal
 key-value store (GCS) before the trial's function starts; a ``WandbNodesCallback`` in that
 trial's Train run finds the mark and, instead of opening its own W&B run, publishes its
-worker placement, so the Tune callback's node fleet adds those nodes to the trial's run.
-Nothing secret goes through the store: only node ids, hostnames and ranks.
+worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, and its
+hang setting, so the trial's run watches those ranks. Nothing secret goes through the store: only
+node ids, hostnames, ranks and the hang setting.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def _workers_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/workers".encode()
 
 
+def _hang_key(trial_id: str) -> bytes:
+    return f"tune/{trial_id}/hang".encode()
+
+
 def mark_trial(trial_id: str, run_id: str) -> None:
     _ray.kv_put(_trial_key(trial_id), json.dumps({"run_id": run_id}).encode(), NAMESPACE)
 
@@ -41,10 +46,28 @@ def publish_workers(trial_id: str, placements: Sequence[dict[str, Any]]) -> None
 
 
 def worker_nodes(trial_id: str) -> set[str]:
+    return set(worker_ranks(trial_id))
+
+
+def worker_ranks(trial_id: str) -> dict[str, tuple[int, ...]]:
+    """The ranks of the trial's Train run on each node, as it last published them."""
     raw = _ray.kv_get(_workers_key(trial_id), NAMESPACE)
-    return {p["node_id"] for p in json.loads(raw)} if raw else set()
+    ranks: dict[str, list[int]] = {}
+    for p in json.loads(raw) if raw else []:
+        ranks.setdefault(str(p["node_id"]), []).append(int(p["rank"]))
+    return {node: tuple(sorted(r)) for node, r in ranks.items()}
+
+
+def publish_hang(trial_id: str, setting: dict[str, Any]) -> None:
+    """The Train run's ``hang_timeout_s``, ``on_hang`` and process-group timeout, as plain data."""
+    _ray.kv_put(_hang_key(trial_id), json.dumps(setting).encode(), NAMESPACE)
+
+
+def hang_setting(trial_id: str) -> dict[str, Any] | None:
+    raw = _ray.kv_get(_hang_key(trial_id), NAMESPACE)
+    return dict(json.loads(raw)) if raw else None
 
 
 def clear_trial(trial_id: str) -> None:
-    for key in (_trial_key(trial_id), _workers_key(trial_id)):
+    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id)):
         _ray.kv_del(key, NAMESPACE)

@@ -7,11 +7,13 @@ Every report, checkpoint and the end go to the sessions the same way; one node f
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import Any
 
 from ._artifacts import checkpoint_aliases
 from ._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
+from ._hang import run_dir
 from ._health import HealthMonitor, HealthOptions
 from ._metrics import config_for_wandb, flatten
 from ._naming import LABELS, train_run_id
@@ -274,3 +276,5 @@ class TrainRun:
         for session in self.sessions.values():
             session.wait_finished(end, end=end)
         self.fleet.shutdown(max(0.0, stop - time.monotonic()), slack_s=0.0)
+        if self.hang_run:  # the ranks' beacons and dumps on this node (the loggers remove theirs)
+            shutil.rmtree(run_dir(self.hang_run), ignore_errors=True)

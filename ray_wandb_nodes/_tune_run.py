@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import _handoff, _ray
-from ._fleet import NodeFleet, NodeInfo, SharedTarget
+from ._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from ._hang import HangTimeout
 from ._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
@@ -96,7 +97,7 @@ class TuneRuns:
         target = SharedTarget(
             primary=primary,
             selection=self.options.nodes,
-            extra_nodes=(lambda: _handoff.worker_nodes(trial_id)) if self.options.nodes == "workers" else None,
+            extra_nodes=(lambda: relayed_nodes(trial_id, target)) if self.options.nodes == "workers" else None,
             spec_for=functools.partial(_node_writer_spec, location=location),
             storage=storage,
             health=TrialHealth(
@@ -274,3 +275,17 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
     if location.get("node_id") == node.node_id and location.get("pid"):
         settings["x_stats_pid"] = location["pid"]  # proc.* series describe the trial's process
     return _with_settings(spec, settings)
+
+
+def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
+    """On the fleet thread, every poll of a trial's run: the nodes of the Train run inside the trial
+    (as it published them), and its ranks and hang setting for the run's hang watch."""
+    ranks = _handoff.worker_ranks(trial_id)
+    if ranks and target.hangs is None:
+        setting = _handoff.hang_setting(trial_id)
+        if setting:
+            timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
+            target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
+    if target.hangs is not None:
+        target.hangs.ranks = ranks
+    return set(ranks)

@@ -170,10 +170,12 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def after_controller_start(self, train_run_context: TrainRunContext) -> None:
         if self.options.mode == "disabled" or self._run is not None or self._relay_trial:
             return
-        if self._tune_trial_id and _handoff.trial_mark(self._tune_trial_id):
+        mark = _handoff.trial_mark(self._tune_trial_id) if self._tune_trial_id else None
+        if self._tune_trial_id and mark:
             # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
-            # this callback only tells it where the train workers are.
+            # this callback only tells it where the train workers are, and how to watch them.
             self._relay_trial = self._tune_trial_id
+            self._hang_run = _relay_hangs(self._relay_trial, mark, self.options, train_run_context, self._warner)
             return
         import ray
 
@@ -289,3 +291,28 @@ def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) ->
         _handoff.publish_workers(trial_id, placements)
     except Exception as e:  # noqa: BLE001
         warner.warn("relay", f"could not tell the Tune callback where trial {trial_id}'s workers are ({describe(e)})")
+
+
+def _relay_hangs(trial_id: str, mark: dict[str, Any], options: Any, ctx: Any, warner: Warner) -> str | None:
+    """Inside a Tune trial: the run whose ranks are armed (the trial's), and the hang setting
+    published for the trial's run to watch them (off the controller's event loop)."""
+    hang = options.hang_timeout_s
+    if not hang.enabled or not mark.get("run_id"):
+        return None
+    setting = {
+        "seconds": hang.seconds,
+        "auto": hang.auto,
+        "on_hang": options.on_hang,
+        "pg_timeout_s": _ray.train_start(ctx).pg_timeout_s,
+    }
+    threading.Thread(target=_publish_hang, args=(trial_id, setting, warner), daemon=True).start()
+    return str(mark["run_id"])
+
+
+def _publish_hang(trial_id: str, setting: dict[str, Any], warner: Warner) -> None:
+    try:
+        _handoff.publish_hang(trial_id, setting)
+    except Exception as e:  # noqa: BLE001
+        warner.warn(
+            "relay-hang", f"could not tell the Tune callback how to watch trial {trial_id} for hangs ({describe(e)})"
+        )

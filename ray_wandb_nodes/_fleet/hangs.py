@@ -58,6 +58,9 @@ class HangWatch:
     counts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (pid, reports, steps) at the hang
     raised_at: float = 0.0
     notices: list[HangNotice] = field(default_factory=list)  # for tests and the offline index
+    # The ranks on each node where the run's own placement does not say (a Train run inside a
+    # Tune trial publishes them); None: the run's (``target.ranks``).
+    ranks: dict[str, tuple[int, ...]] | None = None
 
     def check(
         self,
@@ -109,7 +112,7 @@ class HangWatch:
     def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
         """The run's ranks now (rank -> its progress and its node), placed ranks only."""
         out: dict[int, tuple[RankProgress, str]] = {}
-        for node_id, ranks in target.ranks.items():
+        for node_id, ranks in (self.ranks if self.ranks is not None else target.ranks).items():
             if node_id == target.covered_node:
                 now = time.monotonic_ns()
                 seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
@@ -156,7 +159,7 @@ class HangWatch:
         import ray
 
         by_node: dict[str, list[int]] = {}
-        for node_id, placed in target.ranks.items():
+        for node_id, placed in (self.ranks if self.ranks is not None else target.ranks).items():
             mine = [r for r in placed if r in ranks]
             if mine:
                 by_node[node_id] = mine

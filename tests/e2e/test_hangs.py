@@ -266,6 +266,7 @@ def restart_fit(name: str, tmp_path: Path, failures: int, **options: Any) -> Any
     )
 
 
+@pytest.mark.smoke  # on every end of the Ray range: ranks armed, beacons read, the verdict, the restart
 def test_on_hang_restart_ends_the_hung_attempt_and_ray_restarts_it_from_its_checkpoint(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path
 ) -> None:

@@ -93,14 +93,25 @@ def train_driver(config: dict[str, Any]) -> None:
     TorchTrainer(
         train_loop,
         # Long enough for node writers that join after the workers start to sample.
-        train_loop_config={"lr": 0.05, "reports": 6, "step_sleep_s": 0.5, "checkpoint": True},
+        train_loop_config={
+            "lr": 0.05,
+            "reports": 6,
+            "step_sleep_s": 0.5,
+            "checkpoint": True,
+            "stall": config.get("stall"),
+        },
         scaling_config=train.ScalingConfig(num_workers=2),
         run_config=train.RunConfig(
             name=f"{ctx.get_experiment_name()}-{ctx.get_trial_id()}",
             storage_path=config["storage"],
             callbacks=[
                 TuneReportCallback(),
-                WandbNodesCallback(project="tune-e2e", sampling_interval_s=0.5, settings=FAST),
+                WandbNodesCallback(
+                    project="tune-e2e",
+                    sampling_interval_s=0.5,
+                    settings=FAST,
+                    hang_timeout_s=config.get("hang_timeout_s", "auto"),
+                ),
             ],
         ),
     ).fit()
@@ -242,7 +253,11 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
 ) -> None:
     name = unique("tune-train")
     callback = make_callback(upload_checkpoints=True)
-    results = tuner(train_driver, name, str(tmp_path), {"storage": str(tmp_path)}, callback).fit()
+    # Rank 1 stalls 12 s at step 3 while rank 0 waits in the report: a hang of the trial's Train
+    # run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
+    stall = {"step": 3, "rank": 1, "seconds": 12}
+    config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4}
+    results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
     assert len(runs) == 1
@@ -256,6 +271,13 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     assert run.exit_codes == [0]
     # The Train run's checkpoints reach the trial's run through the results' checkpoint_path.
     assert [a.files.get("step") for a in run.models] == [str(s).encode() for s in range(6)]
+    hangs = [a for a in run.alerts if a["title"].startswith("Hang")]
+    assert [(a["severity"], a["title"].split(":")[0]) for a in hangs] == [("ERROR", "Hang"), ("INFO", "Hang over")]
+    assert hangs[0]["title"] == "Hang: rank 1 stopped", hangs
+    assert "rank 1 did not reach it" in hangs[0]["text"] and "in stalled_read (training.py:" in hangs[0]["text"]
+    assert {f for f in run.files if f.startswith("hangs/hang-1/")} == {
+        "hangs/hang-1/verdict.txt", "hangs/hang-1/rank-0.txt", "hangs/hang-1/rank-1.txt"
+    }  # fmt: skip
     # The Train run inside did not open a W&B run of its own.
     assert not [r for r in backend.runs.values() if r.display_name and r.display_name.startswith(name + "-")]
     assert_nothing_left()

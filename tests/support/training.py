@@ -44,9 +44,21 @@ def train_loop(config: dict[str, Any]) -> None:
             "nested": {"depth": step},
         }
         time.sleep(config.get("step_sleep_s", 0))
+        stall = config.get("stall")  # {"step", "rank", "seconds"}: a rank stops a while (a hang)
+        if stall and stall["step"] == step and stall["rank"] == rank:
+            stalled_read(stall["seconds"])
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
+
+
+def stalled_read(seconds: float) -> None:
+    """A read that stalls (a file system, say): the others wait for this rank in the next report."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)  # <stalled_read>
 
 
 def torch_model(lr: float) -> Any:
