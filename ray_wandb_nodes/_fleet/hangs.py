@@ -87,6 +87,10 @@ class HangWatch:
                 r.rank for r, _ in ranks.values()
                 if r.rank in self.counts and (r.reports, r.steps) != self.counts[r.rank][1:]
             ]  # fmt: skip
+            if moved and self.on_hang == "restart":
+                # The attempt was ended: a waiter let go of Ray's barrier as its peer failed is no
+                # progress, and the next attempt's ranks are new processes.
+                return
             if moved:
                 self.open = False
                 self._deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at), deliver)

@@ -31,10 +31,10 @@ pytestmark = pytest.mark.cluster
 TOPOLOGY = "two_nodes"
 REPO = Path(__file__).resolve().parents[2]
 WORLD, STEPS = 4, 12
-HANG_TIMEOUT_S = 5.0
+HANG_TIMEOUT_S = 4.0
 SAMPLING_S = 2.0
 FIRST_STEP_S = 1.2 * HANG_TIMEOUT_S  # longer than the limit, shorter than the first step's (3 x)
-GIL_HELD_S = 4 * HANG_TIMEOUT_S  # the native call returns by itself
+GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns by itself, after its hang is named
 UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
 # step -> (ranks that stop, how): each episode's hang
 EPISODES = {2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report")}

@@ -167,3 +167,23 @@ def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_agai
         handle.progress = {"run-1": tuple(progress(p.rank, 40.0) for p in handle.progress["run-1"])}
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR", "ERROR"] and notices[1].episode == 2
+
+
+def test_after_restart_ends_an_attempt_a_waiter_let_go_is_no_progress() -> None:
+    watch = HangWatch(HangTimeout(seconds=10), on_hang="restart")
+    watch.end_attempt = lambda *args: None  # type: ignore[method-assign]  # no Ray here
+    target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
+    notices: list[HangNotice] = []
+
+    def ask(actors: list[Any], run_id: str) -> list[Any]:
+        return [tuple((progress(r, 20), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
+
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    # Rank 0's report returns as Ray resets its barrier for the failed attempt: same process.
+    pool.handles["a"].progress = {"run-1": (progress(0, 0.1, steps=5, reports=6), progress(1, 21))}
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR"] and watch.open
+    # The restarted attempt: new processes end the episode, silently.
+    pool.handles["a"].progress = {"run-1": (RankProgress(0, 900, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12),)}
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.level for n in notices] == ["ERROR"] and not watch.open
