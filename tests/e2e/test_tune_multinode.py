@@ -253,9 +253,9 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
 ) -> None:
     name = unique("tune-train")
     callback = make_callback(upload_checkpoints=True)
-    # Rank 1 stalls 12 s at step 3 while rank 0 waits in the report: a hang of the trial's Train
+    # Rank 1 stalls 10 s at step 3 while rank 0 waits in the report: a hang of the trial's Train
     # run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
-    stall = {"step": 3, "rank": 1, "seconds": 12}
+    stall = {"step": 3, "rank": 1, "seconds": 10}
     config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4}
     results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
     assert not results.errors

@@ -19,7 +19,7 @@ def run_of(backend: WandbTestBackend, name: str) -> Any:
     return runs[0]
 
 
-HEALTH_KEYS = {"nodes", "nodes/stragglers"}
+HEALTH_KEYS = {"nodes", "nodes/stragglers", "hangs"}
 
 
 def user_rows(run: Any) -> list[dict[str, Any]]:
