@@ -54,12 +54,14 @@ class EvidencePaths:
     request: Path  # the FIFO that wakes the dump thread
     python: Path  # the dump thread's JSON (named Python stacks and the flight recorder)
     end: Path  # an end request's JSON: the training thread to raise in, and the message
+    ack: Path  # the id of the request the dump thread is answering (its Python runs: never signal it)
 
     @classmethod
     def of(cls, directory: Path, rank: int, pid: int) -> EvidencePaths:
         slot = slot_path(directory, rank, pid)
         stem = slot.name[: -len(SUFFIX)]  # "rank-3.1234": the pid is part of the stem
-        return cls(*(slot.with_name(stem + end) for end in (".stacks", ".req", ".evidence.json", ".end.json")))
+        ends = (".stacks", ".req", ".evidence.json", ".end.json", ".ack")
+        return cls(*(slot.with_name(stem + end) for end in ends))
 
 
 class HangError(RuntimeError):
@@ -190,6 +192,7 @@ def _dump_loop(armed: Armed) -> None:
                 ids = [i for i in ids if i != END_REQUEST]
             if ids:
                 with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
+                    armed.paths.ack.write_text(str(max(ids)))  # Python runs here: the node will not signal
                     _write_python_evidence(armed.paths.python, max(ids))
     except OSError:
         return
@@ -274,14 +277,27 @@ class _Pending:
     python_data: dict[str, Any] | None = None
 
     def done(self) -> bool:
-        return (not self.signalled or self.native_text is not None) and (not self.woken or self.python_data is not None)
+        """Whether all there is to take was taken: the Python-level dump, else faulthandler's."""
+        if self.python_data is not None:
+            return True
+        if self.signalled:
+            return self.native_text is not None
+        return not self.woken
 
 
 def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: float = 1.0) -> list[RankEvidence]:
-    """Every rank's evidence at once: all ranks are asked first, then waited for together, at
-    most ``timeout_s`` in all, and at most ``grace_s`` for the Python-level dumps once every
-    faulthandler dump is in (a rank whose Python cannot run never answers). Only a process whose
-    slot records a registered signal is signalled; a rank that gave nothing says why in ``notes``."""
+    """Every rank's evidence at once, in two rounds. First every rank's dump thread is woken and
+    the Python-level dumps (named stacks, the flight recorder) waited for together, at most
+    ``grace_s``. Then only the ranks that gave none (their Python cannot run: native code holds
+    the GIL) are signalled for faulthandler's dump, waited for until ``timeout_s`` in all.
+
+    faulthandler walks every thread's frames from a signal handler without the GIL: with another
+    thread of the process running Python meanwhile (the dump thread answering, say) that walk can
+    crash the process (a SIGSEGV in ``PyCode_Addr2Line`` was seen on a live rank). A process
+    whose Python cannot run has no thread changing its frames; one whose Python can answered the
+    first round. Only a process whose slot records a registered signal is signalled; a rank that
+    gave nothing says why in ``notes``."""
+    started = time.monotonic()
     pending = []
     for slot in slots:
         paths = EvidencePaths.of(slot.path.parent, slot.rank, slot.pid)
@@ -294,26 +310,37 @@ def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: 
                 item.notes.append(f"dump thread not reachable: {err.strerror or err}")
         else:
             item.notes.append("no dump thread (not armed)")
-        if slot.dump_signal:
-            try:
-                os.kill(slot.pid, slot.dump_signal)
-                item.signalled = True
-            except OSError as err:
-                item.notes.append(f"could not signal pid {slot.pid}: {err.strerror or err}")
-        else:
-            item.notes.append("faulthandler not registered: not signalled")
         pending.append(item)
-    deadline = time.monotonic() + timeout_s
+    _wait(pending, started + min(grace_s, timeout_s))
+    for item in pending:
+        if item.python_data is not None or _acked(item):
+            continue  # answered, or answering: its Python runs
+        if not item.slot.dump_signal:
+            item.notes.append("faulthandler not registered: not signalled")
+            continue
+        try:
+            os.kill(item.slot.pid, item.slot.dump_signal)
+            item.signalled = True
+        except OSError as err:
+            item.notes.append(f"could not signal pid {item.slot.pid}: {err.strerror or err}")
+    _wait(pending, started + timeout_s)
+    return [_evidence(item) for item in pending]
+
+
+def _acked(item: _Pending) -> bool:
+    try:
+        return int(item.paths.ack.read_text() or 0) == item.request_id
+    except (OSError, ValueError):
+        return False
+
+
+def _wait(pending: list[_Pending], deadline: float) -> None:
     while True:
         for item in pending:
             _poll(item)
-        now = time.monotonic()
-        if all(item.done() for item in pending) or now >= deadline:
-            break
-        if all(not item.signalled or item.native_text is not None for item in pending):
-            deadline = min(deadline, now + grace_s)
+        if all(item.done() for item in pending) or time.monotonic() >= deadline:
+            return
         time.sleep(_POLL_S)
-    return [_evidence(item) for item in pending]
 
 
 def request_dump(slot: BeaconSlot, timeout_s: float = 3.0) -> RankEvidence:

@@ -38,7 +38,9 @@ def test_free_signal_prefers_sigusr2_and_skips_taken_ones(default_user_signals: 
     assert free_signal() == 0
 
 
-def test_an_armed_rank_gives_both_dumps_and_its_training_thread(tmp_path: Path, default_user_signals: None) -> None:
+def test_an_armed_rank_gives_its_python_dump_first_and_faulthandlers_only_when_that_fails(
+    tmp_path: Path, default_user_signals: None
+) -> None:
     beacon = Beacon(tmp_path, 4)
     armed = arm(tmp_path, 4, beacon)
     try:
@@ -48,9 +50,9 @@ def test_an_armed_rank_gives_both_dumps_and_its_training_thread(tmp_path: Path, 
         evidence = request_dump(slot, timeout_s=10)
         assert evidence.notes == ()
         me = threading.get_ident()
-        # faulthandler's dump has every thread, this one included; the dump thread's leaves itself out.
-        assert me in {t.ident for t in evidence.native}
-        assert all(t.name is None for t in evidence.native)  # faulthandler (3.11) names no thread
+        # Python runs here: the dump thread answers, and the process is never signalled (a
+        # faulthandler walk while another thread runs Python can crash the process).
+        assert evidence.native == ()
         assert {t.name for t in evidence.python} >= {threading.current_thread().name}
         assert DUMP_THREAD_NAME not in {t.name for t in evidence.python}
         mine = next(t for t in evidence.python if t.ident == me)
@@ -59,7 +61,14 @@ def test_an_armed_rank_gives_both_dumps_and_its_training_thread(tmp_path: Path, 
         assert evidence.training_ident == me and evidence.threads()[0].ident == me
         # A second request is answered afresh (its own id), not from the first one's files.
         again = request_dump(slot, timeout_s=10)
-        assert again.python and again.native
+        assert again.python and not again.native
+        # No dump thread to answer: faulthandler's dump, every thread, this one included.
+        hidden = armed.paths.request.rename(tmp_path / "hidden.req")
+        native = request_dump(slot, timeout_s=10)
+        hidden.rename(armed.paths.request)  # back, for disarm to wake the dump thread
+        assert native.notes == ("no dump thread (not armed)",) and native.python == ()
+        assert me in {t.ident for t in native.native}
+        assert all(t.name is None for t in native.native)  # faulthandler (3.11) names no thread
     finally:
         disarm(armed, beacon)
         beacon.close()
