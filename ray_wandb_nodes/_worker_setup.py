@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from . import _frameworks, _ray
-from ._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report
+from ._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, train_starts
 from ._warn import describe
 
 _arm_failure = ""  # why arming failed in this process ("" when it did not)
@@ -66,6 +66,7 @@ def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
         if armed_rank() is None:
             return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
     hook_steps()  # torch is imported by now where Train set up its process group
+    train_starts()
     try:
         hooked = _ray.add_report_hook(ReportHook())
     except Exception as e:  # noqa: BLE001

@@ -233,12 +233,12 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             if placements != self._placements:  # before_init_train_context told the fleet already
                 self._placements = placements
                 self._placed()
-            self._setup_workers(worker_group)
         if self._run is not None:
-            # Right before Ray launches the train function: hold it (bounded) until every node
-            # writer has joined and taken its first sample, so the set-up inside the function
-            # (imports, process group, data, model to device) is seen on every node.
+            # Right before Ray launches the train function: hold it (bounded) until every node writer
+            # has joined and sampled, so the set-up inside the function is seen on every node.
             self._run.await_writers()
+        if self._run is not None or self._relay_trial:  # last: a rank's hang clock starts with its train function
+            self._setup_workers(worker_group)
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
@@ -247,6 +247,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         if self._run is not None or self._relay_trial:
             self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
+            self._setup_workers(replica_group)
 
     def _setup_workers(self, worker_group: WorkerGroup) -> None:
         """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF

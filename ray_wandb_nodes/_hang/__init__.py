@@ -9,8 +9,8 @@ imports Ray or wandb: the node loggers, the health monitor and the callbacks dri
 """
 
 from .beacon import Beacon, BeaconSlot, Phase, RankProgress, default_root, install_step_hook, progress_of, read_slots
+from .ending import HangError
 from .evidence import (
-    HangError,
     RankEvidence,
     arm,
     disarm,
@@ -21,7 +21,7 @@ from .evidence import (
 )
 from .flight import Collective, FlightRecord, flight_recorder_env
 from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
-from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir
+from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts
 from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
@@ -74,4 +74,5 @@ __all__ = [
     "request_end",
     "resumed_notice",
     "run_dir",
+    "train_starts",
 ]

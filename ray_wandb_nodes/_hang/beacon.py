@@ -48,6 +48,7 @@ class Phase(enum.IntEnum):
     CHECKPOINTING = 1
     EVALUATING = 2
     IN_REPORT = 3  # inside ``ray.train.report`` (Ray's report barrier)
+    STARTING = 4  # armed, its train function not started yet (Ray's worker group start): not judged
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class Beacon:
     """A rank's writer. ``step()``, ``report()`` and ``phase()`` cost well under 2 us each
     (``bench/beacon_cost.py``): a monotonic clock read and three ``pack_into`` on the mmap."""
 
-    def __init__(self, directory: Path, rank: int) -> None:
+    def __init__(self, directory: Path, rank: int, phase: Phase = Phase.RUNNING) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"rank must be an int >= 0, got {rank!r}")
         self.directory = Path(directory)
@@ -151,7 +152,7 @@ class Beacon:
         self._seq = 0
         self._reports = self._steps = self._last = self._max = 0
         self._count_next = False  # the first interval (start to first progress) is not a cadence
-        self._phase = Phase.RUNNING
+        self._phase = Phase(phase)
         self._signal = 0
         self._start = self._phase_since = time.monotonic_ns()
         self._proc_start = _proc_start(self.pid)
@@ -204,6 +205,13 @@ class Beacon:
             yield
         finally:
             self.phase(Phase.RUNNING)
+
+    def start_clock(self) -> None:
+        """The train function starts now: running, and the time before a first progress counts
+        from here (not from the worker's creation, which Ray's set-up of the group follows)."""
+        self._start = self._phase_since = self._now()
+        self._phase = Phase.RUNNING
+        self._write_all(self._ident())
 
     @property
     def current_phase(self) -> Phase:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .beacon import SUFFIX, Beacon, BeaconSlot, slot_path
+from .ending import END_REQUEST, raise_in_training_thread
 from .flight import FlightRecord, dump_flight_recorder, parse_flight_recorder
 from .stacks import ThreadStack, parse_faulthandler, python_stacks, stack_from_data, stack_to_data, training_first
 
@@ -62,20 +63,6 @@ class EvidencePaths:
         stem = slot.name[: -len(SUFFIX)]  # "rank-3.1234": the pid is part of the stem
         ends = (".stacks", ".req", ".evidence.json", ".end.json", ".ack")
         return cls(*(slot.with_name(stem + end) for end in ends))
-
-
-class HangError(RuntimeError):
-    """Raised in a hung rank's training thread to end its attempt (``on_hang="restart"``): the
-    error that Ray Train reports, and that ``fit()`` raises once no failure is left, names the
-    hang. Raised by type from another thread, so its message waits in ``pending``."""
-
-    pending = "the training hung (ray_wandb_nodes, on_hang='restart')"
-
-    def __init__(self, *args: object) -> None:
-        super().__init__(*(args or (HangError.pending,)))
-
-
-END_REQUEST = (1 << 64) - 1  # a request id that asks the dump thread to end the attempt
 
 
 @dataclass
@@ -188,7 +175,7 @@ def _dump_loop(armed: Armed) -> None:
             ids = [_REQUEST.unpack_from(data, i)[0] for i in range(0, len(data) - len(data) % 8, 8)]
             if END_REQUEST in ids:
                 with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                    _raise_in_training_thread(armed.paths.end)
+                    raise_in_training_thread(armed.paths.end)
                 ids = [i for i in ids if i != END_REQUEST]
             if ids:
                 with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
@@ -210,16 +197,6 @@ def _write_python_evidence(path: Path, request_id: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)  # a reader sees the old file or the whole new one
-
-
-def _raise_in_training_thread(path: Path) -> None:
-    """An end request: :class:`HangError` raised in the thread the request names (it takes
-    effect at that thread's next Python instruction)."""
-    import ctypes
-
-    request = json.loads(path.read_text())
-    HangError.pending = str(request["message"])
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(int(request["ident"])), ctypes.py_object(HangError))
 
 
 def request_end(slot: BeaconSlot, message: str) -> bool:

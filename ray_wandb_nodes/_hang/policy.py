@@ -97,7 +97,10 @@ def limit_s(
 
     ``cadence_s`` is the job's slowest interval so far (:func:`job_cadence_s`), ``started``
     whether the rank made any progress yet, ``pg_timeout_s`` the process-group timeout (None
-    where there is none, as in Ray's report barrier)."""
+    where there is none, as in Ray's report barrier). A rank whose train function has not started
+    (``Phase.STARTING``: Ray is setting up its worker group) is not judged."""
+    if phase is Phase.STARTING:
+        return None
     if setting.auto:
         running = max(AUTO_FLOOR_S, CADENCE_FACTOR * cadence_s) if cadence_s else AUTO_FLOOR_S
         long = max(LONG_FLOOR_S, LONG_FACTOR * running)

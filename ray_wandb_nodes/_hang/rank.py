@@ -58,11 +58,18 @@ def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
     os.environ.update(flight_recorder_env(FLIGHT_BUFFER, environ=os.environ))
     directory = run_dir(run_id, root)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    beacon = Beacon(directory, rank)
+    beacon = Beacon(directory, rank, Phase.STARTING)  # not judged until its train function starts
     armed = arm(directory, rank, beacon)
     _current = ArmedRank(rank, beacon, armed, None)
     hook_steps()
     return _current
+
+
+def train_starts() -> None:
+    """Right before the train function: the rank is judged from now on (see ``Phase.STARTING``)."""
+    armed = _current
+    if armed is not None and armed.beacon.current_phase is Phase.STARTING:
+        armed.beacon.start_clock()
 
 
 def hook_steps() -> bool:
