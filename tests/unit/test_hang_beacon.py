@@ -162,3 +162,22 @@ def test_the_optimizer_step_hook_counts_every_optimizer_step(tmp_path: Path) -> 
     opt.step()
     assert read_slots(tmp_path)[0].steps == 3
     beacon.close()
+
+
+def test_an_armed_ranks_clock_starts_with_its_train_function(tmp_path: Path) -> None:
+    import time as _time
+
+    from ray_wandb_nodes._hang.beacon import Beacon, Phase, progress_of, read_slots
+
+    beacon = Beacon(tmp_path, 2, Phase.STARTING)
+    try:
+        (slot,) = read_slots(tmp_path)
+        assert slot.phase is Phase.STARTING and not slot.started
+        created = slot.start_ns
+        _time.sleep(0.05)
+        beacon.start_clock()
+        (slot,) = read_slots(tmp_path)
+        assert slot.phase is Phase.RUNNING and not slot.started and slot.start_ns > created
+        assert progress_of(slot, slot.start_ns + 10**9).age_s == 1.0
+    finally:
+        beacon.close()

@@ -110,3 +110,10 @@ def test_a_rank_checkpointing_within_its_limit_holds_the_others_silence() -> Non
     assert [r.rank for r in job_hung(fixed, [late, *waiting])] == [0, 1, 2, 3]
     # No long phase: the running ranks past the limit hang as before.
     assert [r.rank for r in job_hung(fixed, [_rank(0, 5.0, None), *waiting])] == [1, 2, 3]
+
+
+def test_a_rank_whose_train_function_has_not_started_is_not_judged() -> None:
+    for setting in (AUTO, HangTimeout(seconds=4)):
+        assert limit_s(setting, cadence_s=1.0, started=False, phase=Phase.STARTING) is None
+    starting = [_rank(r, 3600.0, None, started=False, phase=Phase.STARTING) for r in range(4)]
+    assert hung_ranks(HangTimeout(seconds=4), starting) == []
