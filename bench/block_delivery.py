@@ -43,10 +43,14 @@ class _Tail:
 
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.partial: list[Any] = []  # the records of the block being written: read once the writer ended
         self.error = None
+        self.ended = False
 
-    def read(self) -> list[Any]:
+    def read(self, to_end: bool = False) -> list[Any]:
         out, self.records = self.records, []
+        if to_end:
+            out, self.partial, self.ended = out + self.partial, [], True
         return out
 
 

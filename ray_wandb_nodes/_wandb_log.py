@@ -123,44 +123,75 @@ class LogTail:
     """The records a live writer has added to its transaction log since the last read.
 
     wandb-core writes the log a whole 32 KiB block at a time, so a live log grows by blocks:
-    only complete blocks are read (the last, partial block is the file's end only once the
-    writer has finished), and each block is read once. A damaged block stops the tail (the
-    error is kept in ``error``); nothing is ever written."""
+    only complete blocks are read, and each block is read once. The last, partial block is the
+    file's end only once the writer has finished: ``read(to_end=True)`` reads it then, and keeps
+    it only when it holds the writer's exit record (``ended``; wandb's ``finish()`` can return
+    before wandb-core has written the log out, so a partial block without it is read again
+    later). A damaged block stops the tail (the error is kept in ``error``); nothing is ever
+    written."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._chunks = _Chunks(path)
         self._blocks = 0  # complete blocks read so far
+        self.ended = False  # the writer's exit record was read: nothing more comes
         self.error: TransactionLogError | None = None
 
-    def read(self) -> list[Any]:
-        """The records of the blocks completed since the last call (``Record`` messages)."""
+    def read(self, to_end: bool = False) -> list[Any]:
+        """The records of the blocks completed since the last call (``Record`` messages);
+        ``to_end``: the writer has finished, so its last, partial block too, once it is whole."""
         from google.protobuf.message import DecodeError
-        from wandb.proto import wandb_internal_pb2 as pb
 
-        if self.error is not None:
+        if self.error is not None or self.ended:
             return []
-        out = []
+        out: list[Any] = []
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._blocks * BLOCK_SIZE)
-                while True:
+                while not self.ended:
                     block = f.read(BLOCK_SIZE)
-                    if len(block) < BLOCK_SIZE:
+                    if len(block) == BLOCK_SIZE:
+                        out += self._records(block)
+                        self._blocks += 1
+                    else:
+                        if to_end and block:
+                            out += self._last(block)
                         break
-                    start = self._blocks * BLOCK_SIZE
-                    if self._blocks == 0:
-                        _check_header(block[:CHUNK_HEADER], self.path)
-                    for _, raw in self._chunks.feed(block, start, CHUNK_HEADER if self._blocks == 0 else 0):
-                        record = pb.Record()
-                        record.ParseFromString(raw)
-                        out.append(record)
-                    self._blocks += 1
         except FileNotFoundError:
             return out
         except (TransactionLogError, OSError, DecodeError) as e:
             self.error = e if isinstance(e, TransactionLogError) else TransactionLogError(self.path, 0, str(e))
         return out
+
+    def _records(self, block: bytes) -> list[Any]:
+        """The records that end in the next block; ``ended`` once the exit record is among them."""
+        from wandb.proto import wandb_internal_pb2 as pb
+
+        start = self._blocks * BLOCK_SIZE
+        if self._blocks == 0:
+            _check_header(block[:CHUNK_HEADER], self.path)
+        out = []
+        for _, raw in self._chunks.feed(block, start, CHUNK_HEADER if self._blocks == 0 else 0):
+            record = pb.Record()
+            record.ParseFromString(raw)
+            out.append(record)
+            self.ended |= record.WhichOneof("record_type") == "exit"
+        return out
+
+    def _last(self, block: bytes) -> list[Any]:
+        """The finished log's last, partial block: its records once it holds the exit record;
+        else none, and the block is read again next time (still being written out)."""
+        pending, pending_at = self._chunks.pending, self._chunks.pending_at
+        kept = bytes(pending) if pending is not None else None
+        try:
+            records = self._records(block)
+        except TransactionLogError:  # cut mid-chunk: not all written out yet
+            records = []
+        if not self.ended:
+            self._chunks.pending = bytearray(kept) if kept is not None else None
+            self._chunks.pending_at = pending_at
+            return []
+        return records
 
 
 def iter_records(path: str) -> Iterator[tuple[int, Any]]:

@@ -61,6 +61,7 @@ class HangWatch:
     # The ranks on each node where the run's own placement does not say (a Train run inside a
     # Tune trial publishes them); None: the run's (``target.ranks``).
     ranks: dict[str, tuple[int, ...]] | None = None
+    clock: Callable[[], float] = time.monotonic  # the pool's (a handle's ``progress_at`` is on it)
 
     def check(
         self,
@@ -122,7 +123,7 @@ class HangWatch:
                 seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
             else:
                 handle = pool.get(node_id)
-                seen = aged(handle.progress.get(target.run_id, ()), pool.now() - handle.progress_at) if handle else ()
+                seen = aged(handle.progress.get(target.run_id, ()), self.clock() - handle.progress_at) if handle else ()
             for progress in seen:
                 if progress.rank in ranks:
                     out[progress.rank] = (progress, node_id)

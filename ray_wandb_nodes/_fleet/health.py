@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .._health import NodeEnd, read_warning
+from .._health import NodeEnd, NodeSummary, read_warning
 from .._warn import Warner
 from .cap import cap_warning
 from .nodes import NodeInfo
@@ -76,6 +76,22 @@ def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
             target.primary.alert(alert)
     if result.stragglers is not None or result.table is not None:
         target.primary.log_health(result.stragglers, result.table, result.gpu_table)
+
+
+def judge_final(target: SharedTarget, warner: Warner, last: Mapping[str, NodeSummary]) -> None:
+    """The run's last word on its nodes, once its node writers have finished and before its
+    primary does: each node's last summary (``last``: node id ->, the integer GPU series of its
+    writer's last, partial transaction-log block included, which no ping could carry), and the
+    primary's own node's, judged by every rule; the alerts and the last tables go to the primary
+    ahead of its finish, so a GPU failure that ended the run is in the run."""
+    health = target.health
+    if health is None:
+        return
+    for node_id, summary in last.items():
+        health.summary(node_id, summary)
+    if target.covered_node:
+        health.summary(target.covered_node, target.primary.summary)
+    publish(target, warner, final=True)
 
 
 def rank_report(target: Any, metrics: list[dict[str, Any]], now: float, checkpoint: bool = False) -> None:

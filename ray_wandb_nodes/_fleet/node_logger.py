@@ -66,6 +66,7 @@ class NodeLogger:
         self._readers: dict[str, SummaryReader] = {}
         self._read_errors: dict[str, ReadProblem] = {}  # a writer whose samples could not be read, and why
         self._sample_s = 15.0
+        self._reading = threading.Lock()  # one read of a writer's samples at a time (the sampler's, a finish's)
         self._sampler: threading.Thread | None = None
         for spec in specs or []:
             self.add_writer(spec)
@@ -104,10 +105,7 @@ class NodeLogger:
     def read_samples(self) -> None:
         """Read every writer's kept samples into its own summary."""
         for run_id, run in list(self._runs.items()):
-            try:
-                self._readers.setdefault(run_id, SummaryReader()).read(run)
-            except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others'
-                self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
+            self._read(run_id, run, self._readers.setdefault(run_id, SummaryReader()))
 
     def summaries(self, now: float | None = None) -> dict[str, NodeSummary]:
         """Each writer's latest summary (by writer key), with its age on this node's clock, and
@@ -157,7 +155,8 @@ class NodeLogger:
         except Exception as e:  # noqa: BLE001
             self._errors[run_id] = f"artifact failed: {describe(e)}"
 
-    def status(self) -> LoggerStatus:
+    def status(self, final: dict[str, NodeSummary] | None = None) -> LoggerStatus:
+        """What this logger holds now; ``final``: the last summaries of the writers just finished."""
         import ray
 
         problems: dict[str, tuple[ReadProblem, ...]] = {}
@@ -178,6 +177,7 @@ class NodeLogger:
             summaries=self.summaries(),
             problems=problems,
             progress=self.progress(),
+            final=final or {},
         )
 
     # hangs: the train ranks of this node, read off their beacons ------------------------------
@@ -204,14 +204,19 @@ class NodeLogger:
         """Finish one writer, or all when ``run_id`` is None.
 
         Only a writer that is its own run (``role="run"``) sends a final state, with
-        ``exit_code``; a writer that joined a shared run never does.
+        ``exit_code``; a writer that joined a shared run never does. The answer carries each
+        finished writer's last summary (``final``): its samples read just before the finish and
+        its transaction log read to the end after it, the last, partial block included, so that
+        the run's final judgement sees what no ping could (bounded: ``reader.FINAL_WAIT_S``).
         """
         ids = [run_id] if run_id is not None else list(self._runs)
+        final: dict[str, NodeSummary] = {}
         for rid in ids:
             run = self._runs.pop(rid, None)
-            self._readers.pop(rid, None)
+            reader = self._readers.pop(rid, None)
             if run is None:
                 continue
+            self._read(rid, run, reader)  # the newest samples, while wandb still keeps them
             try:
                 if self._roles.get(rid) == "run" and exit_code is not None:
                     run.finish(exit_code=exit_code)
@@ -220,9 +225,32 @@ class NodeLogger:
             except Exception as e:  # noqa: BLE001
                 self._errors[rid] = f"finish failed: {describe(e)}"
             shutil.rmtree(run_dir(run_of(rid)[0]), ignore_errors=True)  # its ranks' beacons and dumps
+            last = self._last_summary(rid, run, reader)
+            if last is not None:
+                final[rid] = last
             if self._roles.get(rid) == "observer":  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(rid, self._labels.get(rid, "")), ignore_errors=True)
-        return self.status()
+        return self.status(final)
+
+    def _read(self, run_id: str, run: Any, reader: SummaryReader | None) -> None:
+        if reader is None:
+            return
+        try:
+            with self._reading:
+                reader.read(run)
+        except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others' or its finish
+            self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
+
+    def _last_summary(self, run_id: str, run: Any, reader: SummaryReader | None) -> NodeSummary | None:
+        """A finished writer's last summary: the rest of its transaction log read (see finish)."""
+        if reader is None:
+            return None
+        try:
+            with self._reading:
+                return aged(reader.final(run))
+        except Exception as e:  # noqa: BLE001
+            self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
+            return None
 
     # offline runs: brought to the driver side at the end -----------------------------------
     def pack_offline(self, run_id: str, label: str, max_bytes: int | None = None) -> dict[str, Any]:

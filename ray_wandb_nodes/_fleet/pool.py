@@ -167,17 +167,22 @@ class LoggerPool:
                 still.append(join)
         self._joins = still
 
-    def check_status(self, handle: LoggerHandle, ref: Any, run_id: str | None = None) -> None:
-        """Turn a finished status call into one warning per problem it shows."""
+    def answered(self, refs: list[Any]) -> set[Any]:
+        """Those of ``refs`` (calls on the loggers) that have answered, without waiting."""
+        return self._actors.answered(refs)
+
+    def check_status(self, handle: LoggerHandle, ref: Any, run_id: str | None = None) -> LoggerStatus | None:
+        """Turn a finished status call into one warning per problem it shows; the status (None:
+        the call failed)."""
         try:
-            status = self._actors.result(ref)
+            status: LoggerStatus = self._actors.result(ref)
         except Exception as e:  # noqa: BLE001 - the actor died or could not be created
             self._warner.warn(
                 f"node-dead:{handle.node.node_id}",
                 f"the node logger on {handle.node.label} failed, so that node's system metrics are missing "
                 f"({describe(e)})",
             )
-            return
+            return None
         if handle.pid is None:
             handle.pid = status.pid
         self._took_summary(handle, status)
@@ -188,6 +193,7 @@ class LoggerPool:
                     f"the node writer on {handle.node.label} could not join the W&B run {rid}; "
                     f"that node's system metrics are missing ({error})",
                 )
+        return status
 
     # health -----------------------------------------------------------------------------------------
     def check_health(self, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
@@ -245,10 +251,6 @@ class LoggerPool:
             for problems in status.problems.values():
                 for p in problems:
                     self._warner.warn(f"{p.kind}:{handle.node.node_id}:{p.cause}", read_warning(handle.node.label, p))
-
-    def now(self) -> float:
-        """The pool's clock (monotonic), on which a handle's ``progress_at`` is."""
-        return self._clock()
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""

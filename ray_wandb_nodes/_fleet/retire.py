@@ -1,5 +1,6 @@
-"""One run's end, step by step: its writers finish (bounded), then its owner's ``then``, then
-its offline runs are brought over. The fleet thread advances every retirement on each tick."""
+"""One run's end, step by step: its writers finish (bounded), then the run's final judgement of
+its nodes (each finished writer's last summary), then its owner's ``then``, then its offline
+runs are brought over. The fleet thread advances every retirement on each tick."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._health import NodeSummary
 from .._warn import Warner, describe
 from .collect import CollectJob, OfflineCollection
 from .commands import Retire
@@ -27,6 +29,8 @@ class Retirement:
     writers_done: threading.Event  # set once `then` ran (or the retirement gave up)
     job: CollectJob | None = None  # offline: what to bring over once the writers are done
     collecting: bool = False
+    # The run's final judgement, given each node's last summary (node id ->), before ``then``.
+    judge: Callable[[dict[str, NodeSummary]], None] | None = None
 
     def wake_on_each_finish(self, wake: Callable[[], None]) -> None:
         """Call ``wake()`` (on a Ray thread) as each writer's finish returns, so that the fleet
@@ -37,20 +41,23 @@ class Retirement:
 
     def advance(self, pool: LoggerPool, collection: OfflineCollection, warner: Warner, final: bool) -> bool:
         """One step of the run's end; True while it has more to do (``final``: stop waiting)."""
-        import ray
-
         if self.collecting:  # writers finished; their offline runs are on their way
             assert self.job is not None
             if self.job.running and not final:
                 return True
             collection.end(self.job)
             return False
-        pending = list(self.refs)
-        done, not_done = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        answered = pool.answered(list(self.refs)) if self.refs else set()
+        not_done = [ref for ref in self.refs if ref not in answered]
         if not_done and time.monotonic() < self.deadline and not final:
             return True
-        for ref in done:
-            pool.check_status(self.refs[ref], ref, self.run_id)
+        last: dict[str, NodeSummary] = {}  # node id -> its writer's last summary of this run
+        for ref in self.refs.keys() & answered:
+            handle = self.refs[ref]
+            status = pool.check_status(handle, ref, self.run_id)
+            for key, summary in status.final.items() if status is not None else ():
+                if run_of(key)[0] == self.run_id:
+                    last[handle.node.node_id] = summary
         if not_done:
             labels = ", ".join(sorted(self.refs[ref].node.label for ref in not_done))
             warner.warn(
@@ -58,6 +65,11 @@ class Retirement:
                 f"node writer(s) {labels} of the W&B run {self.run_id} did not finish within {self.timeout:.0f}s; "
                 "their last samples may be missing",
             )
+        try:
+            if self.judge is not None:  # before the primary finishes: what it says goes in the run
+                self.judge(last)
+        except Exception as e:  # noqa: BLE001
+            warner.warn(f"final-health:{self.run_id}", f"judging the nodes of {self.run_id} failed ({describe(e)})")
         try:
             if self.then is not None:
                 self.then()
@@ -100,9 +112,11 @@ def retire(
     collection: OfflineCollection,
     warner: Warner,
     how: Retire,
+    judge: Callable[[dict[str, NodeSummary]], None] | None = None,
 ) -> Retirement:
-    """Start retiring ``run_id``: finish its writers (its observers too) with ``exit_code``, and
-    for an offline run, start collecting what its nodes wrote, as ``how`` says."""
+    """Start retiring ``run_id``: finish its writers (its observers too) with ``exit_code``, then
+    ``judge`` each node's last summary, and for an offline run, start collecting what its nodes
+    wrote, as ``how`` says."""
     timeout, then, exit_code, writers_done = how.timeout, how.then, how.exit_code, how.done
     refs = {
         pool.finish_writer(h.node.node_id, key, exit_code): h
@@ -110,7 +124,7 @@ def retire(
         for key in list(h.runs)
         if run_of(key)[0] == run_id
     }
-    r = Retirement(run_id, refs, time.monotonic() + timeout, timeout, then, writers_done)
+    r = Retirement(run_id, refs, time.monotonic() + timeout, timeout, then, writers_done, judge=judge)
     if target is not None and target.index is not None:
         r.job = collection.job(run_id, target.index, target.role, target.storage, pool.handles())
         try:

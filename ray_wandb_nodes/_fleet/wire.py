@@ -1,7 +1,8 @@
 """What crosses between the driver side and a node's logger actor, defined once: the logger's
 status (the answer to every ping, join and finish). It rides every ping, so it stays small: a
 slotted frozen dataclass, pickled as one tuple, with each writer's summary (``_health``'s
-:class:`~ray_wandb_nodes._health.NodeSummary`) and what kept its reader from reading."""
+:class:`~ray_wandb_nodes._health.NodeSummary`), what kept its reader from reading, and, in a
+finish's answer, each finished writer's last summary."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ class LoggerStatus:
     """A writer whose samples or transaction log could not be read, and why (empty: none)."""
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
     """The train ranks' progress on this node by run id, read off their beacons (ages on this node's clock)."""
+    final: Mapping[str, NodeSummary] = field(default_factory=dict)
+    """Each writer this call finished, by writer key: its last summary, read after its finish,
+    with the integer GPU series of its transaction log's last, partial block (the run's final
+    judgement; a finish's answer only)."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))

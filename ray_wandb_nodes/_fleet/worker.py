@@ -7,6 +7,7 @@ once a poll, a plan on change, pings and summaries batched). Only the fleet thre
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from .commands import (
     RunReady,
     SetNodes,
 )
-from .health import FleetHealth, rank_report, stragglers
+from .health import FleetHealth, judge_final, rank_report, stragglers
 from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
 from .pool import LoggerPool
@@ -183,10 +184,10 @@ class FleetWorker:
         if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
             self.pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
 
-    def _check_health(self, only: str | None = None, final: bool = False) -> None:
+    def _check_health(self, only: str | None = None) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
         health = self._health
-        self.dirty |= health.check(self.targets, self.pool, self._alive, only=only, final=final, ended=self._ended)
+        self.dirty |= health.check(self.targets, self.pool, self._alive, only=only, ended=self._ended)
 
     # retiring runs ---------------------------------------------------------------------------
     def _start_retirement(self, how: Retire) -> None:
@@ -194,12 +195,16 @@ class FleetWorker:
         target = self.targets.get(run_id)
         if target is not None and self._rows.waiting(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
+        judge = None
         if target is not None:
-            self._check_health(only=run_id, final=True)  # the last node table, before the primary ends
+            self._check_health(only=run_id)  # what the pings brought, judged now
+            if isinstance(target, SharedTarget) and target.health is not None:
+                # the final judgement and the last tables: once the node writers have finished
+                judge = functools.partial(judge_final, target, self.warner)
         self.targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
-        retirement = retire(run_id, target, self.pool, self._collection, self.warner, how)
+        retirement = retire(run_id, target, self.pool, self._collection, self.warner, how, judge)
         self.retirements.append(retirement)
         retirement.wake_on_each_finish(self._wake)  # no poll's wait
 

@@ -23,6 +23,9 @@ BUFFER_SAMPLES = 16
 # nothing), however long pings take to come round: at 1,000 nodes a logger is pinged about every
 # 47 s, and blocks complete faster than that. Bounded: past PENDING_BATCHES the oldest go, counted.
 PENDING_BATCHES, CARRIED_BY = 256, 2
+# A finished writer's log: how long its last block may take to be written out (wandb's finish()
+# returns first; seen within milliseconds), and how often to look.
+FINAL_WAIT_S, FINAL_POLL_S = 2.0, 0.02
 
 
 class SummaryReader:
@@ -69,12 +72,30 @@ class SummaryReader:
         self._ints = [entry for entry in self._ints if entry[0] < CARRIED_BY]
         return taken
 
+    def final(self, run: Any, wait_s: float = FINAL_WAIT_S) -> NodeSummary | None:
+        """After ``run`` finished: the rest of its transaction log, the last, partial block
+        included (waiting at most ``wait_s`` for wandb-core to write it out: its ``finish()`` can
+        return first); the last summary, carrying every integer batch that fewer than CARRIED_BY
+        pings carried (the driver side drops a repeat). The float samples are read before the
+        finish (:meth:`read`): a finished writer keeps none."""
+        deadline = time.monotonic() + wait_s
+        self._read_log(run, to_end=True)
+        while self._tail is not None and not self._tail.ended and self._tail.error is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(FINAL_POLL_S)
+            self._read_log(run, to_end=True)
+        if self.summary is None:
+            return None
+        return replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
+
     def _pending(self) -> tuple[GpuIntBatch, ...]:
         return tuple(batch for _, batch in self._ints)
 
-    def _read_log(self, run: Any) -> bool:
-        """Take the integer GPU series from the log's new blocks (and, the first time, the GPUs'
-        models and UUIDs); whether there was anything new."""
+    def _read_log(self, run: Any, to_end: bool = False) -> bool:
+        """Take the integer GPU series from the log's new blocks (``to_end``: the finished log's
+        last, partial block too; and, the first time, the GPUs' models and UUIDs); whether there
+        was anything new."""
         new = False
         if self._tail is None:
             path = getattr(getattr(run, "settings", None), "sync_file", None)
@@ -86,7 +107,7 @@ class SummaryReader:
                 self._info = GpuInventory(tuple(info.get("models") or ()), tuple(info.get("uuids") or ()))
             new = self._info is not None
         stats = []
-        for record in self._tail.read():
+        for record in self._tail.read(to_end):
             if record.WhichOneof("record_type") == "stats":
                 t = record.stats.timestamp.seconds + record.stats.timestamp.nanos / 1e9
                 items = {

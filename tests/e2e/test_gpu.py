@@ -78,9 +78,10 @@ def gpu_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     gpu_ids = [int(i) for i in ray.get_runtime_context().get_accelerator_ids()["GPU"]]
+    node_id = ray.get_runtime_context().get_node_id()
     with open(os.path.join(config["placement_dir"], f"rank-{rank}"), "w") as f:
-        json.dump({"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": gpu_ids}, f)
-    script, own = config.get("script"), config.get("own")
+        json.dump({"node_id": node_id, "gpu_ids": gpu_ids}, f)
+    script, own, dies = config.get("script"), config.get("own"), config.get("dies")
     rnd, overrides = random.Random(rank), {}
     for step in range(config["reports"]):
         if script and rank == 0 and step == script["step"]:
@@ -102,12 +103,20 @@ def gpu_loop(config: dict[str, Any]) -> None:
             }
             with ScriptedGpus.locked(own["path"]) as gpus:
                 gpus.set(gpu_ids[0], **{**noise, **overrides})
+        if dies and rank == 0 and step == dies["errors_at"]:  # its GPU's memory fails...
+            with ScriptedGpus.locked(dies["files"][node_id]) as gpus:
+                gpus.set(gpu_ids[0], ecc_uncorrected=2)
+        if dies and rank == 0 and step == dies["raises_at"]:  # ... and ends its CUDA process soon after
+            raise RuntimeError("CUDA error: an uncorrectable ECC error was encountered")
         time.sleep(config["step_s"])
         ray.train.report({"step": step, "gpu_id": gpu_ids[0]})
 
 
-def fit(tmp_path: Path, callback: Any, *, workers: int = 3, one_per_node: bool = True, **config: Any) -> str:
-    from ray.train import RunConfig, ScalingConfig
+def fit(
+    tmp_path: Path, callback: Any, *, workers: int = 3, one_per_node: bool = True, fails: bool = False, **config: Any
+) -> str:
+    """The run's name; ``fails``: a rank raises, and with ``max_failures=0`` the run ends failed."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     name = unique("gpu")
@@ -116,14 +125,28 @@ def fit(tmp_path: Path, callback: Any, *, workers: int = 3, one_per_node: bool =
     # One worker a node (each node has one CPU), or Ray's default for use_gpu (one GPU, no CPU:
     # the workers pack onto the node with the most GPUs).
     resources = {"CPU": 1, "GPU": 1} if one_per_node else None
-    result = TorchTrainer(
-        gpu_loop,
-        train_loop_config={"placement_dir": str(placement), **config},
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=True, resources_per_worker=resources),
-        torch_config=TorchConfig(backend="gloo"),  # a CPU build of torch: no NCCL
-        run_config=RunConfig(name=name, storage_path=str(tmp_path / "storage"), callbacks=[callback]),
-    ).fit()
-    assert result.error is None
+    run_config = RunConfig(
+        name=name,
+        storage_path=str(tmp_path / "storage"),
+        callbacks=[callback],
+        failure_config=FailureConfig(max_failures=0) if fails else None,
+    )
+    error: BaseException | None
+    try:
+        error = (
+            TorchTrainer(
+                gpu_loop,
+                train_loop_config={"placement_dir": str(placement), **config},
+                scaling_config=ScalingConfig(num_workers=workers, use_gpu=True, resources_per_worker=resources),
+                torch_config=TorchConfig(backend="gloo"),  # a CPU build of torch: no NCCL
+                run_config=run_config,
+            )
+            .fit()
+            .error
+        )
+    except Exception as e:  # noqa: BLE001 - fit() raises the training error
+        error = e
+    assert (error is not None) == fails, error
     return name
 
 
@@ -296,6 +319,30 @@ def test_one_bad_gpu_of_each_kind_is_named_live_with_its_node_and_rank(
         f"GPU {i} {state}" for i, state in sorted([(gpu[1], "memory errors"), (gpu[2], "lost")])
     )
     assert row["state"] == "ok"  # one problem, one alert: the node is no straggler for it
+
+
+def test_a_rank_that_dies_of_its_gpus_memory_errors_ends_a_run_that_names_the_gpu(
+    nodes: list[ScriptedGpus], backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    # One rank; its GPU gets 2 uncorrectable ECC errors, and 2.5 s later the rank raises (an
+    # uncorrectable error ends the CUDA process): with max_failures=0 the run ends there. Every
+    # writer samples GPU 0 only, once a second: a transaction-log block then holds about 20
+    # samples (20 s), so the block with the errors is still being written when the run ends, and
+    # only the final judgement (the writer finished, its log read to the end) can see them.
+    callback = make_callback(sampling_interval_s=1.0, gpu_device_ids=[0])
+    dies = {"files": {n.node_id: str(n.path) for n in nodes}, "errors_at": 2, "raises_at": 7}
+    name = fit(tmp_path, callback, workers=1, one_per_node=False, fails=True, reports=20, step_s=0.5, dies=dies)
+
+    run = run_of(backend, name)
+    (where,) = placement(tmp_path).values()
+    assert where["gpu_ids"] == [0], where  # Ray gives the first free GPU: the one every writer samples
+    label = node_labels()[where["node_id"]]
+    assert [row["step"] for row in user_rows(run)] == [0, 1, 2, 3, 4, 5, 6]
+    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"GPU memory errors: {label} GPU 0", "ERROR")]
+    text = run.alerts[0]["text"]
+    assert f"GPU 0 (NVIDIA H100 80GB HBM3) of {label} (host " in text and ", rank 0)" in text, text
+    assert "uncorrectable" in text and ": 2, up from 0" in text, text
+    assert run.exit_codes == [1]
 
 
 def test_a_gpu_job_on_a_node_where_nvml_finds_no_driver_is_one_warning_naming_it(

@@ -125,8 +125,9 @@ def logger_status(
     problems: Mapping[str, tuple[ReadProblem, ...]] | None = None,
     hostname: str = "",
     restarted: bool = False,
+    final: Mapping[str, NodeSummary] | None = None,
 ) -> LoggerStatus:
-    """A ``NodeLogger.status()`` answer."""
+    """A ``NodeLogger.status()`` answer (``final``: a finish's, with its writers' last summaries)."""
     run_ids = tuple(sorted(runs))
     return LoggerStatus(
         pid=pid,
@@ -138,4 +139,5 @@ def logger_status(
         errors=dict(errors or {}),
         summaries=dict(summaries or {}),
         problems=dict(problems or {}),
+        final=dict(final or {}),
     )

@@ -42,9 +42,6 @@ class Pool:
     def get(self, node_id: str) -> Handle | None:
         return self.handles.get(node_id)
 
-    def now(self) -> float:
-        return self.clock
-
 
 @dataclass
 class Spec:
@@ -90,8 +87,8 @@ def evidence_of(rank: int) -> RankEvidence:
 
 
 def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resumes() -> None:
-    watch = HangWatch(HangTimeout(seconds=10))
     target, pool = setup({0: 2, 1: 2, 2: 2, 3: 2})
+    watch = HangWatch(HangTimeout(seconds=10), clock=lambda: pool.clock)
     asked: list[list[Any]] = []
     notices: list[HangNotice] = []
 
