@@ -136,7 +136,7 @@ class HealthMonitor:
             return
         node.ints_t = ints_t
         self.gpus.update(node_id, summary)
-        node.summary = summary
+        node.summary, node.summaries = summary, node.summaries + 1
         if before is not None and t == before.t:
             return  # new integer GPU samples only: no new interval
         # ``seq`` counts the writer's intervals: those between two summaries count too

@@ -1,0 +1,112 @@
+"""The values each judged GPU is compared with, kept in order as they change (pure).
+
+The idle rule compares a GPU's utilisation with the median of every other ranked GPU's, and the
+slow rule a busy GPU's SM clock with the median of the other busy GPUs of its model. Gathered and
+sorted again on every poll, those lists cost the whole fleet each time (8,000 GPUs at 1,000
+nodes of 8), even when one node's summary came. :class:`Peers` keeps them instead, by node: each
+node's values, by group (a model), and each group's values of all nodes in order. A node's new
+values are one dict write; a group's sorted list takes the changes when it is next read, each
+value by bisection (O(log n) to find, a memmove to shift), or with one C-level sort when so many
+changed that sorting is cheaper. So a poll costs what changed, and the rules' medians
+(``rule.median_without``) are those of the very values a rebuild would sort. :class:`GpuPeers`
+holds the two the GPU rules read, and asks each rule's own function for a GPU's median.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable, Mapping, Sequence
+from itertools import chain
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from .gpu_idle import idle_verdict
+from .gpu_slow import is_busy, others_median
+
+if TYPE_CHECKING:
+    from .gpus import Gpu
+
+K = TypeVar("K", bound=Hashable)
+Values = tuple[float, ...]
+RESORT_SHARE = 8  # more than one value moved in this many: one sort beats bisecting each
+
+
+class Peers(Generic[K]):
+    """Each key's values by group; each group's values of every key, in order (:meth:`ordered`)."""
+
+    def __init__(self) -> None:
+        self._at: dict[K, Mapping[str, Values]] = {}
+        self._groups: dict[str, dict[K, Values]] = {}
+        self._sorted: dict[str, list[float]] = {}
+        self._moves: dict[str, list[tuple[Values, Values]]] = {}  # (out, in), not in ``_sorted`` yet
+
+    def set(self, key: K, values: Mapping[str, Values]) -> None:
+        """``key``'s values now, by group (a group it is not in: none there)."""
+        old = self._at.get(key, {})
+        if old == values:
+            return
+        for group in {*old, *values}:
+            was, now = old.get(group, ()), values.get(group, ())
+            if was == now:
+                continue
+            members = self._groups.setdefault(group, {})
+            if now:
+                members[key] = now
+            else:
+                members.pop(key, None)
+            self._moves.setdefault(group, []).append((was, now))
+        if values:
+            self._at[key] = dict(values)
+        else:
+            self._at.pop(key, None)
+
+    def ordered(self, group: str) -> Sequence[float]:
+        """``group``'s values, sorted (empty for a group without any)."""
+        moves = self._moves.pop(group, None)
+        if moves is None:
+            return self._sorted.get(group, [])
+        ordered = self._sorted.setdefault(group, [])
+        moved = sum(len(out) + len(into) for out, into in moves)
+        if moved * RESORT_SHARE > len(ordered) or not _bisect_in(ordered, moves):
+            ordered = self._sorted[group] = sorted(chain.from_iterable(self._groups.get(group, {}).values()))
+        return ordered
+
+
+class GpuPeers:
+    """The utilisations of the run's alive judged GPUs that ranks hold (the idle rule's), and the
+    SM clocks of its alive judged busy GPUs by model (the slow rule's), kept by node."""
+
+    def __init__(self) -> None:
+        self._utils: Peers[str] = Peers()
+        self._clocks: Peers[str] = Peers()
+
+    def node(self, node_id: str, alive: Sequence[Gpu]) -> None:
+        """A node's alive judged GPUs as they are now (none: it adds nothing)."""
+        utils = tuple(g.util for g in alive if g.ranks and g.util is not None)
+        self._utils.set(node_id, {"": utils} if utils else {})
+        clocks: dict[str, Values] = {}
+        for gpu in alive:
+            if gpu.busy_sm is not None and is_busy(gpu.busy_util, gpu.busy_sm):
+                clocks[gpu.model] = (*clocks.get(gpu.model, ()), float(gpu.busy_sm))
+        self._clocks.set(node_id, clocks)
+
+    def idle(self, util: float) -> tuple[bool, float | None]:
+        """The idle rule's verdict on a GPU a rank holds at ``util`` (see ``gpu_idle``)."""
+        return idle_verdict(util, self._utils.ordered(""))
+
+    def slow_median(self, gpu: Gpu) -> float | None:
+        """The others' median SM clock the slow rule compares ``gpu`` with (see ``gpu_slow``)."""
+        return others_median(gpu.busy_util, gpu.busy_sm, self._clocks.ordered(gpu.model))
+
+
+def _bisect_in(ordered: list[float], moves: list[tuple[Values, Values]]) -> bool:
+    """Apply ``moves`` to ``ordered`` in place; False when a value to take out is not where it
+    should be (a value that does not compare, as NaN: the caller sorts afresh)."""
+    for out, into in moves:
+        for value in out:
+            i = bisect.bisect_left(ordered, value)
+            if i == len(ordered) or not ordered[i] == value:
+                return False
+            del ordered[i]
+        for value in into:
+            bisect.insort(ordered, value)
+    return True
