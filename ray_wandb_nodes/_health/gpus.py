@@ -127,6 +127,7 @@ class GpuHealth:
         self._dirty: set[str] = set()  # nodes whose GPUs changed since the last ``judge``: what it looks at
         self._peers = GpuPeers()  # what the idle and slow rules compare each GPU with
         self._last_report: float | None = None
+        self.awaits_report = False  # a node's ranks have not reported yet (read from the controller's thread)
         self._saves: list[tuple[float, float]] = []  # the latest checkpoint saves' spans (report to report)
 
     # feeding ------------------------------------------------------------------------------------
@@ -136,6 +137,7 @@ class GpuHealth:
         new = {r: None if ids is None else tuple(ids) for r, ids in rank_ids.items()}
         if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
             node.rank_ids, node.first_report = new, None
+        self.awaits_report |= bool(node.rank_ids) and node.first_report is None
         self._map(node)
 
     def reported(self, at: float, checkpoint: bool = False) -> None:
@@ -146,7 +148,7 @@ class GpuHealth:
                 node.first_report = at
         if checkpoint and self._last_report is not None:
             self._saves = [*self._saves[-(SAVES_KEPT - 1) :], (self._last_report, at)]
-        self._last_report = at
+        self._last_report, self.awaits_report = at, False
 
     def update(self, node_id: str, summary: NodeSummary) -> None:
         """A node's new summary: its GPUs' fresh values become batches to judge."""
@@ -248,8 +250,7 @@ class GpuHealth:
         judged), in order, each GPU's against the job's other GPUs as last seen."""
         events: list[GpuEvent] = []
         w, m = self.window_s, self.min_samples
-        medians = [self._peers.slow_median(g) for g in pending]
-        for gpu, median in zip(pending, medians, strict=True):
+        for gpu, median in [(g, self._peers.slow_median(g)) for g in pending]:
             for start, end, samples, read in gpu.ints:
                 sm, ecc_c, ecc_u = read.sm, read.ecc_c, read.ecc_u
                 gpu.sm = sm if sm is not None else gpu.sm
@@ -314,8 +315,7 @@ class GpuHealth:
         return [g for n, node in self._nodes.items() if n in wanted for g in node.gpus.values()]
 
     def version(self, node_id: str) -> int:
-        """Counts the changes to a node's GPUs: what :meth:`judged_indices` and :meth:`model` say
-        of it is the same while this is (-1: a node not seen)."""
+        """Counts a node's changes: :meth:`judged_indices` and :meth:`model` say the same while it does."""
         node = self._nodes.get(node_id)
         return -1 if node is None else node.version
 

@@ -232,6 +232,11 @@ class HealthMonitor:
         return [NodeView(n.node_id, n.label, n.hostname, n.state, n.summary is not None) for n in self._nodes.values()]
 
     @property
+    def awaits_report(self) -> bool:
+        """Whether the idle rule waits for the ranks' first report on a node (the run sends it)."""
+        return self.gpus.awaits_report
+
+    @property
     def stragglers(self) -> int:
         return self._stragglers
 

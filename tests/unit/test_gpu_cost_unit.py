@@ -1,16 +1,21 @@
-"""What a poll of the GPU rules costs: it grows with the nodes whose summaries changed, not with
-the fleet (``bench/health_cost.py`` measures it at 1,000 nodes), and the medians the rules read,
-kept sorted as they change (``gpu_peers``), are those of every judged GPU as it is now."""
+"""What node health costs the controller: a poll of the GPU rules grows with the nodes whose
+summaries changed, not with the fleet (``bench/health_cost.py`` measures it at 1,000 nodes), and
+the medians the rules read, kept sorted as they change (``gpu_peers``), are those of every judged
+GPU as it is now; without the metric rule, only the rank reports the idle rule reads go to the
+fleet's thread."""
 
 from __future__ import annotations
 
 import math
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
+from ray_wandb_nodes._fleet.commands import RankReport
 from ray_wandb_nodes._health import (
     GpuHealth,
     GpuIntBatch,
@@ -170,3 +175,56 @@ def test_peers_keep_each_group_sorted_whether_few_or_many_values_move() -> None:
     peers.set(99, {"a": (math.nan,)})  # a value that does not compare: taken out again by a fresh sort
     peers.set(99, {})
     assert list(peers.ordered("a")) == sorted(v for vs in held.values() for v in vs.get("a", ()))
+
+
+def _sent(fleet: Any) -> list[tuple[float, bool, int]]:
+    """The rank reports the controller put on the fleet's queue (each: time, checkpoint, metrics
+    held), the fleet thread's turns taken."""
+    sent = []
+    while not fleet._commands.empty():
+        command = fleet._commands.get_nowait()
+        if isinstance(command, RankReport):
+            sent.append((command.at, command.checkpoint, len(command.metrics)))
+        fleet.step(command)
+    return sent
+
+
+def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fleet(monkeypatch: Any) -> None:
+    from ray_wandb_nodes import _session
+    from tests.unit.test_fleet_unit import simulated_fleet
+
+    fleet, _, target = simulated_fleet(2)
+    ticks = iter(range(100, 1000))
+    monkeypatch.setattr(_session, "time", SimpleNamespace(time=lambda: float(next(ticks)), monotonic=time.monotonic))
+    session = _session.SharedSession(target, fleet, 1.0)
+    ranks = [{"loss": 1.0}, {"loss": 2.0}]
+    for _ in range(10):
+        session.report_ranks(ranks)
+    session.report_ranks(ranks, checkpoint=True)
+    # the first report (set-up over), then the checkpoint's with the one before it (the save
+    # began there): was all 11, a queue put each on the controller
+    assert _sent(fleet) == [(100.0, False, 0), (109.0, False, 0), (110.0, True, 0)]
+    for _ in range(5):
+        session.report_ranks(ranks)
+    assert _sent(fleet) == []
+    session.set_nodes({"n0"}, ranks={"n0": (0, 1)}, rank_gpus={0: ("0",), 1: ("1",)})  # a restart
+    session.report_ranks(ranks)
+    session.report_ranks(ranks)
+    assert [at for at, _, _ in _sent(fleet)] == [116.0]  # the new worker group's first report
+    target.health.gpus.ranks("a node learnt of later", {7: ("0",)})  # the monitor waits for its ranks' report
+    session.report_ranks(ranks)
+    assert [at for at, _, _ in _sent(fleet)] == [118.0]
+    session.report_ranks(ranks)  # taken: no longer waited for
+    assert _sent(fleet) == []
+
+
+def test_with_the_metric_rule_every_report_goes_to_the_fleet_with_its_metrics(monkeypatch: Any) -> None:
+    from ray_wandb_nodes import _session
+    from tests.unit.test_fleet_unit import simulated_fleet
+
+    fleet, _, target = simulated_fleet(2)
+    target.health.options = HealthOptions(metric="loss")
+    session = _session.SharedSession(target, fleet, 1.0)
+    for _ in range(4):
+        session.report_ranks([{"loss": 1.0}, {"loss": 2.0}])
+    assert [(c, n) for _, c, n in _sent(fleet)] == [(False, 2)] * 4
