@@ -89,13 +89,15 @@ class GpuPeers:
                 clocks[gpu.model] = (*clocks.get(gpu.model, ()), float(gpu.busy_sm))
         self._clocks.set(node_id, clocks)
 
-    def idle(self, util: float) -> tuple[bool, float | None]:
-        """The idle rule's verdict on a GPU a rank holds at ``util`` (see ``gpu_idle``)."""
-        return idle_verdict(util, self._utils.ordered(""))
+    def idle(self, utils: Sequence[float]) -> list[tuple[bool, float | None]]:
+        """The idle rule's verdicts on GPUs that ranks hold, at these utilisations (see ``gpu_idle``)."""
+        ordered = self._utils.ordered("")
+        return [idle_verdict(util, ordered) for util in utils]
 
-    def slow_median(self, gpu: Gpu) -> float | None:
-        """The others' median SM clock the slow rule compares ``gpu`` with (see ``gpu_slow``)."""
-        return others_median(gpu.busy_util, gpu.busy_sm, self._clocks.ordered(gpu.model))
+    def slow_medians(self, gpus: Sequence[Gpu]) -> list[float | None]:
+        """The others' median SM clocks the slow rule compares ``gpus`` with (see ``gpu_slow``)."""
+        by_model = {model: self._clocks.ordered(model) for model in {g.model for g in gpus}}
+        return [others_median(g.busy_util, g.busy_sm, by_model[g.model]) for g in gpus]
 
 
 def _bisect_in(ordered: list[float], moves: list[tuple[Values, Values]]) -> bool:

@@ -227,11 +227,12 @@ class GpuHealth:
             self._peers.node(node.node_id, [g for g in mine if not g.lost.flagged])
             node.version += 1  # the rules may change its GPUs' states
         events += self._judge_ints(pending)
-        for gpu in gpus:
-            if gpu.lost.flagged or not gpu.ranks or gpu.util is None or gpu.floats is None or not gpu.floats[3]:
-                continue
-            worse, gpu.idle.median = self._peers.idle(gpu.util)
-            start, end, samples, _ = gpu.floats
+        held = [(g, g.util, g.floats) for g in gpus if g.ranks and not g.lost.flagged]  # GPUs that ranks hold
+        fresh = [(g, u, f) for g, u, f in held if u is not None and f is not None and f[3]]  # with new readings
+        for (gpu, _, (start, end, samples, _)), (worse, median) in zip(
+            fresh, self._peers.idle([u for _, u, _ in fresh]), strict=True
+        ):
+            gpu.idle.median = median
             gpu.waiting = self._waited(gpu, start, end)
             if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
                 gpu.waiting = worse
@@ -250,7 +251,7 @@ class GpuHealth:
         judged), in order, each GPU's against the job's other GPUs as last seen."""
         events: list[GpuEvent] = []
         w, m = self.window_s, self.min_samples
-        for gpu, median in [(g, self._peers.slow_median(g)) for g in pending]:
+        for gpu, median in zip(pending, self._peers.slow_medians(pending), strict=True):
             for start, end, samples, read in gpu.ints:
                 sm, ecc_c, ecc_u = read.sm, read.ecc_c, read.ecc_u
                 gpu.sm = sm if sm is not None else gpu.sm
