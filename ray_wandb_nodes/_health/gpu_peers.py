@@ -15,7 +15,7 @@ holds the two the GPU rules read, and asks each rule's own function for a GPU's 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -31,33 +31,35 @@ RESORT_SHARE = 8  # more than one value moved in this many: one sort beats bisec
 
 
 class Peers(Generic[K]):
-    """Each key's values by group; each group's values of every key, in order (:meth:`ordered`)."""
+    """Each key's values in each group; each group's values of every key, in order (:meth:`ordered`).
+
+    What it keeps across polls is flat tuples of floats, which Python's cyclic garbage collector
+    stops tracking: the run's medians add nothing for it to walk (containers renewed every poll
+    and kept to the next one made its full collections several times as frequent).
+    """
 
     def __init__(self) -> None:
-        self._at: dict[K, Mapping[str, Values]] = {}
         self._groups: dict[str, dict[K, Values]] = {}
         self._sorted: dict[str, list[float]] = {}
         self._moves: dict[str, list[tuple[Values, Values]]] = {}  # (out, in), not in ``_sorted`` yet
 
-    def set(self, key: K, values: Mapping[str, Values]) -> None:
-        """``key``'s values now, by group (a group it is not in: none there)."""
-        old = self._at.get(key, {})
-        if old == values:
+    def set(self, group: str, key: K, values: Values) -> None:
+        """``key``'s values in ``group`` now (empty: none there)."""
+        members = self._groups.get(group)
+        if members is None:
+            members = self._groups[group] = {}
+        was = members.get(key, ())
+        if was == values:
             return
-        for group in {*old, *values}:
-            was, now = old.get(group, ()), values.get(group, ())
-            if was == now:
-                continue
-            members = self._groups.setdefault(group, {})
-            if now:
-                members[key] = now
-            else:
-                members.pop(key, None)
-            self._moves.setdefault(group, []).append((was, now))
         if values:
-            self._at[key] = dict(values)
+            members[key] = values
         else:
-            self._at.pop(key, None)
+            del members[key]
+        moves = self._moves.get(group)
+        if moves is None:
+            self._moves[group] = [(was, values)]
+        else:
+            moves.append((was, values))
 
     def ordered(self, group: str) -> Sequence[float]:
         """``group``'s values, sorted (empty for a group without any)."""
@@ -67,7 +69,7 @@ class Peers(Generic[K]):
         ordered = self._sorted.setdefault(group, [])
         moved = sum(len(out) + len(into) for out, into in moves)
         if moved * RESORT_SHARE > len(ordered) or not _bisect_in(ordered, moves):
-            ordered = self._sorted[group] = sorted(chain.from_iterable(self._groups.get(group, {}).values()))
+            ordered = self._sorted[group] = sorted(chain.from_iterable(self._groups[group].values()))
         return ordered
 
 
@@ -78,21 +80,27 @@ class GpuPeers:
     def __init__(self) -> None:
         self._utils: Peers[str] = Peers()
         self._clocks: Peers[str] = Peers()
+        self._models: dict[str, frozenset[str]] = {}  # each node's models with busy clocks
 
     def node(self, node_id: str, alive: Sequence[Gpu]) -> None:
         """A node's alive judged GPUs as they are now (none: it adds nothing)."""
-        utils = tuple(g.util for g in alive if g.ranks and g.util is not None)
-        self._utils.set(node_id, {"": utils} if utils else {})
-        clocks: dict[str, Values] = {}
+        self._utils.set("", node_id, tuple(g.util for g in alive if g.ranks and g.util is not None))
+        clocks: dict[str, list[float]] = {}
         for gpu in alive:
             if gpu.busy_sm is not None and is_busy(gpu.busy_util, gpu.busy_sm):
-                clocks[gpu.model] = (*clocks.get(gpu.model, ()), float(gpu.busy_sm))
-        self._clocks.set(node_id, clocks)
+                clocks.setdefault(gpu.model, []).append(float(gpu.busy_sm))
+        had = self._models.get(node_id, frozenset())
+        for model in had - clocks.keys():
+            self._clocks.set(model, node_id, ())
+        for model, values in clocks.items():
+            self._clocks.set(model, node_id, tuple(values))
+        if had != clocks.keys():
+            self._models[node_id] = frozenset(clocks)
 
-    def idle(self, utils: Sequence[float]) -> list[tuple[bool, float | None]]:
-        """The idle rule's verdicts on GPUs that ranks hold, at these utilisations (see ``gpu_idle``)."""
+    def idle(self, gpus: Sequence[Gpu]) -> list[tuple[bool, float | None]]:
+        """The idle rule's verdicts on GPUs that ranks hold, each with a utilisation (see ``gpu_idle``)."""
         ordered = self._utils.ordered("")
-        return [idle_verdict(util, ordered) for util in utils]
+        return [idle_verdict(g.util, ordered) for g in gpus]  # type: ignore[arg-type]
 
     def slow_medians(self, gpus: Sequence[Gpu]) -> list[float | None]:
         """The others' median SM clocks the slow rule compares ``gpus`` with (see ``gpu_slow``)."""

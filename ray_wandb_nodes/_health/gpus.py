@@ -227,12 +227,10 @@ class GpuHealth:
             self._peers.node(node.node_id, [g for g in mine if not g.lost.flagged])
             node.version += 1  # the rules may change its GPUs' states
         events += self._judge_ints(pending)
-        held = [(g, g.util, g.floats) for g in gpus if g.ranks and not g.lost.flagged]  # GPUs that ranks hold
-        fresh = [(g, u, f) for g, u, f in held if u is not None and f is not None and f[3]]  # with new readings
-        for (gpu, _, (start, end, samples, _)), (worse, median) in zip(
-            fresh, self._peers.idle([u for _, u, _ in fresh]), strict=True
-        ):
-            gpu.idle.median = median
+        # the GPUs that ranks hold, with new readings
+        fresh = [g for g in gpus if g.ranks and g.util is not None and not g.lost.flagged and g.floats and g.floats[3]]
+        for gpu, (worse, gpu.idle.median) in zip(fresh, self._peers.idle(fresh), strict=True):
+            start, end, samples, _ = gpu.floats  # type: ignore[misc]
             gpu.waiting = self._waited(gpu, start, end)
             if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
                 gpu.waiting = worse

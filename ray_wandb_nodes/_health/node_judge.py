@@ -98,9 +98,10 @@ class NodeJudge:
         self._gpu_rule = StragglerRule("max", threshold, window_s, floor=SYSTEM_FLOOR)
         self._cpu_rule = StragglerRule("min", threshold, window_s, floor=SYSTEM_FLOOR)
         self.streaks: dict[str, NodeStreak] = {}
-        # each node's value and what it was made of (its GPUs' version, summary, kind): a node
-        # whose inputs did not change is not worked out again on every tick
-        self._values: dict[str, tuple[tuple[int, int, str | None], tuple[str, float | None]]] = {}
+        # each node's value and what it was made of (its GPUs' version, summaries taken, kind): a
+        # node whose inputs did not change is not worked out again on every tick (one flat tuple
+        # of atoms each, which the garbage collector does not track)
+        self._values: dict[str, tuple[int, int, str | None, str, float | None]] = {}
 
     def median(self, node_id: str) -> float | None:
         """The other nodes' median at the node's last judged sample."""
@@ -130,13 +131,12 @@ class NodeJudge:
         """What the rule compares for ``node``: (``"gpu:<model>"``/``"cpu"``/the metric, value)."""
         if self.metric is not None:
             return self.metric, node.metric
-        made_of = (gpus.version(node.node_id), node.summaries, node.kind)
-        cached = self._values.get(node.node_id)
-        if cached is not None and cached[0] == made_of:
-            return cached[1]
-        value = self._value(node, gpus)
-        self._values[node.node_id] = made_of, value
-        return value
+        version, cached = gpus.version(node.node_id), self._values.get(node.node_id)
+        if cached is not None and cached[:3] == (version, node.summaries, node.kind):
+            return cached[3], cached[4]
+        what, value = self._value(node, gpus)
+        self._values[node.node_id] = version, node.summaries, node.kind, what, value
+        return what, value
 
     def _value(self, node: TrackedNode, gpus: GpuHealth) -> tuple[str, float | None]:
         indices = gpus.judged_indices(node.node_id)

@@ -163,18 +163,18 @@ def _summary(t: float, seq: int, gpus: dict[int, GpuSummary], blocks: dict[int, 
 def test_peers_keep_each_group_sorted_whether_few_or_many_values_move() -> None:
     rnd = random.Random(11)
     peers: Peers[int] = Peers()
-    held: dict[int, dict[str, tuple[float, ...]]] = {}
+    held: dict[tuple[str, int], tuple[float, ...]] = {}
     for _ in range(300):
         for key in rnd.sample(range(40), rnd.choice([1, 2, 30])):  # few moves: bisected; many: sorted afresh
-            values = {g: tuple(rnd.choice([1.0, 2.0, 2.0, 7.5]) for _ in range(rnd.randint(0, 3))) for g in "ab"}
-            values = {g: v for g, v in values.items() if v}
-            peers.set(key, values)
-            held[key] = values
+            for group in "ab":
+                values = tuple(rnd.choice([1.0, 2.0, 2.0, 7.5]) for _ in range(rnd.randint(0, 3)))
+                peers.set(group, key, values)
+                held[group, key] = values
         for group in "ab":
-            assert list(peers.ordered(group)) == sorted(v for vs in held.values() for v in vs.get(group, ()))
-    peers.set(99, {"a": (math.nan,)})  # a value that does not compare: taken out again by a fresh sort
-    peers.set(99, {})
-    assert list(peers.ordered("a")) == sorted(v for vs in held.values() for v in vs.get("a", ()))
+            assert list(peers.ordered(group)) == sorted(v for (g, _), vs in held.items() if g == group for v in vs)
+    peers.set("a", 99, (math.nan,))  # a value that does not compare: taken out again by a fresh sort
+    peers.set("a", 99, ())
+    assert list(peers.ordered("a")) == sorted(v for (g, _), vs in held.items() if g == "a" for v in vs)
 
 
 def _sent(fleet: Any) -> list[tuple[float, bool, int]]:
