@@ -1,12 +1,15 @@
 """What live node health costs the Train controller, per node and minute.
 
-    python -m bench.health_cost [--nodes 8 64 512 1024] [--gpus 8] [--minutes 3] [--interval 15 3] [--json FILE]
+    python -m bench.health_cost [--nodes 8 64 512 1024] [--gpus 8] [--minutes 3] [--interval 15 3]
+                                [--ping-batch N] [--json FILE]
 
 Everything the controller does for node health in one minute, for ``N`` simulated nodes with
 ``--gpus`` GPUs each, in this one process (no Ray: the Ray call is the same ping the fleet
 makes anyway; only its reply grows by the summary):
 
-- 20 pings a node (one per fleet poll of 3 s): unpickling each logger's status *with* its
+- 20 pings a node (one per fleet poll of 3 s; with ``--ping-batch N``, as the fleet pings, at
+  most N loggers a poll in turn: 64 in the fleet, so past 64 nodes a node's summary comes less
+  often than every poll): unpickling each logger's status *with* its
   summary, less the same status without one (what the summary adds to the reply); both built by
   ``tests/support/fakes.py`` from the plugin's own message types;
 - feeding each summary to the run's monitor and judging the straggler rule and the GPU rules
@@ -69,31 +72,43 @@ def status(node: int, poll: int, gpus: int, summary: bool, interval: float = 3.0
     return logger_status(node_id, 1000 + node, ["run-abc"], hostname=f"host{node}", summaries={"run-abc": s})
 
 
-def one_minute(n: int, gpus: int, minute: int, state: dict[str, Any], interval: float = 3.0) -> dict[str, float]:
+def pinged(n: int, poll: int, batch: int) -> list[int]:
+    """The nodes whose replies come at ``poll``: every node, or ``batch`` of them in turn."""
+    return list(range(n)) if not batch or batch >= n else [(poll * batch + k) % n for k in range(batch)]
+
+
+def one_minute(
+    n: int, gpus: int, minute: int, state: dict[str, Any], interval: float = 3.0, batch: int = 0
+) -> dict[str, float]:
     """One simulated minute; seconds of CPU for each part."""
     pool, target = state["pool"], state["target"]
+    polls = [minute * POLLS_PER_MINUTE + p for p in range(POLLS_PER_MINUTE)]
     replies = [
-        (
-            pickle.dumps(status(i, minute * POLLS_PER_MINUTE + p, gpus, True, interval)),
-            pickle.dumps(status(i, p, gpus, False)),
-        )
-        for p in range(POLLS_PER_MINUTE)
-        for i in range(n)
+        [
+            (
+                i,
+                pickle.dumps(status(i, poll, gpus, True, interval)),
+                pickle.dumps(status(i, poll % POLLS_PER_MINUTE, gpus, False)),
+            )
+            for i in pinged(n, poll, batch)
+        ]
+        for poll in polls
     ]
     cpu = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
     for p in range(POLLS_PER_MINUTE):
-        batch = replies[p * n : (p + 1) * n]
+        batch_replies = replies[p]
         t0 = time.process_time()
-        for i, (with_summary, _) in enumerate(batch):
+        for i, with_summary, _ in batch_replies:
             pool.handles[state["ids"][i]].summaries = {"run-abc": pickle.loads(with_summary).summary}
         t1 = time.process_time()
-        for _, without in batch:
+        for _, _, without in batch_replies:
             pickle.loads(without)
         t2 = time.process_time()
         cpu["reply"] += (t1 - t0) - (t2 - t1)
         state["clock"].now += 3.0
         t3 = time.process_time()
-        fleet_health.feed(target, pool, state["alive"], state["known"], state["ids"])
+        updated = [state["ids"][i] for i, _, _ in batch_replies]  # the fleet feeds the nodes its pings brought
+        fleet_health.feed(target, pool, state["alive"], state["known"], updated)
         fleet_health.publish(target, state["warner"])
         cpu["monitor"] += time.process_time() - t3
     t4 = time.process_time()
@@ -160,20 +175,28 @@ def main() -> None:
         default=[15.0, 3.0],
         help="the writers' sampling interval (15 s: the default; 3 s or less: a new sample every poll)",
     )
+    parser.add_argument(
+        "--ping-batch",
+        type=int,
+        default=0,
+        help="at most this many loggers' replies a poll, in turn, as the fleet pings (64); 0: every node every poll",
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     results = []
-    print(f"controller CPU for node health, per node per minute ({args.gpus} GPUs a node, {POLLS_PER_MINUTE} pings)")
+    replies = f"at most {args.ping_batch} replies a poll" if args.ping_batch else "every node"
+    pings = f"{POLLS_PER_MINUTE} polls, {replies}"
+    print(f"controller CPU for node health, per node per minute ({args.gpus} GPUs a node, {pings})")
     print(f"{'interval':>8} {'nodes':>6} {'summary in reply':>17} {'monitor+rules':>14} {'tables':>8} {'total':>8}")
     for interval in args.interval:
         for n in args.nodes:
             state = setup(n, args.gpus)
-            one_minute(n, args.gpus, 0, state, interval)  # warm-up
+            one_minute(n, args.gpus, 0, state, interval, args.ping_batch)  # warm-up
             monitored = len(state["target"].health.table())
             assert monitored == n, f"the monitor holds {monitored} of {n} nodes: the bench would measure nothing"
             parts = {"reply": 0.0, "monitor": 0.0, "table": 0.0}
             for minute in range(1, args.minutes + 1):
-                for k, v in one_minute(n, args.gpus, minute, state, interval).items():
+                for k, v in one_minute(n, args.gpus, minute, state, interval, args.ping_batch).items():
                     parts[k] += v
             per = {k: max(0.0, v) / args.minutes / n * 1e3 for k, v in parts.items()}  # ms per node per minute
             total = sum(per.values())
@@ -182,7 +205,13 @@ def main() -> None:
                 f"{per['table']:>5.3f} ms {total:>5.3f} ms"
             )
             results.append(
-                {"interval_s": interval, "nodes": n, "gpus": args.gpus, "ms_per_node_minute": {**per, "total": total}}
+                {
+                    "interval_s": interval,
+                    "nodes": n,
+                    "gpus": args.gpus,
+                    "ping_batch": args.ping_batch,
+                    "ms_per_node_minute": {**per, "total": total},
+                }
             )
     if args.json:
         from bench._harness import write_result

@@ -40,6 +40,7 @@ class RunSession:
         self._waited = False
         self._exit_code = 1
         self._timeout = finish_timeout_s
+        self._first = True  # the ranks' next report is their first: a worker group's set-up is over
 
     @property
     def run_id(self) -> str:
@@ -61,6 +62,7 @@ class RunSession:
     ) -> None:
         """The nodes the run uses now (replacing the previous set), less ``covered_node``, the
         train ranks on each node and each rank's GPU ids (for the tables and the health rules)."""
+        self._first = True  # a new worker group
         self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus)
 
     def update_config(self, config: dict[str, Any]) -> None:
@@ -116,6 +118,7 @@ class SharedSession(RunSession):
         super().__init__(fleet, finish_timeout_s)
         self.target = target
         self.primary: PrimaryWriter = target.primary
+        self._held: float | None = None  # when the latest report not sent to the fleet was made
 
     @property
     def run_id(self) -> str:
@@ -135,11 +138,25 @@ class SharedSession(RunSession):
             self.primary.log(metrics)
 
     def report_ranks(self, metrics: list[dict[str, Any]], checkpoint: bool = False) -> None:
-        """Every rank's report: its metrics for the straggler rule by metric (when it is on), its
-        time and checkpoint for the idle-GPU rule (a report's first and a save's span)."""
+        """Every rank's report: its metrics for the straggler rule by metric (when it is on: every
+        report goes to the fleet), its time and checkpoint for the idle-GPU rule. Without the
+        metric rule only what the idle rule reads goes (a queue put each report was more than it
+        needs): the ranks' first report after each worker-group start, or while the monitor waits
+        for one (a node it learnt of later), and a report carrying a checkpoint, after the report
+        before it (when the save began)."""
         health = self.target.health
-        if not self._finishing and health is not None:
-            self.fleet.rank_report(self.run_id, metrics if health.options.metric is not None else [], checkpoint)
+        if self._finishing or health is None:
+            return
+        now = time.time()
+        if health.options.metric is not None:
+            self.fleet.rank_report(self.run_id, metrics, checkpoint, at=now)
+        elif checkpoint or self._first or health.awaits_report:
+            if checkpoint and self._held is not None:
+                self.fleet.rank_report(self.run_id, [], False, at=self._held)
+            self.fleet.rank_report(self.run_id, [], checkpoint, at=now)
+            self._first, self._held = False, None
+        else:
+            self._held = now
 
     def log_checkpoint(self, checkpoint: Any, name: str, aliases: list[str]) -> None:
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)

@@ -121,9 +121,12 @@ class NodeFleet:
         use, at most as many as it needs (see nodes.prestart_nodes and pool.prestart)."""
         self._commands.put(Prestart(use_gpu, exclude, workers, per_worker))
 
-    def rank_report(self, run_id: str, metrics: list[dict[str, Any]], checkpoint: bool = False) -> None:
-        """Every rank's report (for the run's straggler rule by metric), with a checkpoint or not."""
-        self._commands.put(RankReport(run_id, metrics, time.time(), checkpoint))
+    def rank_report(
+        self, run_id: str, metrics: list[dict[str, Any]], checkpoint: bool = False, at: float | None = None
+    ) -> None:
+        """Every rank's report (for the run's straggler rule by metric), with a checkpoint or not,
+        made ``at`` (epoch seconds; now when not given)."""
+        self._commands.put(RankReport(run_id, metrics, time.time() if at is None else at, checkpoint))
 
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken

@@ -9,7 +9,7 @@ least ``BUSY_UTIL`` (any model: idle is idle).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from .gpu_slow import BUSY_UTIL
@@ -21,14 +21,15 @@ IDLE_UTIL = 5.0  # %: at most this is idle
 
 def idle_verdicts(utils: Mapping[K, float], only: Iterable[K] | None = None) -> dict[K, tuple[bool, float | None]]:
     """``utils``: key -> utilisation of every GPU that hosts a rank. For each (of ``only``, when
-    given): (worse, the other ranks' GPUs' median utilisation); alone, a GPU is never idle."""
+    given): its :func:`idle_verdict`."""
     ordered = sorted(utils.values())
-    out: dict[K, tuple[bool, float | None]] = {}
-    for key in utils if only is None else only:
-        util = utils[key]
-        if len(ordered) < 2:
-            out[key] = (False, None)
-            continue
-        median = median_without(ordered, util)
-        out[key] = (util <= IDLE_UTIL and median >= BUSY_UTIL, median)
-    return out
+    return {key: idle_verdict(utils[key], ordered) for key in (utils if only is None else only)}
+
+
+def idle_verdict(util: float, ordered: Sequence[float]) -> tuple[bool, float | None]:
+    """One GPU's: (worse, the other ranks' GPUs' median utilisation). ``ordered``: the sorted
+    utilisations of every GPU that hosts a rank, ``util`` among them; alone, a GPU is never idle."""
+    if len(ordered) < 2:
+        return False, None
+    median = median_without(ordered, util)
+    return util <= IDLE_UTIL and median >= BUSY_UTIL, median

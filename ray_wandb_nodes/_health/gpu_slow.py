@@ -11,7 +11,7 @@ model running one job sit within a few percent of each other's clock, a throttle
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from .rule import median_without
@@ -26,19 +26,21 @@ def others_medians(
     """``gpus``: key -> (model, utilisation, SM clock). For every busy GPU with a clock (of
     ``only``, when given), the median SM clock of the other busy GPUs of its model (one sorted
     list a model: O(log n) a GPU); None for a GPU not compared (idle, no clock, alone of its model)."""
+    keys = list(gpus if only is None else only)
     by_model: dict[str, list[float]] = {}
     for model, util, sm in gpus.values():
-        if _busy(util, sm):
+        if is_busy(util, sm):
             by_model.setdefault(model, []).append(float(sm))  # type: ignore[arg-type]
     for clocks in by_model.values():
         clocks.sort()
-    out: dict[K, float | None] = {}
-    for key in gpus if only is None else only:
-        model, util, sm = gpus[key]
-        clocks = by_model.get(model, [])
-        busy = _busy(util, sm) and len(clocks) >= 2
-        out[key] = median_without(clocks, float(sm)) if busy else None  # type: ignore[arg-type]
-    return out
+    return {key: others_median(gpus[key][1], gpus[key][2], by_model.get(gpus[key][0], [])) for key in keys}
+
+
+def others_median(util: float | None, sm: float | None, clocks: Sequence[float]) -> float | None:
+    """One GPU's: the median of ``clocks`` (the sorted SM clocks of its model's busy GPUs, its
+    own among them when busy) less its own ``sm``; None when it is not compared (idle, no clock,
+    alone of its model)."""
+    return median_without(clocks, float(sm)) if is_busy(util, sm) and len(clocks) >= 2 else None  # type: ignore[arg-type]
 
 
 def is_slow(sm: float | None, median: float | None, threshold: float) -> bool:
@@ -55,5 +57,6 @@ def slow_verdicts(
     return {key: (is_slow(gpus[key][2], median, threshold), median) for key, median in medians.items()}
 
 
-def _busy(util: float | None, sm: float | None) -> bool:
+def is_busy(util: float | None, sm: float | None) -> bool:
+    """Whether a GPU with this utilisation and SM clock is compared (busy, with a clock)."""
     return util is not None and sm is not None and util >= BUSY_UTIL

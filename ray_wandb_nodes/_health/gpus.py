@@ -15,25 +15,31 @@ reports show (from the report before the one carrying a checkpoint to that one).
 
 The rules judge sample times, the node's own clock, never the driver's: the integer series come
 a transaction-log block late, in batches, and a batch spanning the window is judged as such.
+
+A poll judges only the GPUs whose batches came since the last one; what each is compared with
+(the other ranked GPUs' utilisations, the other busy GPUs' clocks of its model) is kept sorted as
+it changes (``gpu_peers``), so a poll costs what changed, not the fleet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from .._gpu_ids import nvml_indices
 from .gpu_ecc import EccWatch, ecc_step
-from .gpu_idle import idle_verdicts
 from .gpu_lost import lost_step
-from .gpu_slow import is_slow, others_medians
+from .gpu_peers import GpuPeers
+from .gpu_slow import is_slow
 from .kinds import EventKind, GpuState
 from .messages import GpuInts, NodeSummary
 from .rule import NodeStreak, advance
 from .table import gpu_rows
 
 MIN_SAMPLES = 3
+_ORDER = attrgetter("order")
 SAVES_KEPT = 8  # checkpoint save spans kept for samples that come late (blocks, pings at scale)
 
 
@@ -95,6 +101,7 @@ class GpuEvent(NamedTuple):
 
 @dataclass
 class _NodeGpus:
+    node_id: str
     gpus: dict[int, Gpu] = field(default_factory=dict)
     float_t: float | None = None
     gpu_t: float | None = None  # the newest sample with GPU readings
@@ -105,6 +112,8 @@ class _NodeGpus:
     rank_ids: dict[int, tuple[str, ...] | None] = field(default_factory=dict)  # rank -> Ray's GPU ids
     unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
     first_report: float | None = None  # when its ranks (as they are now) first reported
+    order: int = 0  # when first seen, among the run's nodes: its GPUs' verdicts come in this order
+    version: int = 0  # counts the changes to its GPUs (what the node rule reads of them)
 
 
 class GpuHealth:
@@ -114,16 +123,21 @@ class GpuHealth:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self.whole_nodes = whole_nodes  # a node without rank GPU ids is judged by all its GPUs
         self._nodes: dict[str, _NodeGpus] = {}
+        self._live: set[str] = set()  # the nodes judged, as the last ``judge`` said
+        self._dirty: set[str] = set()  # nodes whose GPUs changed since the last ``judge``: what it looks at
+        self._peers = GpuPeers()  # what the idle and slow rules compare each GPU with
         self._last_report: float | None = None
+        self.awaits_report = False  # a node's ranks have not reported yet (read from the controller's thread)
         self._saves: list[tuple[float, float]] = []  # the latest checkpoint saves' spans (report to report)
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | None]) -> None:
         """The train ranks on a node now, each with its GPU ids as Ray names them (None: not known)."""
-        node = self._nodes.setdefault(node_id, _NodeGpus())
+        node = self._node(node_id)
         new = {r: None if ids is None else tuple(ids) for r, ids in rank_ids.items()}
         if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
             node.rank_ids, node.first_report = new, None
+        self.awaits_report |= bool(node.rank_ids) and node.first_report is None
         self._map(node)
 
     def reported(self, at: float, checkpoint: bool = False) -> None:
@@ -134,11 +148,13 @@ class GpuHealth:
                 node.first_report = at
         if checkpoint and self._last_report is not None:
             self._saves = [*self._saves[-(SAVES_KEPT - 1) :], (self._last_report, at)]
-        self._last_report = at
+        self._last_report, self.awaits_report = at, False
 
     def update(self, node_id: str, summary: NodeSummary) -> None:
         """A node's new summary: its GPUs' fresh values become batches to judge."""
-        node = self._nodes.setdefault(node_id, _NodeGpus())
+        node = self._node(node_id)
+        node.version += 1
+        self._dirty.add(node_id)
         info = summary.gpu_info
         if info is not None and info.uuids and info.uuids != node.uuids:
             node.uuids, node.models = info.uuids, info.models
@@ -164,7 +180,7 @@ class GpuHealth:
                 gpu.power, gpu.limit = values.power, values.limit if values.limit is not None else gpu.limit
                 # present while any of its series reports: a MIG GPU has no utilisation, and a
                 # GPU whose utilisation read failed once is never asked for it again (see gpu_lost)
-                gpu.floats = (*batch, any(v is not None for v in values))
+                gpu.floats = (*batch, values.count(None) < len(values))
             for index in node.gpus.keys() - gpus.keys():  # seen before, missing now
                 node.gpus[index].floats = (*batch, False)
         for ints in summary.gpu_ints:  # oldest first; each judged in turn
@@ -179,15 +195,17 @@ class GpuHealth:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
         node = self._nodes.get(node_id)
         if node is not None:
+            node.version += 1
             for gpu in node.gpus.values():
                 gpu.floats, gpu.ints = None, []
 
     # judging ------------------------------------------------------------------------------------
     def judge(self, live: set[str]) -> list[GpuEvent]:
         """Apply every GPU rule to the batches that came since the last call, for the GPUs of the
-        ``live`` nodes; their verdicts."""
+        ``live`` nodes; their verdicts. Only the nodes that changed are looked at."""
+        nodes = self._changed(live)
+        gpus = [g for _, mine in nodes for g in mine if g.floats is not None or g.ints]  # in the run's order
         events: list[GpuEvent] = []
-        gpus = [g for n, node in self._nodes.items() if n in live for g in judged(node, self.whole_nodes)]
         w, m = self.window_s, self.min_samples
         for gpu in gpus:  # lost first: a lost GPU is never also slow or idle
             if gpu.floats is not None:
@@ -197,44 +215,41 @@ class GpuHealth:
                     events.append(GpuEvent(gpu, EventKind.GPU_LOST, said is not GpuState.LOST))
                     if said is GpuState.LOST:
                         gpu.slow, gpu.idle = NodeStreak(), NodeStreak()
-        events += self._judge_ints(gpus)
-        alive = [g for g in gpus if not g.lost.flagged]
-        utils = {id(g): g.util for g in alive if g.ranks and g.util is not None}
-        fresh = [id(g) for g in alive if id(g) in utils and g.floats is not None and g.floats[3]]
-        idle = idle_verdicts(utils, fresh) if fresh else {}
-        for gpu in alive:
-            if id(gpu) in idle and gpu.floats is not None and gpu.floats[3]:
-                worse, gpu.idle.median = idle[id(gpu)]
-                start, end, samples, _ = gpu.floats
-                gpu.waiting = self._waited(gpu, start, end)
-                if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
-                    gpu.waiting = worse
-                    if not gpu.idle.flagged:
-                        gpu.idle.reset()
-                    continue
-                if advance(gpu.idle, worse, samples, start, end, w, m):
-                    events.append(GpuEvent(gpu, EventKind.IDLE_GPU, not gpu.idle.flagged))
-        for gpu in gpus:
-            gpu.floats = None
-        return events
-
-    def _judge_ints(self, gpus: list[Gpu]) -> list[GpuEvent]:
-        """The memory-error and slow rules on every integer batch since the last call, in order,
-        each GPU's against the job's other GPUs as last seen (one median list a model a call)."""
-        events: list[GpuEvent] = []
-        w, m = self.window_s, self.min_samples
-        alive = [g for g in gpus if not g.lost.flagged]
-        pending = [g for g in alive if g.ints]
-        if not pending:
-            return events
-        for gpu in pending:  # the latest busy clock of each GPU, for the others' medians
+        pending = [g for g in gpus if g.ints and not g.lost.flagged]
+        # The latest busy clock of each GPU, for the others' medians. Each clock with the utilisation
+        # of its own samples: a GPU idle for part of a block (a checkpoint save, a data stall) and
+        # busy now is not judged by its idle, low clocks.
+        for gpu in pending:
             busy = next((b[3] for b in reversed(gpu.ints) if b[3].busy_sm is not None), None)
             if busy is not None:
                 gpu.busy_sm, gpu.busy_util = busy.busy_sm, busy.busy_util
-        # Each clock with the utilisation of its own samples: a GPU idle for part of a block (a
-        # checkpoint save, a data stall) and busy now is not judged by its idle, low clocks.
-        medians = others_medians({id(g): (g.model, g.busy_util, g.busy_sm) for g in alive}, [id(g) for g in pending])
-        for gpu in pending:
+        for node, mine in nodes:  # what each changed node adds to the comparisons now
+            self._peers.node(node.node_id, [g for g in mine if not g.lost.flagged])
+            node.version += 1  # the rules may change its GPUs' states
+        events += self._judge_ints(pending)
+        # the GPUs that ranks hold, with new readings
+        fresh = [g for g in gpus if g.ranks and g.util is not None and not g.lost.flagged and g.floats and g.floats[3]]
+        for gpu, (worse, gpu.idle.median) in zip(fresh, self._peers.idle(fresh), strict=True):
+            start, end, samples, _ = gpu.floats  # type: ignore[misc]
+            gpu.waiting = self._waited(gpu, start, end)
+            if gpu.waiting:  # set-up or a checkpoint save: not idle, no verdict (nor a node's)
+                gpu.waiting = worse
+                if not gpu.idle.flagged:
+                    gpu.idle.reset()
+                continue
+            if advance(gpu.idle, worse, samples, start, end, w, m):
+                events.append(GpuEvent(gpu, EventKind.IDLE_GPU, not gpu.idle.flagged))
+        for gpu in gpus:
+            gpu.floats = None
+        self._dirty |= {g.node_id for g in gpus if g.ints}  # a lost GPU's blocks wait
+        return events
+
+    def _judge_ints(self, pending: list[Gpu]) -> list[GpuEvent]:
+        """The memory-error and slow rules on every integer batch of the ``pending`` GPUs (alive,
+        judged), in order, each GPU's against the job's other GPUs as last seen."""
+        events: list[GpuEvent] = []
+        w, m = self.window_s, self.min_samples
+        for gpu, median in zip(pending, self._peers.slow_medians(pending), strict=True):
             for start, end, samples, read in gpu.ints:
                 sm, ecc_c, ecc_u = read.sm, read.ecc_c, read.ecc_u
                 gpu.sm = sm if sm is not None else gpu.sm
@@ -246,7 +261,7 @@ class GpuHealth:
                         gpu.ecc.last = gpu.ecc_first
                     if ecc_step(gpu.ecc, ecc_u, samples, start, end, w, m):
                         events.append(GpuEvent(_as_now(gpu), EventKind.GPU_MEMORY_ERRORS, False))
-                gpu.slow.median = medians[id(gpu)]
+                gpu.slow.median = median
                 if read.busy_sm is not None:
                     gpu.busy_sm, gpu.busy_util = read.busy_sm, read.busy_util
                 slow = is_slow(read.busy_sm, gpu.slow.median, self.threshold)
@@ -298,18 +313,39 @@ class GpuHealth:
         wanted = set(node_ids)
         return [g for n, node in self._nodes.items() if n in wanted for g in node.gpus.values()]
 
+    def version(self, node_id: str) -> int:
+        """Counts a node's changes: :meth:`judged_indices` and :meth:`model` say the same while it does."""
+        node = self._nodes.get(node_id)
+        return -1 if node is None else node.version
+
     def seen_gpus(self, node_id: str) -> bool:
         """Whether the node has ever reported a GPU."""
         node = self._nodes.get(node_id)
         return node is not None and bool(node.gpus)
 
     # inside -----------------------------------------------------------------------------------------
+    def _node(self, node_id: str) -> _NodeGpus:
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = _NodeGpus(node_id, order=len(self._nodes))
+        return node
+
     def _gpu(self, node_id: str, node: _NodeGpus, index: int) -> Gpu:
         gpu = node.gpus.get(index)
         if gpu is None:
             gpu = node.gpus[index] = Gpu(node_id, index)
             self._map(node)
         return gpu
+
+    def _changed(self, live: set[str]) -> list[tuple[_NodeGpus, list[Gpu]]]:
+        """The nodes changed since the last call (their summaries, ranks or GPUs, or joined or
+        left ``live``), in the run's order, each with its judged GPUs (none unless live)."""
+        if live != self._live:
+            self._dirty |= (live ^ self._live) & self._nodes.keys()
+            self._live = set(live)
+        nodes = sorted((self._nodes[n] for n in self._dirty), key=_ORDER)
+        self._dirty = set()
+        return [(n, judged(n, self.whole_nodes) if n.node_id in self._live else []) for n in nodes]
 
     def _map(self, node: _NodeGpus) -> None:
         """Each GPU's model and ranks, from the monitor's GPU list and Ray's GPU ids."""
@@ -322,6 +358,8 @@ class GpuHealth:
             for i in indices or ():
                 by_index.setdefault(i, []).append(rank)
         node.unmapped = tuple(unmapped)
+        node.version += 1
+        self._dirty.add(node.node_id)
         for i, gpu in node.gpus.items():
             gpu.ranks = tuple(by_index.get(i, ()))
             if i < len(node.models):

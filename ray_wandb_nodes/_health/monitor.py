@@ -137,7 +137,7 @@ class HealthMonitor:
             return
         node.ints_t = ints_t
         self.gpus.update(node_id, summary)
-        node.summary = summary
+        node.summary, node.summaries = summary, node.summaries + 1
         if before is not None and t == before.t:
             return  # new integer GPU samples only: no new interval
         # ``seq`` counts the writer's intervals: those between two summaries count too
@@ -241,6 +241,11 @@ class HealthMonitor:
     def nodes(self) -> list[NodeView]:
         """Every node it holds, as it is now."""
         return [NodeView(n.node_id, n.label, n.hostname, n.state, n.summary is not None) for n in self._nodes.values()]
+
+    @property
+    def awaits_report(self) -> bool:
+        """Whether the idle rule waits for the ranks' first report on a node (the run sends it)."""
+        return self.gpus.awaits_report
 
     @property
     def stragglers(self) -> int:

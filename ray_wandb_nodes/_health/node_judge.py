@@ -51,6 +51,7 @@ class TrackedNode:
     hostname: str
     ranks: tuple[int, ...] = ()
     summary: NodeSummary | None = None
+    summaries: int = 0  # how many it has taken (a new one: its value is worked out again)
     fresh: int = 0  # system samples not judged yet
     metric: float | None = None
     state: NodeState = NodeState.OK
@@ -97,6 +98,10 @@ class NodeJudge:
         self._gpu_rule = StragglerRule("max", threshold, window_s, floor=SYSTEM_FLOOR)
         self._cpu_rule = StragglerRule("min", threshold, window_s, floor=SYSTEM_FLOOR)
         self.streaks: dict[str, NodeStreak] = {}
+        # each node's value and what it was made of (its GPUs' version, summaries taken, kind): a
+        # node whose inputs did not change is not worked out again on every tick (one flat tuple
+        # of atoms each, which the garbage collector does not track)
+        self._values: dict[str, tuple[int, int, str | None, str, float | None]] = {}
 
     def median(self, node_id: str) -> float | None:
         """The other nodes' median at the node's last judged sample."""
@@ -105,6 +110,7 @@ class NodeJudge:
 
     def forget(self, node_id: str) -> None:
         self.streaks.pop(node_id, None)
+        self._values.pop(node_id, None)
 
     def report(
         self, nodes: list[TrackedNode], metrics: list[Mapping[str, Any]], now: float
@@ -125,6 +131,14 @@ class NodeJudge:
         """What the rule compares for ``node``: (``"gpu:<model>"``/``"cpu"``/the metric, value)."""
         if self.metric is not None:
             return self.metric, node.metric
+        version, cached = gpus.version(node.node_id), self._values.get(node.node_id)
+        if cached is not None and cached[:3] == (version, node.summaries, node.kind):
+            return cached[3], cached[4]
+        what, value = self._value(node, gpus)
+        self._values[node.node_id] = version, node.summaries, node.kind, what, value
+        return what, value
+
+    def _value(self, node: TrackedNode, gpus: GpuHealth) -> tuple[str, float | None]:
         indices = gpus.judged_indices(node.node_id)
         if indices is not None or (node.kind or "").startswith("gpu"):
             mean, _ = gpu_util(node.summary, indices or ())
@@ -150,11 +164,15 @@ class NodeJudge:
                 by_kind.setdefault(kind if by_model or base == "cpu" else "gpu:", {})[node.node_id] = value
                 # Judged over the samples' own times (the node's clock, one node at a time): a
                 # ping that brings samples spanning the window judges them at once.
-                fresh[node.node_id], spans[node.node_id] = node.fresh, node.span()
+                fresh[node.node_id] = node.fresh
+                if node.fresh > 0:
+                    spans[node.node_id] = node.span()
         events: list[tuple[str, EventKind]] = []
         for kind, values in by_kind.items():
             rule = self._cpu_rule if kind == "cpu" else self._gpu_rule
-            events += judge(rule, self.streaks, values, {n: fresh[n] for n in values}, now, spans)
+            counts = {n: fresh[n] for n in values if fresh[n] > 0}  # only nodes with fresh samples are judged
+            if counts:
+                events += judge(rule, self.streaks, values, counts, now, spans)
         return events
 
     def alert(self, node: TrackedNode, kind: EventKind, gpus: GpuHealth, now: float) -> Alert:

@@ -99,10 +99,9 @@ def advance(
 
 def median_without(ordered: Sequence[float], value: float) -> float:
     """The median of sorted ``ordered`` less one occurrence of ``value`` (in it), in O(log n)."""
-    skip = bisect.bisect_left(ordered, value)
-    n = len(ordered) - 1
-
-    def other(k: int) -> float:
-        return ordered[k if k < skip else k + 1]
-
-    return other(n // 2) if n % 2 else (other(n // 2 - 1) + other(n // 2)) / 2
+    skip = bisect.bisect_left(ordered, value)  # the others: ``ordered`` less index ``skip``
+    half = (len(ordered) - 1) // 2
+    upper = ordered[half if half < skip else half + 1]
+    if (len(ordered) - 1) % 2:
+        return upper
+    return (ordered[half - 1 if half - 1 < skip else half] + upper) / 2
