@@ -34,7 +34,8 @@ from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
-REPORTED = list(range(1, 33))
+OFFLINE_REPORTS = 40  # the offline run's: one every 0.25 s
+REPORTED = list(range(1, OFFLINE_REPORTS + 1))
 
 
 @pytest.fixture(scope="module")
@@ -192,12 +193,15 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("offline")
         # Through the run's storage (a local path here, which every simulated node shares); node
-        # a's GPU 1 falls off the bus at the ninth report (once the run has seen it; its loss is
-        # seen two pings later, 3 s apart, while the run goes on).
+        # a's GPU 1 falls off the bus at the ninth report (once the run has seen it), 2 s in; the
+        # run goes on 8 s more, past two of the fleet's pings (3 s apart) and the 1 s window: time
+        # for the live rules to have said it, had they judged a GPU no rank holds.
         callback = make_callback(mode="offline", offline_transfer="storage", straggler_window_s=1)
         lost = {"step": 8, "path": str(gpu_nodes[0].path), "index": 1, "values": {"state": "lost"}}
         try:
-            result = fit(name, callback, str(tmp_path), step_sleep_s=0.5, reports=32, gpu_script=lost, torch=True)
+            result = fit(
+                name, callback, str(tmp_path), step_sleep_s=0.25, reports=OFFLINE_REPORTS, gpu_script=lost, torch=True
+            )
         finally:
             gpu_nodes[0].write()  # back, for the next tests' writers
         assert result.error is None
@@ -233,7 +237,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
                 # the node and GPU tables, offline too: the last at the last step (the transaction
                 # log flattens the table's reference: nodes/path, nodes/_type, ...)
                 tables = [row for row in log.history if row.get("nodes/_type") == "table-file"]
-                assert tables and tables[-1]["training_iteration"] == 32
+                assert tables and tables[-1]["training_iteration"] == OFFLINE_REPORTS
                 assert all(row.get("gpus/_type") == "table-file" for row in tables)
             else:
                 assert log.history == [] and not os.path.exists(node_local_dir(run_id, label))
@@ -242,7 +246,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         capsys.readouterr()
         assert cli.main(["report", str(folder), "--json"]) == 0
         (report,) = json.loads(capsys.readouterr().out)["runs"]
-        assert report["run_id"] == run_id and report["history_rows"] == 32
+        assert report["run_id"] == run_id and report["history_rows"] == OFFLINE_REPORTS
         assert {n["label"]: n["role"] for n in report["nodes"]} == {label: w["role"] for label, w in writers.items()}
         assert all(n["samples"] >= 2 and n["mem_mean"] > 0 for n in report["nodes"])
         # The report's GPU columns: each worker node's scripted GPUs, none on the head.

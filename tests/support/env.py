@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from tests.support.wandb_backend import WandbTestBackend
+
+if TYPE_CHECKING:  # not at run time: Ray's train workers import tests.support.training, so this
+    import pytest
 
 DUMMY_KEY = "k" * 40
 # Settings every test writer gets: samples and uploads often enough for short runs.
