@@ -100,8 +100,15 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "wandb":
             return None
-        sys.meta_path.remove(self)  # once; and the real finders find wandb below
-        spec = importlib.util.find_spec(name)
+        # Out of the way while the real finders look wandb up, then back: a lookup is not an
+        # import (transformers asks ``importlib.util.find_spec("wandb")`` before it imports it).
+        # The loader takes the hook out for good once it has patched the imported module.
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            if "wandb" not in sys.modules:
+                sys.meta_path.insert(0, self)
         if spec is not None and spec.loader is not None:
             spec.loader = _PatchingLoader(spec.loader)
         return spec
@@ -118,6 +125,8 @@ class _PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         _patch(module)
+        for finder in [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]:
+            sys.meta_path.remove(finder)  # wandb is imported and patched: no hook needed
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
         return getattr(self._loader, name)

@@ -65,17 +65,21 @@ def test_each_framework_is_named_with_the_setting_that_turns_it_off(module: str,
     assert _frameworks.framework_of("ray.train.torch") is None and _frameworks.framework_of(None) is None
 
 
-def test_wandb_imported_after_the_patch_gives_frameworks_a_real_disabled_run(tmp_path: Any) -> None:
-    """In a fresh process (a train worker): the patch waits for ``import wandb``; the real client's
-    disabled run takes the framework's calls and sends nothing."""
-    code = """
+@pytest.mark.parametrize("looked_up", [False, True], ids=["import", "find_spec-then-import"])
+def test_wandb_imported_after_the_patch_gives_frameworks_a_real_disabled_run(tmp_path: Any, looked_up: bool) -> None:
+    """In a fresh process (a train worker): the patch waits for ``import wandb``, also past a
+    lookup that imports nothing (transformers' ``importlib.util.find_spec("wandb")``); the real
+    client's disabled run takes the framework's calls and sends nothing."""
+    lookup = "import importlib.util; assert importlib.util.find_spec('wandb') is not None" if looked_up else ""
+    code = f"""
 import sys
 from ray_wandb_nodes._frameworks import quiet_frameworks
 quiet_frameworks(0, "job-2")
 assert "wandb" not in sys.modules
+{lookup}
 import wandb
-scope = {"__name__": "lightning.pytorch.loggers.wandb", "wandb": wandb}
-exec("run = wandb.init(project='p'); run.log({'loss': 1.0}); run.finish()", scope)
+scope = {{"__name__": "lightning.pytorch.loggers.wandb", "wandb": wandb}}
+exec("run = wandb.init(project='p'); run.log({{'loss': 1.0}}); run.finish()", scope)
 print(scope["run"].settings.mode, scope["run"].disabled)
 """
     env = {"WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "k" * 40, "WANDB_DIR": str(tmp_path)}
