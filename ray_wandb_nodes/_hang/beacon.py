@@ -161,7 +161,8 @@ class Beacon:
         self._pack_step = _STEP.pack_into
         self._now = time.monotonic_ns
         self._ident = threading.get_ident
-        self._write_all(self._ident())
+        self._last_ident = self._ident()  # the thread that stamped progress last (the training thread)
+        self._write_all(self._last_ident)
 
     def step(self, *_args: Any) -> None:
         """One optimizer step (the signature takes the hook's arguments and ignores them)."""
@@ -171,10 +172,11 @@ class Beacon:
             self._max = now - self._last
         self._count_next = True
         self._last = now
+        self._last_ident = ident = self._ident()
         seq = self._seq + 1
         m = self._map
         self._pack_seq(m, 0, seq)
-        self._pack_step(m, _STEP_AT, self._steps, now, self._max, self._ident())
+        self._pack_step(m, _STEP_AT, self._steps, now, self._max, ident)
         self._seq = seq + 1
         self._pack_seq(m, 0, seq + 1)
 
@@ -186,7 +188,8 @@ class Beacon:
             self._max = now - self._last
         self._count_next = True
         self._last = now
-        self._write_all(self._ident())
+        self._last_ident = self._ident()
+        self._write_all(self._last_ident)
 
     def phase(self, phase: Phase) -> None:
         """Enter ``phase``; the stamp counts as progress, and the interval that spans a long phase
@@ -195,7 +198,8 @@ class Beacon:
         self._phase = Phase(phase)
         self._phase_since = self._last = now
         self._count_next = False
-        self._write_all(self._ident())
+        self._last_ident = self._ident()
+        self._write_all(self._last_ident)
 
     @contextlib.contextmanager
     def in_phase(self, phase: Phase) -> Iterator[None]:
@@ -211,7 +215,7 @@ class Beacon:
         from here (not from the worker's creation, which Ray's set-up of the group follows)."""
         self._start = self._phase_since = self._now()
         self._phase = Phase.RUNNING
-        self._write_all(self._ident())
+        self._write_all(self._last_ident)  # no progress: the thread of the last progress stays
 
     @property
     def current_phase(self) -> Phase:
@@ -220,7 +224,7 @@ class Beacon:
     def set_dump_signal(self, signum: int) -> None:
         """Record that faulthandler is registered on ``signum`` (0: not registered)."""
         self._signal = signum
-        self._write_all(self._ident())
+        self._write_all(self._last_ident)
 
     def close(self, remove: bool = True) -> None:
         """Unmap the slot and, by default, remove its file (a reader then no longer lists it)."""

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 WORLD, STEPS = 4, 12
 HANG_TIMEOUT_S = 4.0
 SAMPLING_S = 2.0
-FIRST_STEP_S = 1.2 * HANG_TIMEOUT_S  # longer than the limit, shorter than the first step's (3 x)
+FIRST_STEP_S = HANG_TIMEOUT_S  # with the optimizer's first use, longer than the limit; under the first step's (3 x)
 GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns by itself, after its hang is named
 UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
 # step -> (ranks that stop, how): each episode's hang

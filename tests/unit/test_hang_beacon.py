@@ -181,3 +181,19 @@ def test_an_armed_ranks_clock_starts_with_its_train_function(tmp_path: Path) -> 
         assert progress_of(slot, slot.start_ns + 10**9).age_s == 1.0
     finally:
         beacon.close()
+
+
+def test_writes_that_are_no_progress_keep_the_thread_of_the_last_progress(tmp_path: Path) -> None:
+    from ray_wandb_nodes._hang.beacon import Beacon, read_slots
+
+    beacon = Beacon(tmp_path, 1)
+    try:
+        worker = threading.Thread(target=beacon.report, name="TrainingThread(f)")
+        worker.start()
+        worker.join()
+        beacon.set_dump_signal(12)  # from another thread (the actor's): no progress
+        beacon.start_clock()
+        (slot,) = read_slots(tmp_path)
+        assert slot.thread_ident == worker.ident and slot.dump_signal == 12
+    finally:
+        beacon.close()
