@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels
-from tests.support.env import DUMMY_KEY
+from tests.support.cluster import assert_nothing_left, node_labels, said_by_workers
+from tests.support.env import worker_env
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback
 from tests.support.wandb_backend import WandbTestBackend
@@ -118,31 +118,6 @@ def fit(loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any
         run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
     )
     return trainer.fit()
-
-
-def worker_env(backend: WandbTestBackend, project: str, tmp_path: Any) -> dict[str, str]:
-    """What a user's workers have when W&B is set up on the cluster: the framework's run goes
-    to ``project`` on the test backend."""
-    return {
-        "WANDB_BASE_URL": backend.base_url,
-        "WANDB_API_KEY": DUMMY_KEY,
-        "WANDB_PROJECT": project,
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_SILENT": "true",
-    }
-
-
-def said_by_workers(cluster: Any, text: str) -> int:
-    """How many times the cluster's worker processes wrote ``text`` to their stderr (Ray Train
-    also copies a train worker's log records into a log file of its own, not counted)."""
-    import glob
-
-    logs = os.path.join(cluster.head_node.get_session_dir_path(), "logs")
-    count = 0
-    for path in glob.glob(os.path.join(logs, "worker-*.err")):
-        with open(path, errors="replace") as f:
-            count += f.read().count(text)
-    return count
 
 
 def assert_every_node_and_one_primary(run: Any) -> None:
