@@ -1,7 +1,10 @@
 """End to end with the real frameworks: a Hugging Face ``transformers.Trainer`` and a Lightning
 ``Trainer`` inside a ``TorchTrainer`` on two worker nodes, with Ray's report callbacks, as Ray's
 documentation runs them, each with its own W&B logging left on (HF's ``report_to="wandb"``,
-Lightning's ``WandbLogger``) and the workers set up for W&B as on a user's cluster.
+Lightning's ``WandbLogger``) and the workers set up for W&B as on a user's cluster, one of the
+two ways each: HF's job has the W&B settings in its ``runtime_env`` (every process the job starts
+has them from its start); Lightning's train function sets them itself. Either way the backend
+sees the job's run and no other.
 
 Tiny models built from a config here (nothing downloaded), a few steps, two reports each. One
 cluster for the module: a head with no CPU (the driver and the Train controller) and two one-CPU
@@ -16,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import assert_nothing_left, node_labels
-from tests.support.env import DUMMY_KEY
+from tests.support.cluster import assert_nothing_left, node_labels, said_by_workers
+from tests.support.env import worker_env
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback
 from tests.support.wandb_backend import WandbTestBackend
@@ -42,6 +45,8 @@ def hf_loop(config: dict[str, Any]) -> None:
     from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
+    if config.get("env_at_start"):  # the job's runtime_env gave this process the W&B settings at its start
+        assert os.environ.get("WANDB_PROJECT") == config["env_at_start"], "the runtime_env did not reach the worker"
     os.environ.update(config.get("worker_env") or {})  # W&B reachable from the workers, as on a user's cluster
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=8, n_embd=8, n_layer=1, n_head=2))
@@ -105,6 +110,12 @@ def lightning_loop(config: dict[str, Any]) -> None:
         enable_model_summary=False,
     )
     prepare_trainer(trainer).fit(Tiny(), train_dataloaders=loader)
+    if config.get("user_logs") and trainer.global_rank == 0:
+        import wandb
+
+        # The user's own logging, where the WandbLogger's run is wandb.run: it logs nothing, said once.
+        wandb.log({"mine": 1.0})
+        wandb.run.log({"mine": 2.0})
 
 
 def fit(loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:
@@ -120,29 +131,23 @@ def fit(loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any
     return trainer.fit()
 
 
-def worker_env(backend: WandbTestBackend, project: str, tmp_path: Any) -> dict[str, str]:
-    """What a user's workers have when W&B is set up on the cluster: the framework's run goes
-    to ``project`` on the test backend."""
-    return {
-        "WANDB_BASE_URL": backend.base_url,
-        "WANDB_API_KEY": DUMMY_KEY,
-        "WANDB_PROJECT": project,
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_SILENT": "true",
-    }
+def fit_in_job(env: dict[str, str], loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:
+    """``fit`` as a job whose ``runtime_env`` holds ``env`` (``ray job submit --runtime-env-json``):
+    Ray gives it to every process the job starts, the Train controller and its workers included,
+    from their start. Here a task on the driver's node carries that ``runtime_env`` and runs the
+    fit (a driver connected again with a ``runtime_env`` attaches to any raylet of its IP on Ray
+    2.50, where the Train controller would then run)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    job = ray.remote(num_cpus=0, runtime_env={"env_vars": env}, scheduling_strategy=here)(fit)
+    return ray.get(job.remote(loop, name, callback, storage, **config))
 
 
-def said_by_workers(cluster: Any, text: str) -> int:
-    """How many times the cluster's worker processes wrote ``text`` to their stderr (Ray Train
-    also copies a train worker's log records into a log file of its own, not counted)."""
-    import glob
-
-    logs = os.path.join(cluster.head_node.get_session_dir_path(), "logs")
-    count = 0
-    for path in glob.glob(os.path.join(logs, "worker-*.err")):
-        with open(path, errors="replace") as f:
-            count += f.read().count(text)
-    return count
+def assert_the_only_new_run(backend: WandbTestBackend, before: set[Any], run: Any) -> None:
+    """The backend saw one run since ``before``: the job's (no framework's run beside it)."""
+    assert set(backend.runs) - before == {(run.entity, run.project, run.run_id)}, sorted(set(backend.runs) - before)
 
 
 def assert_every_node_and_one_primary(run: Any) -> None:
@@ -159,15 +164,17 @@ def assert_every_node_and_one_primary(run: Any) -> None:
 def test_hf_trainer_values_checkpoints_every_node_and_its_own_wandb_logging_makes_no_second_run(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
-    # HF's own W&B logging on (report_to="wandb", the workers set up for W&B as on a user's
-    # cluster): its values and checkpoints reach the job's run through Ray's report, and HF's
-    # own run is never created.
+    # HF's own W&B logging on (report_to="wandb", the W&B settings in the job's runtime_env as
+    # on a cluster set up for W&B): its values and checkpoints reach the job's run through
+    # Ray's report, and HF's own run is never created.
     name, own = unique("hf"), unique("huggingface")
     env = worker_env(backend, own, tmp_path)
     callback = make_callback(upload_checkpoints=True)
-    result = fit(hf_loop, name, callback, str(tmp_path), report_to="wandb", worker_env=env)
+    before = set(backend.runs)
+    result = fit_in_job(env, hf_loop, name, callback, str(tmp_path), report_to="wandb", env_at_start=own)
     assert result.error is None
     run = run_of(backend, name)
+    assert_the_only_new_run(backend, before, run)
     rows = user_rows(run)
     # Ray's HF callback reports at each save (save_steps=2 of 4): HF's logged values, merged.
     assert [(r["training_iteration"], r["step"]) for r in rows] == [(1, 2), (2, 4)]
@@ -190,12 +197,16 @@ def test_hf_trainer_values_checkpoints_every_node_and_its_own_wandb_logging_make
 def test_lightning_trainer_values_checkpoints_every_node_and_its_wandb_logger_makes_no_second_run(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
+    # The W&B settings set inside the train function this time, and the user's own wandb.log
+    # after the fit, on the WandbLogger's disabled run.
     name, own = unique("lightning"), unique("lightning-own")
     env = worker_env(backend, own, tmp_path)
     callback = make_callback(upload_checkpoints=True)
-    result = fit(lightning_loop, name, callback, str(tmp_path), wandb_logger=True, worker_env=env)
+    before = set(backend.runs)
+    result = fit(lightning_loop, name, callback, str(tmp_path), wandb_logger=True, worker_env=env, user_logs=True)
     assert result.error is None
     run = run_of(backend, name)
+    assert_the_only_new_run(backend, before, run)
     rows = user_rows(run)
     # Ray's Lightning callback reports at each epoch's end: callback_metrics, epoch, global step.
     assert [(r["training_iteration"], r["epoch"], r["step"]) for r in rows] == [(1, 0, 2), (2, 1, 4)]
@@ -206,4 +217,9 @@ def test_lightning_trainer_values_checkpoints_every_node_and_its_wandb_logger_ma
     assert backend.runs_in(own) == []  # the WandbLogger's run was never created
     said = "Lightning's WandbLogger on rank 0 was turned off: it would write a second W&B run beside this job's run "
     assert said_by_workers(cluster, said + f"{run.run_id},") == 1
+    assert all("mine" not in row for row in run.history)
+    swallowed = "wandb.log() on rank 0 logged nothing: wandb.run in this train worker is the disabled run that "
+    swallowed += f"Lightning's WandbLogger got (one history writer per run). To log to this job's run {run.run_id}, "
+    swallowed += "report the values with ray.train.report(metrics)"
+    assert said_by_workers(cluster, swallowed) == 1  # once, for both of the user's calls
     assert_nothing_left()

@@ -1,10 +1,13 @@
-"""A replaced replica group (Ray 2.56+) gets node writers where its new workers run.
+"""A replaced replica group (Ray 2.56+) gets node writers where its new workers run, and its
+frameworks' own W&B logging is turned off as every worker group's is.
 
 With a backend that manages replica groups (TorchFT's, in Ray), a failing worker is replaced
 alone: Ray calls ``after_replica_group_start`` for the new worker and no worker-group hook.
 Here the node under rank 1 is removed mid-run; its replacement lands on a spare node, which
 must then appear in the run with its own label. The backend below is a ``TorchConfig`` whose
-backend manages replica groups, as TorchFT's does, without TorchFT itself.
+backend manages replica groups, as TorchFT's does, without TorchFT itself. Every worker starts
+Accelerate's W&B tracker (whose ``wandb.init`` runs on whichever rank starts it), the workers
+set up for W&B as on a user's cluster: no worker, the replacement included, makes a run of it.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import node_labels
-from tests.support.env import FAST
+from tests.support.cluster import node_labels, said_by_workers
+from tests.support.env import FAST, worker_env
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
@@ -41,6 +44,12 @@ def until_stopped(config: dict[str, Any]) -> None:
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
+    os.environ.update(config["worker_env"])  # W&B reachable from the workers, as on a user's cluster
+    from accelerate import PartialState
+    from accelerate.tracking import WandBTracker
+
+    PartialState()  # what Accelerator() sets up first (the tracker logs through it)
+    WandBTracker(os.environ["WANDB_PROJECT"]).start()  # a framework's own wandb.init, on every start
     with open(os.path.join(config["dir"], f"rank-{rank}"), "w") as f:
         f.write(ray.get_runtime_context().get_node_id())
     stop = os.path.join(config["dir"], "stop")
@@ -86,7 +95,7 @@ def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
 
     from ray_wandb_nodes import WandbNodesCallback
 
-    name = unique("replica")
+    name, own = unique("replica"), unique("replica-own")
     labels = node_labels()
     placement = tmp_path / "placement"
     placement.mkdir()
@@ -95,7 +104,7 @@ def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
     )
     trainer = TorchTrainer(
         until_stopped,
-        train_loop_config={"dir": str(placement), "steps": 40},
+        train_loop_config={"dir": str(placement), "steps": 40, "worker_env": worker_env(backend, own, tmp_path)},
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(
             name=name,
@@ -135,5 +144,10 @@ def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
     assert [c.exit_code for c in run.completes] == [0]
     steps = [row["step"] for row in user_rows(run)]
     assert steps == sorted(set(steps)) and steps[-1] == 40  # rank 0's reports, each once
+    # Accelerate's tracker made no run, in the replacement's process either; each process said so once.
+    assert backend.runs_in(own) == []
+    said = 'Accelerate\'s W&B tracker (log_with="wandb") on rank {} was turned off: it would write a second W&B run '
+    said += f"beside this job's run {run.run_id},"
+    assert [said_by_workers(cluster, said.format(rank)) for rank in (0, 1)] == [1, 2]
     cluster.add_node(num_cpus=1)  # the next test (if any) finds the cluster as it was
     cluster.wait_for_nodes()

@@ -143,6 +143,17 @@ def session_log_text(cluster: Any) -> str:
     return "\n".join(out)
 
 
+def said_by_workers(cluster: Any, text: str) -> int:
+    """How many times the cluster's worker processes wrote ``text`` to their stderr (Ray Train
+    also copies a train worker's log records into a log file of its own, not counted)."""
+    logs = os.path.join(cluster.head_node.get_session_dir_path(), "logs")
+    count = 0
+    for path in glob.glob(os.path.join(logs, "worker-*.err")):
+        with open(path, errors="replace") as f:
+            count += f.read().count(text)
+    return count
+
+
 def plugin_leftovers() -> tuple[list[str], list[str]]:
     """(alive NodeLogger and LoggerJanitor actor ids, non-removed placement groups of the plugin)."""
     import ray._private.state as state

@@ -46,3 +46,15 @@ def _wandb_at_least(major: int, minor: int) -> bool:
 # previous table's artifact, which RunRecord.tables does not follow).
 WANDB_SAMPLES_AT_JOIN = _wandb_at_least(0, 31)
 WANDB_TABLES = _wandb_at_least(0, 31)
+
+
+def worker_env(backend: WandbTestBackend, project: str, tmp_path: Any) -> dict[str, str]:
+    """What a user's workers have when W&B is set up on the cluster: a framework's own run (or
+    any ``wandb.init`` there without a project) goes to ``project`` on the test backend."""
+    return {
+        "WANDB_BASE_URL": backend.base_url,
+        "WANDB_API_KEY": DUMMY_KEY,
+        "WANDB_PROJECT": project,
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_SILENT": "true",
+    }
