@@ -95,7 +95,7 @@ def train_driver(config: dict[str, Any]) -> None:
         # Long enough for node writers that join after the workers start to sample.
         train_loop_config={
             "lr": 0.05,
-            "reports": 6,
+            "reports": config.get("reports", 6),
             "step_sleep_s": 0.5,
             "checkpoint": True,
             "stall": config.get("stall"),
