@@ -203,6 +203,7 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
         (k for k in (Kind.RAY_BARRIER, Kind.COLLECTIVE) if any(p.kind is k for p in positions.values())), None
     )
     waiters: list[RankFacts] = []
+    wait_ranks: set[int] = set()  # by rank: asking a list whether it holds a rank's facts is quadratic
     if len(groups) == 1:
         only = positions[facts[0].progress.rank]
         verb = "waits in" if only.kind in (Kind.COLLECTIVE, Kind.RAY_BARRIER) else "is in"
@@ -251,7 +252,10 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
             sentence = "no rank waits on another: " + sentence
         stopped = [f.progress.rank for f in others]
         state = ""
-    rows = tuple(_row(f, positions[f.progress.rank], state or ("waits" if f in waiters else "stopped")) for f in facts)
+    rows = tuple(
+        _row(f, positions[f.progress.rank], state or ("waits" if f.progress.rank in wait_ranks else "stopped"))
+        for f in facts
+    )
     return Verdict(
         sentence=sentence,
         stopped=tuple(stopped),
