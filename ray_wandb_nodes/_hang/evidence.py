@@ -366,7 +366,8 @@ def evidence_from_dumps(
     notes: Iterable[str] = (),
 ) -> RankEvidence:
     """A rank's evidence from what its dumps hold: faulthandler's text (its last dump is used)
-    and the dump thread's JSON (named stacks and the flight recorder's text)."""
+    and the dump thread's JSON (named stacks and the flight recorder's text, trimmed to what the
+    verdict reads: see ``FlightRecord.trimmed``)."""
     notes = list(notes)
     dumps = parse_faulthandler(faulthandler_text or "")
     python: tuple[ThreadStack, ...] = ()
@@ -376,7 +377,7 @@ def evidence_from_dumps(
         text = dump_thread.get("flight_recorder")
         if text:
             try:
-                flight = parse_flight_recorder(text)
+                flight = parse_flight_recorder(text).trimmed()  # what crosses to the driver
             except ValueError as err:
                 notes.append(f"flight recorder: {err}")
     return RankEvidence(

@@ -31,16 +31,34 @@ def facts(mode: str, ages: dict[int, float] | None = None) -> list[RankFacts]:
     return out
 
 
-def many(mode: str, ranks: int, stuck: int, per_node: int = 8) -> list[RankFacts]:
+def filled_ring(dump_thread: dict[str, Any], earlier: int) -> dict[str, Any]:
+    """A captured dump thread's JSON as it would be ``earlier`` collectives later: the flight
+    recorder's ring holds ``earlier`` more completed all_reduces before the captured ones, whose
+    sequence numbers (and the group's status) move up by as many."""
+    recorder = json.loads(dump_thread["flight_recorder"])
+    entries = recorder["entries"]
+    before = [{**entries[0], "collective_seq_id": seq, "retired": True} for seq in range(1, earlier + 1)]
+    recorder["entries"] = before + [{**e, "collective_seq_id": e["collective_seq_id"] + earlier} for e in entries]
+    for status in recorder["pg_status"].values():
+        for key in ("last_completed_collective", "last_enqueued_collective"):
+            status[key] = str(int(status[key]) + earlier)
+    return {**dump_thread, "flight_recorder": json.dumps(recorder)}
+
+
+def many(mode: str, ranks: int, stuck: int, per_node: int = 8, earlier: int = 0) -> list[RankFacts]:
     """``ranks`` ranks from a capture: each as the captured rank 0 is (in ``python`` and
     ``native``: waiting in all_reduce #5), but ``stuck``, as the captured rank 2 is; ``per_node``
-    ranks a node. No progress for 85 s, the stuck rank 90 s."""
+    ranks a node. No progress for 85 s, the stuck rank 90 s. ``earlier``: as many collectives
+    later (see :func:`filled_ring`; 1995 fills the plugin's ring of 2,000)."""
     records = {r["rank"]: r for r in capture(mode)}
+    dumps = {k: r["dump_thread"] and (filled_ring(r["dump_thread"], earlier) if earlier else r["dump_thread"])
+             for k, r in records.items()}  # fmt: skip
     out = []
     for rank in range(ranks):
-        r, age = (records[2], 90.0) if rank == stuck else (records[0], 85.0)
+        key, age = (2, 90.0) if rank == stuck else (0, 85.0)
+        r = records[key]
         progress = RankProgress(rank, 10_000 + rank, r["reports"], r["steps"], True, age, Phase.RUNNING, age, 0.05,
                                 12)  # fmt: skip
-        evidence = evidence_from_dumps(rank, 10_000 + rank, r["training_ident"], r["faulthandler"], r["dump_thread"])
+        evidence = evidence_from_dumps(rank, 10_000 + rank, r["training_ident"], r["faulthandler"], dumps[key])
         out.append(RankFacts(progress, evidence, node=f"node-{rank // per_node}", gpus=(str(rank % per_node),)))
     return out

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from ray_wandb_nodes._hang.flight import Collective, PgStatus, flight_recorder_env, parse_flight_recorder
-from tests.unit.hang_fixtures import capture
+from ray_wandb_nodes._hang.evidence import evidence_from_dumps
+from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus, flight_recorder_env, parse_flight_recorder
+from tests.unit.hang_fixtures import capture, filled_ring
 
 
 @pytest.mark.parametrize(
@@ -55,3 +56,42 @@ def test_stack_traces_are_absent_and_bad_text_is_refused() -> None:
     with pytest.raises(ValueError, match="not a flight-recorder dump: a JSON list"):
         parse_flight_recorder("[]")
     assert parse_flight_recorder("{}").collectives == ()
+
+
+def full_ring(rank: int) -> str:
+    """Captured rank ``rank``'s recorder with its ring of 2,000 filled (1,995 collectives earlier)."""
+    return str(filled_ring(capture("python")[rank]["dump_thread"], 1995)["flight_recorder"])
+
+
+def test_trimmed_keeps_what_is_in_flight_and_each_groups_newest() -> None:
+    record = FlightRecord(
+        (
+            Collective(7, "all_reduce", "completed", "0"),
+            Collective(8, "all_reduce", "completed", "0"),
+            Collective(9, "broadcast", "started", "0"),
+            Collective(10, "all_reduce", "scheduled", "0"),
+            Collective(3, "barrier", "completed", "1"),
+            Collective(4, "barrier", "completed", "1"),
+        ),
+        (PgStatus("0", 10, 9, 8), PgStatus("1", 4, 4, 4)),
+    )
+    trimmed = record.trimmed()
+    assert [c.seq for c in trimmed.collectives] == [9, 10, 4]
+    assert trimmed.groups == record.groups
+    assert trimmed.in_flight() == record.in_flight()
+    assert [trimmed.last_seq(pg) for pg in ("0", "1", "2")] == [10, 4, -1]
+
+
+@pytest.mark.parametrize(("rank", "flying", "last"), [(0, [2000], 2000), (2, [], 1999)])
+def test_a_full_ring_crosses_as_what_the_verdict_reads(rank: int, flying: list[int], last: int) -> None:
+    """A rank's evidence holds the collectives in flight and the newest, not the 2,000 of its ring
+    (0.6 MB a node of 8 ranks that the driver unpickled and held: 262 MiB at 64 nodes)."""
+    full = parse_flight_recorder(full_ring(rank))
+    assert len(full.collectives) == 2000 - (rank == 2)
+    captured = capture("python")[rank]
+    dump = filled_ring(captured["dump_thread"], 1995)
+    evidence = evidence_from_dumps(rank, 1, captured["training_ident"], captured["faulthandler"], dump)
+    assert evidence.flight is not None
+    assert len(evidence.flight.collectives) == 1  # the newest: in flight (#2000) or not (#1999)
+    assert [c.seq for c in evidence.flight.in_flight()] == flying == [c.seq for c in full.in_flight()]
+    assert evidence.flight.last_seq("0") == last == full.last_seq("0")

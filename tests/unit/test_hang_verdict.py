@@ -3,11 +3,16 @@ captured from stuck gloo ranks (``tests/support/hang_evidence/``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import functools
+
 import pytest
 
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.evidence import RankEvidence
-from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus
+from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus, parse_flight_recorder
+from ray_wandb_nodes._hang.report import hang_notice
 from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
 from ray_wandb_nodes._hang.verdict import (
     HangRow,
@@ -19,8 +24,8 @@ from ray_wandb_nodes._hang.verdict import (
     position,
     rank_ranges,
 )
+from tests.unit.hang_fixtures import capture, filled_ring, many
 from tests.unit.hang_fixtures import facts as captured
-from tests.unit.hang_fixtures import many
 
 SITE = "/venv/lib/python3.11/site-packages"
 USER = "/home/me/train.py"
@@ -304,3 +309,29 @@ def test_a_thousand_ranks_are_judged_without_comparing_ranks_facts_whole(monkeyp
     states = [row.state for row in verdict.rows]
     assert states.count("stopped") == 1 and states[517] == "stopped" and states.count("waits") == 999
     assert [ranks for ranks, _ in verdict.stack_groups] == [tuple(r for r in range(1000) if r != 517), (517,)]
+
+
+@pytest.mark.parametrize("mode", ["python", "native", "all"])
+def test_the_verdict_and_notice_of_trimmed_recorders_are_those_of_the_full_rings(mode: str) -> None:
+    """The node trims each rank's recorder before it crosses (``FlightRecord.trimmed``): what the
+    run receives is what the full rings of 2,000 collectives gave."""
+    trimmed = many(mode, 12, stuck=7, earlier=1995)
+    full = [
+        dataclasses.replace(f, evidence=dataclasses.replace(f.evidence, flight=ring))
+        if f.evidence is not None and (ring := _ring(mode, f.progress.rank == 7)) else f
+        for f in trimmed
+    ]  # fmt: skip
+    assert sum(len(f.evidence.flight.collectives) for f in full if f.evidence and f.evidence.flight) > 20_000
+    now = datetime.datetime(2026, 12, 4, 10, 0, tzinfo=datetime.timezone.utc)
+    verdict = judge(trimmed)
+    assert verdict == judge(full)
+    assert hang_notice(verdict, trimmed, 1, now=now) == hang_notice(judge(full), full, 1, now=now)
+
+
+@functools.cache
+def _ring(mode: str, stuck: bool) -> FlightRecord | None:
+    """The captured rank's whole recorder, its ring of 2,000 filled."""
+    dump = capture(mode)[2 if stuck else 0]["dump_thread"]
+    if not dump or not dump.get("flight_recorder"):
+        return None
+    return parse_flight_recorder(str(filled_ring(dump, 1995)["flight_recorder"]))
