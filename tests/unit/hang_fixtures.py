@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
@@ -51,14 +56,69 @@ def many(mode: str, ranks: int, stuck: int, per_node: int = 8, earlier: int = 0)
     ranks a node. No progress for 85 s, the stuck rank 90 s. ``earlier``: as many collectives
     later (see :func:`filled_ring`; 1995 fills the plugin's ring of 2,000)."""
     records = {r["rank"]: r for r in capture(mode)}
-    dumps = {k: r["dump_thread"] and (filled_ring(r["dump_thread"], earlier) if earlier else r["dump_thread"])
-             for k, r in records.items()}  # fmt: skip
+    parsed = {}
+    for k, r in records.items():
+        dump = filled_ring(r["dump_thread"], earlier) if earlier and r["dump_thread"] else r["dump_thread"]
+        parsed[k] = evidence_from_dumps(k, 0, r["training_ident"], r["faulthandler"], dump)
     out = []
     for rank in range(ranks):
         key, age = (2, 90.0) if rank == stuck else (0, 85.0)
         r = records[key]
         progress = RankProgress(rank, 10_000 + rank, r["reports"], r["steps"], True, age, Phase.RUNNING, age, 0.05,
                                 12)  # fmt: skip
-        evidence = evidence_from_dumps(rank, 10_000 + rank, r["training_ident"], r["faulthandler"], dumps[key])
+        # Each rank its own objects, as each rank's parse gives (a node pickles no object twice).
+        evidence = dataclasses.replace(pickle.loads(pickle.dumps(parsed[key])), rank=rank, pid=10_000 + rank)
         out.append(RankFacts(progress, evidence, node=f"node-{rank // per_node}", gpus=(str(rank % per_node),)))
     return out
+
+
+@dataclass
+class SimRun:
+    """A run of nodes of ranks as the fleet's ``HangWatch`` sees it: its target, the logger pool
+    (handles with each node's ranks' progress as its pings brought it) and each node's answer
+    to ``hang_evidence``, pickled as it crosses from the node (``ask`` unpickles it, as
+    ``ray.get`` would on the driver)."""
+
+    target: Any
+    pool: Any
+    answers: dict[int, bytes]  # actor (the node's index) -> its pickled answer
+    unpickle_s: list[float] = field(default_factory=list)
+
+    def ask(self, actors: list[Any], _run_id: str) -> list[Any]:
+        start = time.perf_counter()
+        out = [pickle.loads(self.answers[a]) for a in actors]
+        self.unpickle_s.append(time.perf_counter() - start)
+        return out
+
+
+class SimPool:
+    def __init__(self, handles: dict[str, Any]) -> None:
+        self.handles = handles
+
+    def get(self, node_id: str) -> Any:
+        return self.handles.get(node_id)
+
+
+def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRun:
+    """``nodes`` nodes of ``per_node`` ranks from :func:`many` (one rank stuck, in the middle)."""
+    run_id = f"sim-{mode}-{nodes}"
+    facts = many(mode, nodes * per_node, stuck=nodes * per_node // 2 + 3, per_node=per_node, earlier=earlier)
+    ranks: dict[str, tuple[int, ...]] = {}
+    handles: dict[str, Any] = {}
+    answers: dict[int, bytes] = {}
+    for n in range(nodes):
+        node_id = f"{n:056x}"
+        mine = facts[n * per_node : (n + 1) * per_node]
+        ranks[node_id] = tuple(f.progress.rank for f in mine)
+        answers[n] = pickle.dumps(tuple((f.progress, f.evidence) for f in mine), protocol=pickle.HIGHEST_PROTOCOL)
+        handles[node_id] = SimpleNamespace(
+            actor=n, node=SimpleNamespace(label=mine[0].node), progress={run_id: tuple(f.progress for f in mine)}
+        )
+    target = SimpleNamespace(
+        run_id=run_id,
+        ranks=ranks,
+        rank_gpus={f.progress.rank: f.gpus for f in facts},
+        covered_node=None,
+        primary=SimpleNamespace(spec=SimpleNamespace(label="driver")),
+    )
+    return SimRun(target, SimPool(handles), answers)

@@ -1,0 +1,51 @@
+"""The fleet's side of hang detection (``_fleet/hangs.py``) over simulated nodes whose answers are
+made from real captured evidence (``tests/unit/hang_fixtures.sim_run``)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from ray_wandb_nodes._fleet.hangs import HangWatch
+from ray_wandb_nodes._hang import HangNotice, HangTimeout
+from ray_wandb_nodes._warn import Warner
+from tests.unit.hang_fixtures import SimRun, sim_run
+
+
+def raise_hang(run: SimRun, ask: Any = None) -> list[HangNotice]:
+    notices: list[HangNotice] = []
+    HangWatch(HangTimeout(seconds=60.0)).check(run.target, run.pool, Warner(), notices.append, ask=ask or run.ask)
+    return notices
+
+
+def test_every_nodes_answer_reaches_the_verdict_and_the_notice() -> None:
+    run = sim_run("python", nodes=4)  # 32 ranks, rank 19 stuck
+    (notice,) = raise_hang(run)
+    assert notice.text.startswith(
+        "ranks 0-18,20-31 wait in all_reduce #5 (hang_rank.py:63); rank 19 never entered it: in load_next_shard"
+    )
+    assert notice.stopped == (19,) and len(notice.rows) == 32 and len(notice.files) == 33
+    assert {r.node for r in notice.rows} == {f"node-{n}" for n in range(4)}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_held_off_while_the_evidence_is_unpickled_and_judged(enabled: bool) -> None:
+    """Millions of new objects at 1,000 nodes: each full collection walks the whole heap (check()
+    to the notice 3.1 s with it, 0.6 s without at 8,000 ranks). Afterwards it is as it was."""
+    run = sim_run("python", nodes=2)
+    seen = []
+
+    def ask(actors: list[Any], run_id: str) -> list[Any]:
+        seen.append(gc.isenabled())
+        return run.ask(actors, run_id)
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert len(raise_hang(run, ask)) == 1
+        assert seen == [False]
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
