@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from .stacks import format_stack
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, rank_ranges
 
+# Stopped ranks the alert names one a line; past it, counted (every rank of 8,000 stuck in one
+# place made an alert of 0.6 MB). The hangs table and verdict.txt have them all.
+LIST_LIMIT = 40
 HANG_COLUMNS = (
     "rank", "node", "gpus", "last_step", "reports", "seconds_since_progress", "state", "where", "collective", "seq",
 )  # fmt: skip
@@ -69,8 +72,12 @@ def hang_notice(
         if on_hang == "restart"
         else "Every rank's stacks are in the run's files under " + f"hangs/hang-{episode}/."
     )
-    text = f"{verdict.sentence}.\n" + "\n".join(where) + f"\n{action}"
-    files = [("verdict.txt", text + "\n\n" + format_stack_groups(verdict))]
+    named = where[:LIST_LIMIT]
+    if len(where) > LIST_LIMIT:
+        named.append(f"and {len(where) - LIST_LIMIT} more ranks (every rank is in the hangs table and verdict.txt)")
+    text = f"{verdict.sentence}.\n" + "\n".join(named) + f"\n{action}"
+    whole = f"{verdict.sentence}.\n" + "\n".join(where) + f"\n{action}"
+    files = [("verdict.txt", whole + "\n\n" + format_stack_groups(verdict))]
     files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in sorted(facts, key=lambda f: f.progress.rank)]
     ranks = rank_ranges(stopped)
     title = f"Hang: rank{'s' if len(stopped) > 1 else ''} {ranks} stopped"
