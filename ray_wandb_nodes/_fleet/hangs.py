@@ -43,8 +43,8 @@ def gc_paused() -> Iterator[None]:
     """Python's cyclic collector held off while a hang's evidence is unpickled, judged and
     written: 1,000 nodes' answers are millions of new objects, and each full collection they
     set off walks the whole heap (check() to the notice at 8,000 ranks: 3.1 s with it, 0.6 s
-    without; ``bench/hang_evidence.py``). Nothing is lost: it runs again at the next
-    allocations past its threshold."""
+    without; ``bench/hang_evidence.py``). The evidence is freed (by reference counts) before
+    the collector is back, so that its first collection does not walk it either."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -119,15 +119,25 @@ class HangWatch:
         self.episode += 1
         self.open, self.raised_at = True, time.monotonic()
         self.counts = {r.rank: (r.pid, r.reports, r.steps) for r, _ in ranks.values()}
-        with gc_paused():
-            facts = self.evidence(target, pool, ranks, ask or _ask_loggers)
-            verdict = judge(facts)
-            notice = hang_notice(verdict, facts, self.episode, self.on_hang)
-        warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {verdict.sentence}")
+        with gc_paused():  # the evidence is freed inside it, when _notice returns
+            notice, sentence = self._notice(target, pool, ranks, ask or _ask_loggers)
+        warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {sentence}")
         self._deliver(notice, deliver)
         if self.on_hang == "restart":
             why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {verdict.sentence}"
             self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), why, warner)
+
+    def _notice(
+        self,
+        target: SharedTarget,
+        pool: LoggerPool,
+        ranks: Mapping[int, tuple[RankProgress, str]],
+        ask: Callable[[list[Any], str], list[Evidence | None]],
+    ) -> tuple[HangNotice, str]:
+        """The hang's notice and sentence from every rank's evidence (dropped on return)."""
+        facts = self.evidence(target, pool, ranks, ask)
+        verdict = judge(facts)
+        return hang_notice(verdict, facts, self.episode, self.on_hang), verdict.sentence
 
     def _deliver(self, notice: HangNotice, deliver: Callable[[HangNotice], None]) -> None:
         self.notices.append(notice)

@@ -4,6 +4,7 @@ made from real captured evidence (``tests/unit/hang_fixtures.sim_run``)."""
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -62,3 +63,23 @@ def test_the_alert_names_forty_stopped_ranks_and_counts_the_rest() -> None:
     verdict_file = dict(notice.files)["verdict.txt"]
     assert all(f"rank {r} on node-{r // 8} GPU {r % 8}:" in verdict_file for r in range(64))
     assert len(notice.rows) == 64 and notice.stopped == tuple(range(64))
+
+
+def test_the_evidence_is_freed_before_the_collector_is_back() -> None:
+    """Freed while the collector is held off, the evidence is not walked by its first collection
+    after (every object allocated in the pause is in its youngest generation)."""
+    run = sim_run("python", nodes=2)
+    answers: list[weakref.ref[Any]] = []
+
+    def ask(actors: list[Any], run_id: str) -> list[Any]:
+        got = run.ask(actors, run_id)
+        answers.extend(weakref.ref(evidence) for answer in got for _, evidence in answer)
+        return got
+
+    alive_at_delivery = []
+
+    def deliver(notice: HangNotice) -> None:
+        alive_at_delivery.append(sum(ref() is not None for ref in answers))
+
+    HangWatch(HangTimeout(seconds=60.0)).check(run.target, run.pool, Warner(), deliver, ask=ask)
+    assert len(answers) == 16 and alive_at_delivery == [0]
