@@ -6,11 +6,9 @@ slots, asks every rank for its evidence at once, and judges."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of, read_slots
+from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of
 from ray_wandb_nodes._hang.evidence import RankEvidence, request_dumps
 from ray_wandb_nodes._hang.verdict import Kind, RankFacts, judge, position
+from tests.support.hang_rank import rank_processes
+from tests.support.hang_rank import settled as settle_ranks
 
 pytest.importorskip("torch")
 
@@ -42,37 +42,16 @@ def line_of(marker: str) -> int:
 def ranks(mode: str, lib: str = "") -> Iterator[Path]:
     """``WORLD`` rank processes in ``mode``, killed (each by its pid) when the test ends."""
     directory = Path(tempfile.mkdtemp(dir=default_root(), prefix="rwn-hang-test-"))
-    store = directory / "store"
-    procs = []
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     try:
-        for rank in range(WORLD):
-            cmd = [sys.executable, "-m", "tests.support.hang_rank", str(rank), str(WORLD), str(store)]
-            cmd += [str(directory), mode, str(STUCK), str(AT), lib]
-            procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-        yield directory
+        with rank_processes(directory, mode, WORLD, STUCK, AT, lib):
+            yield directory
     finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait(timeout=30)
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def settled(directory: Path, quiet_s: float = 1.0, timeout_s: float = 60.0) -> list[BeaconSlot]:
-    """The slots once every rank reached step ``AT`` and has been silent ``quiet_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        slots = read_slots(directory)
-        now = time.monotonic_ns()
-        if (
-            len(slots) == WORLD
-            and all(s.steps == AT and s.dump_signal for s in slots)
-            and all(progress_of(s, now).age_s >= quiet_s for s in slots)
-        ):
-            return slots
-        time.sleep(0.1)
-    raise AssertionError(f"ranks did not settle at step {AT}: {read_slots(directory)}")
+def settled(directory: Path) -> list[BeaconSlot]:
+    """The slots once every rank reached step ``AT`` and has been silent a second."""
+    return settle_ranks(directory, WORLD, AT)
 
 
 def facts_of(slots: list[BeaconSlot], evidence: list[RankEvidence]) -> list[RankFacts]:
