@@ -64,7 +64,7 @@ from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.flight import flight_recorder_env
 from ray_wandb_nodes._hang.rank import FLIGHT_BUFFER
 from ray_wandb_nodes._warn import Warner
-from tests.support.hang_rank import rank_processes, settled
+from tests.support.hang_world import rank_processes, settled
 from tests.unit.hang_fixtures import SimRun, sim_run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ import pytest
 from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of
 from ray_wandb_nodes._hang.evidence import RankEvidence, request_dumps
 from ray_wandb_nodes._hang.verdict import Kind, RankFacts, judge, position
-from tests.support.hang_rank import rank_processes
-from tests.support.hang_rank import settled as settle_ranks
+from tests.support.hang_world import rank_processes
+from tests.support.hang_world import settled as settle_ranks
 
 pytest.importorskip("torch")
 

@@ -9,8 +9,6 @@ one all_reduce a step; the rank named ``stuck`` stops before step ``at``'s all_r
 
     python -m tests.support.hang_rank RANK WORLD STORE DIR MODE STUCK AT [GIL_LIB]
 
-:func:`rank_processes` starts a world of them, :func:`settled` waits until they are stuck.
-
 The train function runs in a thread named as Ray Train names its own. The step is by hand, with
 ``Beacon.step()`` as torch's optimizer-step hook would call it: a ``torch.optim`` optimizer pulls
 in ``torch._dynamo`` (about 3 s a process); the hook itself is tested in
@@ -19,18 +17,15 @@ in ``torch._dynamo`` (about 3 s a process); the hook itself is tested in
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import datetime
 import os
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ray_wandb_nodes._hang.beacon import Beacon, BeaconSlot, progress_of, read_slots
+from ray_wandb_nodes._hang.beacon import Beacon
 from ray_wandb_nodes._hang.evidence import arm
 from ray_wandb_nodes._hang.flight import flight_recorder_env
 
@@ -81,46 +76,6 @@ def main() -> None:
     thread = threading.Thread(target=train_func, args=args, name="TrainingThread(train_func)", daemon=True)
     thread.start()
     thread.join()
-
-
-@contextlib.contextmanager
-def rank_processes(
-    directory: Path, mode: str, world: int, stuck: int, at: int, lib: str = "", env: Mapping[str, str] | None = None
-) -> Iterator[None]:
-    """``world`` ranks of this script in ``mode``, their beacons and store in ``directory``;
-    each killed by its pid at the end."""
-    repo = Path(__file__).resolve().parents[2]
-    environ = {**(os.environ if env is None else env), "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
-    procs = []
-    try:
-        for rank in range(world):
-            cmd = [sys.executable, "-m", "tests.support.hang_rank", str(rank), str(world), str(directory / "store")]
-            cmd += [str(directory), mode, str(stuck), str(at), lib]
-            procs.append(
-                subprocess.Popen(cmd, env=environ, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait(timeout=30)
-
-
-def settled(directory: Path, world: int, at: int, quiet_s: float = 1.0, timeout_s: float = 60.0) -> list[BeaconSlot]:
-    """The slots once every rank reached step ``at``, armed, and has been silent ``quiet_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        slots = read_slots(directory)
-        now = time.monotonic_ns()
-        if (
-            len(slots) == world
-            and all(s.steps == at and s.dump_signal for s in slots)
-            and all(progress_of(s, now).age_s >= quiet_s for s in slots)
-        ):
-            return slots
-        time.sleep(0.1)
-    raise AssertionError(f"ranks did not settle at step {at}: {read_slots(directory)}")
 
 
 if __name__ == "__main__":
