@@ -124,7 +124,7 @@ class HangWatch:
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {sentence}")
         self._deliver(notice, deliver)
         if self.on_hang == "restart":
-            why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {verdict.sentence}"
+            why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {sentence}"
             self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), why, warner)
 
     def _notice(

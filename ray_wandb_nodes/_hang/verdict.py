@@ -230,9 +230,10 @@ def judge(ranks: Iterable[RankFacts]) -> Verdict:
             # A rank in the same collective at the same line whose flight recorder did not come
             # back (its dump was late) waits there too: nothing says it is behind.
             front = positions[waiters[0].progress.rank]
+            wait_ranks = {f.progress.rank for f in waiters}
             waiters = waiters + [
                 f for f in facts
-                if f not in waiters and _same_wait(positions[f.progress.rank], front)
+                if f.progress.rank not in wait_ranks and _same_wait(positions[f.progress.rank], front)
             ]  # fmt: skip
             waiters.sort(key=lambda f: f.progress.rank)
         wait_ranks = {f.progress.rank for f in waiters}

@@ -109,13 +109,17 @@ def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRu
         ranks[node_id] = tuple(f.progress.rank for f in mine)
         answers[n] = pickle.dumps(tuple((f.progress, f.evidence) for f in mine), protocol=pickle.HIGHEST_PROTOCOL)
         handles[node_id] = SimpleNamespace(
-            actor=n, node=SimpleNamespace(label=mine[0].node), progress={run_id: tuple(f.progress for f in mine)}
+            actor=n,
+            node=SimpleNamespace(label=mine[0].node),
+            progress={run_id: tuple(f.progress for f in mine)},
+            progress_at=time.monotonic(),  # the pool's clock (HangWatch's default): fresh ages
         )
     target = SimpleNamespace(
         run_id=run_id,
         ranks=ranks,
         rank_gpus={f.progress.rank: f.gpus for f in facts},
         covered_node=None,
+        health=None,  # no nodes table
         primary=SimpleNamespace(spec=SimpleNamespace(label="driver")),
     )
     return SimRun(target, SimPool(handles), answers)
