@@ -27,7 +27,10 @@ used here (read from the released sources):
   (a trial's node, folder and group; a Train run inside a trial); ``ray._private.state.actors``
   and ``ActorHandle._actor_id`` (an actor's node, pid and state);
   ``RuntimeContext.was_current_actor_reconstructed`` (a restarted logger says so);
-  ``ray.experimental.internal_kv`` (the Tune/Train handoff); ``PlacementGroup(PlacementGroupID())``
+  ``ray.experimental.internal_kv`` (the Tune/Train handoff);
+  ``ActorTableData.resource_mapping`` (a trial's GPU slots, read as ``get_gpu_ids`` reads them)
+  through ``ray._private.state.state``: ``_connect_and_get_accessor()`` (2.58 to 2.60) or
+  ``_check_connected()`` and ``global_state_accessor`` (2.50); ``PlacementGroup(PlacementGroupID())``
   (the janitor removes groups by id); ``ScalingConfig._resources_per_worker_not_none`` and
   ``ray._private.state.available_resources_per_node`` (how many nodes a job's workers need, for
   the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it;
@@ -45,9 +48,9 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._gpu_ids import ray_gpu_ids
+from ._gpu_ids import gpu_slots, ray_gpu_ids
 from ._strategies import Placement
 
 NODE_ID_LABEL = "ray.io/node-id"
@@ -279,8 +282,16 @@ def trial_experiment(trial: Any) -> str | None:
     return getattr(trial, "experiment_dir_name", None)
 
 
-def actor_location(actor: Any, timeout: float) -> tuple[str, int] | None:
-    """(node id, pid) of an actor once it is alive, from the GCS actor table."""
+class ActorPlace(NamedTuple):
+    """Where an alive actor runs: its node, its pid, and its GPU slots there (None: unreadable)."""
+
+    node_id: str
+    pid: int
+    gpu_slots: tuple[int, ...] | None
+
+
+def actor_location(actor: Any, timeout: float) -> ActorPlace | None:
+    """Where an actor runs once alive, from the GCS actor table, GPU slots included (None: never alive)."""
     if actor is None:
         return None
     actor_id = actor._actor_id.hex()
@@ -288,11 +299,25 @@ def actor_location(actor: Any, timeout: float) -> tuple[str, int] | None:
     while time.monotonic() < deadline:
         info = actor_state(actor_id)
         if info and info.get("State") == "ALIVE" and info.get("Address", {}).get("NodeID"):
-            return str(info["Address"]["NodeID"]), int(info.get("Pid") or 0)
+            return ActorPlace(str(info["Address"]["NodeID"]), int(info.get("Pid") or 0), _gpu_slots(actor._actor_id))
         if info and info.get("State") == "DEAD":
             return None
         time.sleep(0.2)
     return None
+
+
+def _gpu_slots(actor_id: Any) -> tuple[int, ...] | None:
+    try:
+        import ray._private.state as state
+        from ray.core.generated import gcs_pb2
+
+        gcs = state.state  # 2.58 to 2.60: _connect_and_get_accessor(); 2.50: _check_connected() (returns None)
+        get = gcs._connect_and_get_accessor if hasattr(gcs, "_connect_and_get_accessor") else gcs._check_connected
+        raw = (get() or gcs.global_state_accessor).get_actor_info(actor_id)
+        mapping = gcs_pb2.ActorTableData.FromString(raw).resource_mapping if raw else None
+        return None if mapping is None else gpu_slots((m.name, [r.index for r in m.resource_ids]) for m in mapping)
+    except Exception:  # noqa: BLE001 - another shape: the trial's node is judged by all its GPUs
+        return None
 
 
 # Ray core --------------------------------------------------------------------------------------------
