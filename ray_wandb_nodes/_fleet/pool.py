@@ -247,6 +247,8 @@ class LoggerPool:
             handle.summary = summary
             self._updated.add(handle.node.node_id)
             handle.summaries = {run_of(key)[0]: s for key, s in status.summaries.items()}
+        for key, text in status.warnings.items():  # said on the node: said here, once
+            self._warner.warn(f"node-said:{key}", text)
         if status.problems:  # rare: said once per node and cause (the warner keeps what it said)
             for problems in status.problems.values():
                 for p in problems:
