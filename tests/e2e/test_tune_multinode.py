@@ -281,7 +281,7 @@ def test_a_failing_trial_fails_its_run_while_the_others_finish_and_a_trial_judge
     name = unique("tune-mixed")
     # The two trials that finish hold one GPU each of the GPU node; GPU 1 falls off the bus while
     # both run. Only the run of the trial holding it alerts: a trial's run judges its own GPUs.
-    lose = {"path": str(gpu_node.path), "index": 1, "trials": 2, "after_s": 5.0}
+    lose = {"path": str(gpu_node.path), "index": 1, "trials": 2, "after_s": 3.0}
     try:
         with sampled_markers(backend, name, tmp_path / "sampled") as sampled:
             space = {
