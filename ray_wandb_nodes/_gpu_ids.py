@@ -43,6 +43,11 @@ class GpuSlots(NamedTuple):
 RankGpus = tuple[str, ...] | GpuSlots
 
 
+def named(gpus: RankGpus) -> tuple[str, ...]:
+    """A rank's GPU ids as Ray names them; ``()`` for slots not yet named on their node."""
+    return () if isinstance(gpus, GpuSlots) else tuple(gpus)
+
+
 def gpu_slots(mapping: Iterable[tuple[str, Iterable[int]]]) -> tuple[int, ...]:
     """The GPU slots in a worker's resource mapping (resource name -> slot indices), as Ray's
     ``get_gpu_ids`` reads it: ``GPU`` and a placement group's ``GPU_group_<pg>``, never the
