@@ -85,25 +85,30 @@ def trainable(config: dict[str, Any]) -> None:
 
 
 def lose_gpu(config: dict[str, Any], node_id: str) -> int:
-    """In a trial holding one GPU: once every GPU trial's run holds samples of this node, the
-    trial holding GPU ``index`` loses it (off the bus); each GPU trial then waits for the
-    experiment's first alert and ``after_s`` more (time enough for a run judging that GPU to
-    alert too). Returns the trial's GPU."""
+    """In a trial holding one GPU: once every GPU trial's run holds samples of this node (a CPU
+    trial's run there does not count), the trial holding GPU ``index`` loses it (off the bus);
+    each GPU trial then waits for the experiment's first alert and ``after_s`` more (time enough
+    for a run judging that GPU to alert too). Returns the trial's GPU."""
     import os
     import time
 
     import ray
+    from ray import tune
 
     from tests.support.nvml import ScriptedGpus
     from tests.support.wait import wait_until
 
     script, folder = config["lose_gpu"], config["sampled_dir"]
     (gpu,) = (int(i) for i in ray.get_gpu_ids())
+    trial_id = tune.get_context().get_trial_id()  # its run's id
+    own = os.path.join(folder, f"{node_id}-{trial_id}")
+    wait_until(lambda: os.path.exists(own), 90, "this trial's run to sample this node", every_s=0.1)
+    open(os.path.join(folder, f"gpu-trial-{trial_id}"), "w").close()
 
-    def sampled() -> int:
-        return len([f for f in os.listdir(folder) if f.startswith(f"{node_id}-")])
+    def ready() -> int:
+        return len([f for f in os.listdir(folder) if f.startswith("gpu-trial-")])
 
-    wait_until(lambda: sampled() >= script["trials"], 90, "every GPU trial's run to sample this node", every_s=0.1)
+    wait_until(lambda: ready() >= script["trials"], 90, "every GPU trial's run to sample this node", every_s=0.1)
     if gpu == script["index"]:
         with ScriptedGpus.locked(script["path"]) as gpus:
             gpus.set(gpu, state="lost")
