@@ -43,6 +43,14 @@ class GpuSlots(NamedTuple):
 RankGpus = tuple[str, ...] | GpuSlots
 
 
+def as_ids(gpus: RankGpus | None, ray_ids: Sequence[str] | None, listed: bool) -> tuple[str, ...] | None:
+    """A rank's GPUs as Ray names them: ids as given; slots named by the node's ``ray_ids`` once
+    its GPUs are ``listed`` (its inventory came), None before (not known yet)."""
+    if isinstance(gpus, GpuSlots):
+        return slots_as_ids(gpus.slots, ray_ids) if listed else None
+    return gpus
+
+
 def named(gpus: RankGpus) -> tuple[str, ...]:
     """A rank's GPU ids as Ray names them; ``()`` for slots not yet named on their node."""
     return () if isinstance(gpus, GpuSlots) else tuple(gpus)

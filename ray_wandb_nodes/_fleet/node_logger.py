@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from .. import _ray
+from .._artifacts import checkpoint_artifact
 from .._hang import (
     BeaconSlot,
     RankEvidence,
@@ -175,17 +176,13 @@ class NodeLogger:
             self._errors[run_id] = f"log failed: {describe(e)}"
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
-        """Log a checkpoint as an artifact of a run this actor hosts: built, logged and watched on
-        threads of their own, as the primary's are (``ArtifactUploads``): a checkpoint Ray deleted
-        before its upload ended is never a version, and is named in one warning."""
+        """Log a checkpoint as an artifact of a run this actor hosts, as the primary does (``node_uploads``)."""
         run = self._runs.get(run_id)
         if run is None:
             return
         uploads = self._uploads.get(run_id)
         if uploads is None:
             uploads = self._uploads[run_id] = node_uploads(run, self._said, self._writing)
-        from .._artifacts import checkpoint_artifact
-
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
         uploads.add(make, aliases, name, str(getattr(checkpoint, "path", "")))
 

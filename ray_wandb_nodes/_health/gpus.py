@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from .._gpu_ids import GpuSlots, RankGpus, nvml_indices, slots_as_ids
+from .._gpu_ids import GpuSlots, RankGpus, as_ids, nvml_indices
 from .gpu_ecc import EccWatch, ecc_step
 from .gpu_lost import lost_step
 from .gpu_peers import GpuPeers
@@ -135,8 +135,7 @@ class GpuHealth:
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | GpuSlots | None]) -> None:
-        """The train ranks on a node now, each with its GPU ids as Ray names them, or its slots
-        (a Tune trial's; None: not known)."""
+        """The train ranks on a node now, each with its GPU ids as Ray names them or slots (None: not known)."""
         node = self._node(node_id)
         new = {r: ids if ids is None or isinstance(ids, GpuSlots) else tuple(ids) for r, ids in rank_ids.items()}
         if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
@@ -356,11 +355,7 @@ class GpuHealth:
         by_index: dict[int, list[int]] = {}
         unmapped = []
         for rank, given in sorted(node.rank_ids.items()):
-            ids: tuple[str, ...] | None
-            if isinstance(given, GpuSlots):  # named once the node's inventory came (its uuids)
-                ids = slots_as_ids(given.slots, node.ray_ids) if node.uuids else None
-            else:
-                ids = given
+            ids = as_ids(given, node.ray_ids, listed=bool(node.uuids))  # slots: named once the inventory came
             indices = None if ids is None else nvml_indices(ids, node.uuids) if ids else ()  # (): no GPU
             if indices is None:
                 unmapped.append(rank)
