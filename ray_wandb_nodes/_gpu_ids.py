@@ -14,13 +14,87 @@ says), with each GPU's UUID. So:
 - a MIG device has no index of its own in the monitor's series (NVML reports no utilisation of a
   MIG slice, and wandb samples the whole GPU): it maps to nothing, and the node is then judged
   by every GPU it reports.
+
+A Tune trial's GPUs are known only as Ray's slots on its node (:class:`GpuSlots`, read from the
+GCS, see ``_ray.actor_location``): slot ``i`` is the node's ``i``-th GPU as Ray numbers them, the
+``i``-th entry of the ``CUDA_VISIBLE_DEVICES`` its raylet was started under, or ``i`` when none
+was set. :func:`slots_as_ids` turns them into ids as above, with the node's Ray GPU ids its
+reader sends (``GpuInventory.ray_ids``), as Ray's ``get_gpu_ids`` does inside the trial.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+_PG_GPU = re.compile(r"^GPU_group_[0-9A-Za-z]+$")
+
+
+class GpuSlots(NamedTuple):
+    """A process's GPUs as Ray's slots on its node (a Tune trial's, from the GCS's record of
+    its actor), to be named as Ray names them once the node's Ray GPU ids are known."""
+
+    slots: tuple[int, ...]
+
+
+# A rank's GPUs: ids as Ray names them ("0", "GPU-<uuid>"), or slots to name on its node.
+RankGpus = tuple[str, ...] | GpuSlots
+
+
+def as_ids(gpus: RankGpus | None, ray_ids: Sequence[str] | None, listed: bool) -> tuple[str, ...] | None:
+    """A rank's GPUs as Ray names them: ids as given; slots named by the node's ``ray_ids`` once
+    its GPUs are ``listed`` (its inventory came), None before (not known yet)."""
+    if isinstance(gpus, GpuSlots):
+        return slots_as_ids(gpus.slots, ray_ids) if listed else None
+    return gpus
+
+
+def named(gpus: RankGpus) -> tuple[str, ...]:
+    """A rank's GPU ids as Ray names them; ``()`` for slots not yet named on their node."""
+    return () if isinstance(gpus, GpuSlots) else tuple(gpus)
+
+
+def gpu_slots(mapping: Iterable[tuple[str, Iterable[int]]]) -> tuple[int, ...]:
+    """The GPU slots in a worker's resource mapping (resource name -> slot indices), as Ray's
+    ``get_gpu_ids`` reads it: ``GPU`` and a placement group's ``GPU_group_<pg>``, never the
+    per-bundle ``GPU_group_<i>_<pg>`` (the same slots again)."""
+    out: set[int] = set()
+    for name, slots in mapping:
+        if name == "GPU" or _PG_GPU.match(name):
+            out.update(int(s) for s in slots)
+    return tuple(sorted(out))
+
+
+def slots_as_ids(slots: Iterable[int], ray_ids: Sequence[str] | None) -> tuple[str, ...] | None:
+    """GPU ``slots`` as Ray names them on a node whose Ray GPU ids are ``ray_ids`` (None: its
+    raylet saw every GPU, slot ``i`` is ``"i"``); None when a slot is past them (Ray then hands
+    the process every id, and which GPU it uses is not known)."""
+    slots = list(slots)
+    if ray_ids is None:
+        return tuple(str(s) for s in slots)
+    if all(0 <= s < len(ray_ids) for s in slots):
+        return tuple(str(ray_ids[s]) for s in slots)
+    return None
+
+
+def visible_gpu_ids(environ: str = "/proc/self/environ") -> tuple[str, ...] | None:
+    """The GPU ids Ray's workers on this node see, as Ray numbers them: the
+    ``CUDA_VISIBLE_DEVICES`` this process started under (a Ray worker's is its raylet's, with the
+    job's ``runtime_env``), read as Ray reads it when a worker starts; None when it was not set
+    (slot ``i`` is GPU ``i``) or cannot be read. Not ``os.environ``: Ray may set that variable
+    in a worker since, for the worker's own GPUs."""
+    try:
+        with open(environ, "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return None
+    value = next((e[len(b"CUDA_VISIBLE_DEVICES=") :] for e in entries if e.startswith(b"CUDA_VISIBLE_DEVICES=")), None)
+    if value is None:
+        return None
+    text = value.decode(errors="replace").strip()
+    return () if text in ("", "NoDevFiles") else tuple(i.strip() for i in text.split(","))
 
 
 def ray_gpu_ids(accelerator_ids: object) -> tuple[str, ...]:

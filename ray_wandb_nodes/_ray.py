@@ -27,7 +27,10 @@ used here (read from the released sources):
   (a trial's node, folder and group; a Train run inside a trial); ``ray._private.state.actors``
   and ``ActorHandle._actor_id`` (an actor's node, pid and state);
   ``RuntimeContext.was_current_actor_reconstructed`` (a restarted logger says so);
-  ``ray.experimental.internal_kv`` (the Tune/Train handoff); ``PlacementGroup(PlacementGroupID())``
+  ``ray.experimental.internal_kv`` (the Tune/Train handoff);
+  ``ActorTableData.resource_mapping`` (a trial's GPU slots, read as ``get_gpu_ids`` reads them)
+  through ``ray._private.state.state``: ``_connect_and_get_accessor()`` (2.58 to 2.60) or
+  ``_check_connected()`` and ``global_state_accessor`` (2.50); ``PlacementGroup(PlacementGroupID())``
   (the janitor removes groups by id); ``ScalingConfig._resources_per_worker_not_none`` and
   ``ray._private.state.available_resources_per_node`` (how many nodes a job's workers need, for
   the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it;
@@ -41,19 +44,16 @@ Hooks that Ray changed and the plugin leaves alone: ``before_controller_shutdown
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from ._gpu_ids import ray_gpu_ids
+from ._gpu_ids import gpu_slots, ray_gpu_ids
+from ._ray_range import unsupported_ray
 from ._strategies import Placement
 
 NODE_ID_LABEL = "ray.io/node-id"
-RAY_RANGE = ((2, 50), (2, 60))  # the oldest and newest Ray minor releases supported
-SUPPORTED_RAY = ">=2.50,<2.61"
-V2_ENV = "RAY_TRAIN_V2_ENABLED"
 
 
 def train_callback_bases() -> tuple[type, ...]:
@@ -78,35 +78,6 @@ def train_v2_enabled() -> bool:
     from ray.train.v2._internal.constants import is_v2_enabled
 
     return bool(is_v2_enabled())
-
-
-def minor(version: str) -> tuple[int, int] | None:
-    """(major, minor) of a version string such as ``2.55.1`` or ``3.0.0rc1``; None if unreadable."""
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
-    except (IndexError, ValueError):
-        return None
-
-
-def unsupported_ray(version: str | None, *, train: bool, v2_enabled: bool | None = None) -> str | None:
-    """Why this Ray cannot serve the plugin (None when it can): not installed, outside the range,
-    or (for Train) with Train V2 turned off. The text names the version, the range and what to do."""
-    where = f"ray_wandb_nodes supports Ray 2.50 to 2.60 (pip install 'ray[train,tune]{SUPPORTED_RAY}')"
-    if version is None:
-        return f"Ray is not installed; {where}"
-    got = minor(version)
-    if got is None or not RAY_RANGE[0] <= got <= RAY_RANGE[1]:
-        return f"ray {version} is installed; {where}"
-    if train and v2_enabled is False:
-        env = os.environ.get(V2_ENV)
-        setting = f"{V2_ENV}={env!r}" if env is not None else f"{V2_ENV} unset"
-        if got < (2, 51):
-            how = f"set {V2_ENV}=1 before ray.train is imported (Train V2 is opt-in on Ray {got[0]}.{got[1]})"
-        else:
-            how = f"unset {V2_ENV} (Train V2 is the default from Ray 2.51)"
-        return f"WandbNodesCallback needs Ray Train V2, which is off (ray {version}, {setting}): {how}"
-    return None
 
 
 def check_ray(*, train: bool) -> None:
@@ -279,8 +250,16 @@ def trial_experiment(trial: Any) -> str | None:
     return getattr(trial, "experiment_dir_name", None)
 
 
-def actor_location(actor: Any, timeout: float) -> tuple[str, int] | None:
-    """(node id, pid) of an actor once it is alive, from the GCS actor table."""
+class ActorPlace(NamedTuple):
+    """Where an alive actor runs: its node, its pid, and its GPU slots there (None: unreadable)."""
+
+    node_id: str
+    pid: int
+    gpu_slots: tuple[int, ...] | None
+
+
+def actor_location(actor: Any, timeout: float) -> ActorPlace | None:
+    """Where an actor runs once alive, from the GCS actor table, GPU slots included (None: never alive)."""
     if actor is None:
         return None
     actor_id = actor._actor_id.hex()
@@ -288,11 +267,25 @@ def actor_location(actor: Any, timeout: float) -> tuple[str, int] | None:
     while time.monotonic() < deadline:
         info = actor_state(actor_id)
         if info and info.get("State") == "ALIVE" and info.get("Address", {}).get("NodeID"):
-            return str(info["Address"]["NodeID"]), int(info.get("Pid") or 0)
+            return ActorPlace(str(info["Address"]["NodeID"]), int(info.get("Pid") or 0), _gpu_slots(actor._actor_id))
         if info and info.get("State") == "DEAD":
             return None
         time.sleep(0.2)
     return None
+
+
+def _gpu_slots(actor_id: Any) -> tuple[int, ...] | None:
+    try:
+        import ray._private.state as state
+        from ray.core.generated import gcs_pb2
+
+        gcs = state.state  # 2.58 to 2.60: _connect_and_get_accessor(); 2.50: _check_connected() (returns None)
+        get = gcs._connect_and_get_accessor if hasattr(gcs, "_connect_and_get_accessor") else gcs._check_connected
+        raw = (get() or gcs.global_state_accessor).get_actor_info(actor_id)
+        mapping = gcs_pb2.ActorTableData.FromString(raw).resource_mapping if raw else None
+        return None if mapping is None else gpu_slots((m.name, [r.index for r in m.resource_ids]) for m in mapping)
+    except Exception:  # noqa: BLE001 - another shape: the trial's node is judged by all its GPUs
+        return None
 
 
 # Ray core --------------------------------------------------------------------------------------------

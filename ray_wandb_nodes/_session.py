@@ -21,6 +21,7 @@ from typing import Any
 
 from ._artifacts import checkpoint_artifact
 from ._fleet import NodeFleet, SharedTarget, StandaloneTarget
+from ._gpu_ids import RankGpus
 from ._primary import PrimaryWriter
 
 # Past the bounds the fleet keeps itself: how much longer a waiting finish waits for it.
@@ -58,7 +59,7 @@ class RunSession:
         nodes: Iterable[str],
         covered_node: str | None = None,
         ranks: dict[str, tuple[int, ...]] | None = None,
-        rank_gpus: dict[int, tuple[str, ...]] | None = None,
+        rank_gpus: dict[int, RankGpus] | None = None,
     ) -> None:
         """The nodes the run uses now (replacing the previous set), less ``covered_node``, the
         train ranks on each node and each rank's GPU ids (for the tables and the health rules)."""

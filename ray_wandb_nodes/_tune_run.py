@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _handoff, _ray
 from ._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from ._gpu_ids import GpuSlots
 from ._hang import HangTimeout
 from ._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from ._metrics import RowBuilder, config_for_wandb
@@ -128,10 +129,10 @@ class TuneRuns:
             settings["x_disable_stats"] = True
             self._warner.warn("locate", "could not find a trial's node; its run may lack that node's system metrics")
             return _with_settings(spec, settings)
-        node_id, pid = found
+        node_id, pid = found.node_id, found.pid
         covered = node_id if node_id == self.driver_node.node_id else None
         location.update(node_id=node_id, pid=pid, covered=covered)
-        self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target)
+        self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target, **trial_gpus(found))
         if covered is not None:
             settings["x_stats_pid"] = pid
         else:
@@ -145,9 +146,9 @@ class TuneRuns:
             found = _ray.actor_location(actor, timeout=self.options.init_timeout_s)
             if found is None:
                 return
-            node_id = found[0]
+            node_id = found.node_id
             driver = self.driver_node.node_id
-            session.set_nodes({node_id}, node_id if covered and node_id == driver else None)
+            session.set_nodes({node_id}, node_id if covered and node_id == driver else None, **trial_gpus(found))
 
         threading.Thread(target=work, daemon=True).start()
 
@@ -242,6 +243,16 @@ class TrialHealth(HealthMonitor):
         if out.table is not None:
             self._shown = shape
         return out
+
+
+def trial_gpus(place: _ray.ActorPlace) -> dict[str, Any]:
+    """What the health rules learn of a trial's GPUs (``set_run_nodes``'s ``ranks`` and
+    ``rank_gpus``): a trial holding GPUs is rank 0 of its node and is judged by those GPUs (as
+    Ray's slots there, named on the node: ``GpuSlots``); one holding none, or whose GPUs cannot be
+    read, says nothing, and its node is judged by every GPU (a Train run inside it may use them)."""
+    if not place.gpu_slots:
+        return {}
+    return {"ranks": {place.node_id: (0,)}, "rank_gpus": {0: GpuSlots(place.gpu_slots)}}
 
 
 def _new_config_only(rows: RowBuilder) -> RowBuilder:

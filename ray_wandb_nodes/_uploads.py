@@ -1,11 +1,13 @@
-"""Checkpoint artifacts of a run's primary, built on a thread of their own.
+"""Checkpoint artifacts of a run's primary, or of a node logger's run (the node strategy),
+built on a thread of their own.
 
 Building an artifact reads every file of the checkpoint for its digest; on the primary's
 writer thread a multi-GB checkpoint would hold up every row, table and alert behind it. So
 the artifact thread builds each in turn and hands it back; the writer thread logs it (wandb's
 run belongs to that thread), and a watch thread waits for wandb's answer, so that a version
 W&B did not commit (its files vanished: Ray's ``num_to_keep``) is one warning, never silent.
-An abort stops all three at once.
+An abort stops all three at once. A node logger's run has no writer thread: its artifacts are
+logged on the artifact thread as they are built (``drain`` before the run's finish).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +121,15 @@ class ArtifactUploads:
         with self._lock:
             if upload in self._unlogged:
                 self._unlogged.remove(upload)
+
+    def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` until every artifact added is logged or dropped, then let the
+        artifact thread stop once idle: for a ``hand`` that logs on the artifact thread itself
+        (a node writer's, in its logger actor), before the run's finish."""
+        deadline = time.monotonic() + timeout
+        while self.pending and not self._abandoned.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._ended.set()
 
     def finished(self, timeout: float) -> None:
         """After the run's finish (wandb has answered every upload by then): wait up to

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from .._gpu_ids import RankGpus
     from .targets import RunTarget
 
 
@@ -32,7 +33,7 @@ class SetNodes(NamedTuple):
     covered: str | None = None
     only: RunTarget | None = None
     ranks: dict[str, tuple[int, ...]] | None = None
-    rank_gpus: dict[int, tuple[str, ...]] | None = None
+    rank_gpus: dict[int, RankGpus] | None = None
 
 
 class Prestart(NamedTuple):

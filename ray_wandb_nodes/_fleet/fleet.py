@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _ray
+from .._gpu_ids import RankGpus
 from .._warn import Warner
 from .actors import RayActors
 from .commands import (
@@ -102,7 +103,7 @@ class NodeFleet:
         covered_node: str | None = None,
         target: RunTarget | None = None,
         ranks: dict[str, tuple[int, ...]] | None = None,
-        rank_gpus: dict[int, tuple[str, ...]] | None = None,
+        rank_gpus: dict[int, RankGpus] | None = None,
     ) -> None:
         """The nodes a run uses now (replaces the previous set), and the primary's own node;
         with ``target``, only while that target is the run's (not a later one of the same id);

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from .._gpu_ids import named
 from .._hang import (
     HangNotice,
     HangTimeout,
@@ -182,7 +183,7 @@ class HangWatch:
             labels[target.covered_node] = target.primary.spec.label
         for rank, (progress, node) in sorted(ranks.items()):
             now_progress, evidence = got.get(rank, (progress, None))
-            facts.append(RankFacts(now_progress, evidence, labels.get(node, ""), tuple(target.rank_gpus.get(rank, ()))))
+            facts.append(RankFacts(now_progress, evidence, labels.get(node, ""), named(target.rank_gpus.get(rank, ()))))
         return facts
 
     def end_attempt(

@@ -16,6 +16,7 @@ this node's clock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ import time
 from typing import Any
 
 from .. import _ray
+from .._artifacts import checkpoint_artifact
 from .._hang import (
     BeaconSlot,
     RankEvidence,
@@ -37,8 +39,9 @@ from .._hang import (
 )
 from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
 from .._metrics import Stepper
+from .._uploads import ArtifactUploads, Upload
 from .._wandb_io import init_writer
-from .._warn import describe
+from .._warn import Warner, describe
 from .._writers import WriterSpec, node_dir
 from ..offline import index as _index
 from ..offline import storage as _storage
@@ -48,6 +51,33 @@ from .wire import LoggerStatus
 
 DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 2.0  # every rank's dumps on a node, all asked at once
 END_GRACE_S = 10.0  # for Ray Train to end a hung attempt on its own, after HangError is raised in it
+# How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
+# on their uploads (the driver side bounds the whole finish anyway).
+BUILD_WAIT_S, WATCH_END_S = 300.0, 5.0
+
+
+class Collected(Warner):
+    """Warnings said in the actor, kept for its status (the driver side says each once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: dict[str, str] = {}
+
+    def warn(self, key: str, message: str) -> None:
+        self.said.setdefault(key, message)
+
+
+def node_uploads(run: Any, warner: Warner, writing: threading.Lock) -> ArtifactUploads:
+    """A standalone run's checkpoint artifacts in the actor: each logged on its artifact thread as
+    soon as it is built (the actor's calls never wait on a checkpoint being hashed), never while
+    the actor's thread logs a row (``writing``: wandb's run is used by one thread at a time)."""
+
+    def hand(artifact: Any, upload: Upload) -> None:
+        with writing:
+            uploads.log(run, artifact, upload)
+
+    uploads = ArtifactUploads(hand, threading.Event(), warner)
+    return uploads
 
 
 class NodeLogger:
@@ -68,6 +98,9 @@ class NodeLogger:
         self._sample_s = 15.0
         self._reading = threading.Lock()  # one read of a writer's samples at a time (the sampler's, a finish's)
         self._sampler: threading.Thread | None = None
+        self._uploads: dict[str, ArtifactUploads] = {}  # each standalone run's checkpoint artifacts
+        self._said = Collected()
+        self._writing = threading.Lock()  # a run's rows (the actor's thread) and artifacts (their own), one at a time
         for spec in specs or []:
             self.add_writer(spec)
 
@@ -136,24 +169,22 @@ class NodeLogger:
                 early.append(row)
             return
         try:
-            run.log(self._steppers[run_id].stamp(dict(row)))
+            with self._writing:
+                run.log(self._steppers[run_id].stamp(dict(row)))
             self._logged[run_id] = self._logged.get(run_id, 0) + 1
         except Exception as e:  # noqa: BLE001
             self._errors[run_id] = f"log failed: {describe(e)}"
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
-        """Log a checkpoint as an artifact of a run this actor hosts (uploaded in the background)."""
+        """Log a checkpoint as an artifact of a run this actor hosts, as the primary does (``node_uploads``)."""
         run = self._runs.get(run_id)
         if run is None:
             return
-        try:
-            import wandb
-
-            from .._artifacts import checkpoint_artifact
-
-            run.log_artifact(checkpoint_artifact(wandb, name=name, checkpoint=checkpoint), aliases=aliases)
-        except Exception as e:  # noqa: BLE001
-            self._errors[run_id] = f"artifact failed: {describe(e)}"
+        uploads = self._uploads.get(run_id)
+        if uploads is None:
+            uploads = self._uploads[run_id] = node_uploads(run, self._said, self._writing)
+        make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
+        uploads.add(make, aliases, name, str(getattr(checkpoint, "path", "")))
 
     def status(self, final: dict[str, NodeSummary] | None = None) -> LoggerStatus:
         """What this logger holds now; ``final``: the last summaries of the writers just finished."""
@@ -178,6 +209,7 @@ class NodeLogger:
             problems=problems,
             progress=self.progress(),
             final=final or {},
+            warnings=dict(self._said.said),
         )
 
     # hangs: the train ranks of this node, read off their beacons ------------------------------
@@ -217,6 +249,9 @@ class NodeLogger:
             if run is None:
                 continue
             self._read(rid, run, reader)  # the newest samples, while wandb still keeps them
+            uploads = self._uploads.pop(rid, None)
+            if uploads is not None:  # the checkpoints still being built are logged first
+                uploads.drain(BUILD_WAIT_S)
             try:
                 if self._roles.get(rid) == "run" and exit_code is not None:
                     run.finish(exit_code=exit_code)
@@ -228,6 +263,8 @@ class NodeLogger:
             last = self._last_summary(rid, run, reader)
             if last is not None:
                 final[rid] = last
+            if uploads is not None:  # the finish waited for the uploads: say which W&B did not commit
+                uploads.finished(WATCH_END_S)
             if self._roles.get(rid) == "observer":  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(rid, self._labels.get(rid, "")), ignore_errors=True)
         return self.status(final)

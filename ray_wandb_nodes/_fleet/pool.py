@@ -247,10 +247,7 @@ class LoggerPool:
             handle.summary = summary
             self._updated.add(handle.node.node_id)
             handle.summaries = {run_of(key)[0]: s for key, s in status.summaries.items()}
-        if status.problems:  # rare: said once per node and cause (the warner keeps what it said)
-            for problems in status.problems.values():
-                for p in problems:
-                    self._warner.warn(f"{p.kind}:{handle.node.node_id}:{p.cause}", read_warning(handle.node.label, p))
+        said_on_node(self._warner, handle.node, status)
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""
@@ -315,3 +312,14 @@ class LoggerPool:
         for handle in handles:
             self._kill(handle)
         self._actors.close()
+
+
+def said_on_node(warner: Warner, node: NodeInfo, status: LoggerStatus) -> None:
+    """What a logger's status says: its readers' problems (rare: once per node and cause) and
+    its writers' warnings (a checkpoint left out of its artifact), each once (the warner keeps
+    what it said)."""
+    for key, text in status.warnings.items():
+        warner.warn(f"node-said:{key}", text)
+    for problems in status.problems.values():
+        for p in problems:
+            warner.warn(f"{p.kind}:{node.node_id}:{p.cause}", read_warning(node.label, p))

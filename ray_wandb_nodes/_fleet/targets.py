@@ -20,6 +20,7 @@ from .nodes import NodeInfo
 from .plan import RunWants, run_of
 
 if TYPE_CHECKING:
+    from .._gpu_ids import RankGpus
     from .._health import HealthMonitor
     from .._primary import PrimaryWriter
     from .hangs import HangWatch
@@ -41,7 +42,7 @@ class RunTarget:
     # The train ranks on each node (node id -> ranks), as the run's last placement said.
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
-    rank_gpus: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
     role: ClassVar[str] = "node"  # the role of its writers on the nodes
 
     @property

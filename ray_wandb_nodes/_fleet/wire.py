@@ -44,6 +44,9 @@ class LoggerStatus:
     """Each writer this call finished, by writer key: its last summary, read after its finish,
     with the integer GPU series of its transaction log's last, partial block (the run's final
     judgement; a finish's answer only)."""
+    warnings: Mapping[str, str] = field(default_factory=dict)
+    """What the logger's writers warned of (a checkpoint left out of its artifact), by key: said
+    once on the driver side."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))

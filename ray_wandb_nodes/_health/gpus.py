@@ -7,7 +7,9 @@ train worker, mapped to NVML indices (``_gpu_ids``: integer ids as indices, UUID
 UUIDs the monitor reports). Only the run's GPUs are judged and enter the medians (:func:`judged`):
 those its ranks hold; every GPU of a node whose ranks' ids cannot be mapped (a MIG device, a UUID
 not known yet); none of a node whose ranks hold no GPU or that hosts no rank (a CPU-only job, an
-observed node), unless ``whole_nodes`` (a Tune trial, whose GPU ids Ray does not say).
+observed node), unless ``whole_nodes`` (a Tune trial's nodes where it holds no GPU: a Train run
+inside may use them). A Tune trial holding GPUs counts as rank 0 of its node, its GPUs given as
+Ray's slots there (``GpuSlots``), named by the node's Ray GPU ids once its reader sent them.
 
 The idle rule waits for the run's reports: no idle verdict on samples taken before a node's
 ranks first reported (set-up: data, model download), nor during a checkpoint save the run's
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from .._gpu_ids import nvml_indices
+from .._gpu_ids import GpuSlots, RankGpus, as_ids, nvml_indices
 from .gpu_ecc import EccWatch, ecc_step
 from .gpu_lost import lost_step
 from .gpu_peers import GpuPeers
@@ -109,7 +111,8 @@ class _NodeGpus:
     int_t: float | None = None
     uuids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
-    rank_ids: dict[int, tuple[str, ...] | None] = field(default_factory=dict)  # rank -> Ray's GPU ids
+    ray_ids: tuple[str, ...] | None = None  # Ray's GPU ids on the node (None: every GPU)
+    rank_ids: dict[int, RankGpus | None] = field(default_factory=dict)  # rank -> Ray's GPU ids or slots
     unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
     first_report: float | None = None  # when its ranks (as they are now) first reported
     order: int = 0  # when first seen, among the run's nodes: its GPUs' verdicts come in this order
@@ -131,10 +134,10 @@ class GpuHealth:
         self._saves: list[tuple[float, float]] = []  # the latest checkpoint saves' spans (report to report)
 
     # feeding ------------------------------------------------------------------------------------
-    def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | None]) -> None:
-        """The train ranks on a node now, each with its GPU ids as Ray names them (None: not known)."""
+    def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | GpuSlots | None]) -> None:
+        """The train ranks on a node now, each with its GPU ids as Ray names them or slots (None: not known)."""
         node = self._node(node_id)
-        new = {r: None if ids is None else tuple(ids) for r, ids in rank_ids.items()}
+        new = {r: ids if ids is None or isinstance(ids, GpuSlots) else tuple(ids) for r, ids in rank_ids.items()}
         if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
             node.rank_ids, node.first_report = new, None
         self.awaits_report |= bool(node.rank_ids) and node.first_report is None
@@ -156,8 +159,8 @@ class GpuHealth:
         node.version += 1
         self._dirty.add(node_id)
         info = summary.gpu_info
-        if info is not None and info.uuids and info.uuids != node.uuids:
-            node.uuids, node.models = info.uuids, info.models
+        if info is not None and info.uuids and (info.uuids, info.ray_ids) != (node.uuids, node.ray_ids):
+            node.uuids, node.models, node.ray_ids = info.uuids, info.models, info.ray_ids
             self._map(node)
         gpus, t = summary.gpus, summary.t
         # wandb sends the GPU readings as records of their own: samples read between the system
@@ -351,7 +354,8 @@ class GpuHealth:
         """Each GPU's model and ranks, from the monitor's GPU list and Ray's GPU ids."""
         by_index: dict[int, list[int]] = {}
         unmapped = []
-        for rank, ids in sorted(node.rank_ids.items()):
+        for rank, given in sorted(node.rank_ids.items()):
+            ids = as_ids(given, node.ray_ids, listed=bool(node.uuids))  # slots: named once the inventory came
             indices = None if ids is None else nvml_indices(ids, node.uuids) if ids else ()  # (): no GPU
             if indices is None:
                 unmapped.append(rank)

@@ -57,10 +57,13 @@ class GpuIntBatch(NamedTuple):
 
 
 class GpuInventory(NamedTuple):
-    """The node's GPUs as NVML lists them, by index: their models and UUIDs (read once)."""
+    """The node's GPUs as NVML lists them, by index: their models and UUIDs (read once), and
+    the GPU ids Ray's workers there see (their raylet's ``CUDA_VISIBLE_DEVICES``; None: every
+    GPU), by which a Tune trial's GPU slots are named (``_gpu_ids.slots_as_ids``)."""
 
     models: tuple[str, ...]
     uuids: tuple[str, ...]
+    ray_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

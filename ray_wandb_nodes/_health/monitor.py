@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .._gpu_ids import RankGpus
 from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
 from .degradation import no_gpu_warning, reports_no_gpu
@@ -93,7 +94,7 @@ class HealthMonitor:
         nodes: Mapping[str, tuple[str, str]],
         ranks: Mapping[str, Iterable[int]],
         observed: Iterable[str] = (),
-        rank_gpus: Mapping[int, Iterable[str]] | None = None,
+        rank_gpus: Mapping[int, RankGpus] | None = None,
     ) -> set[str]:
         """The run's nodes now (node id -> (label, hostname)), the ranks on each, and those only
         observed (past the run's writer cap: their series are not in the run); nodes that left
@@ -112,7 +113,7 @@ class HealthMonitor:
             node.ranks = now_ranks
             node.had_ranks = node.ranks or node.had_ranks
             # None: the rank's GPU ids are not known (judged as unmapped); (): it holds no GPU
-            ids = {r: None if rank_gpus is None else tuple(rank_gpus.get(r, ())) for r in node.ranks}
+            ids = {r: None if rank_gpus is None else rank_gpus.get(r, ()) for r in node.ranks}
             node.expects_gpu = any(ids.values())
             self.gpus.ranks(node_id, ids)
             node.in_run = not node.gone  # a node seen gone stays out, should the run still list it

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .._gpu_ids import nvml_inventory
+from .._gpu_ids import nvml_inventory, visible_gpu_ids
 from .._wandb_log import LogTail, split_label
 from .kinds import Degradation
 from .messages import GpuIntBatch, GpuInventory, NodeSummary, ReadProblem
@@ -104,7 +104,8 @@ class SummaryReader:
             self._tail = self._open_tail(str(path))
             info = nvml_inventory()
             if info is not None:
-                self._info = GpuInventory(tuple(info.get("models") or ()), tuple(info.get("uuids") or ()))
+                models, uuids = tuple(info.get("models") or ()), tuple(info.get("uuids") or ())
+                self._info = GpuInventory(models, uuids, visible_gpu_ids())
             new = self._info is not None
         stats = []
         for record in self._tail.read(to_end):

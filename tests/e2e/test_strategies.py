@@ -86,7 +86,7 @@ def group_runs(backend: WandbTestBackend, group: str) -> dict[str, RunRecord]:
 def test_node_strategy_one_run_per_node_with_its_lowest_rank(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path
 ) -> None:
-    name = fit(tmp_path, make_callback(strategy="node"))
+    name = fit(tmp_path, make_callback(strategy="node", upload_checkpoints=True), checkpoint=True)
     ranks = placement(tmp_path)
     labels = node_labels()
     lowest = {node: min(r for r, n in ranks.items() if n == node) for node in set(ranks.values())}
@@ -100,6 +100,9 @@ def test_node_strategy_one_run_per_node_with_its_lowest_rank(
         assert [row["training_iteration"] for row in rows] == list(range(1, REPORTS + 1))
         assert run.labels == {labels[node]}
         assert run.exit_codes == [0] and len(run.client_ids) == 1
+        # Rank 0's checkpoints: artifacts of its node's run, built and uploaded in that node's logger.
+        steps = [str(s).encode() for s in range(REPORTS)] if rank == 0 else []
+        assert [a.files.get("step") for a in run.models] == steps and all(a.committed for a in run.models)
     assert_nothing_left()
 
 

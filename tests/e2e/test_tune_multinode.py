@@ -56,6 +56,7 @@ def trainable(config: dict[str, Any]) -> None:
 
         sampled = os.path.join(config["sampled_dir"], node_id)
         wait_until(lambda: os.path.exists(sampled), 60, f"{sampled} (this node's writer sampled)", every_s=0.1)
+    gpu = lose_gpu(config, node_id) if config.get("lose_gpu") and ray.get_gpu_ids() else None
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -70,6 +71,8 @@ def trainable(config: dict[str, Any]) -> None:
         if config.get("fail_at") == i:
             raise RuntimeError("trial failed on purpose")
         metrics = {"score": 10 * config["x"] + i, "node_id": node_id}
+        if gpu is not None:
+            metrics["gpu"] = gpu
         if config.get("checkpoint"):
             import tempfile
 
@@ -79,6 +82,40 @@ def trainable(config: dict[str, Any]) -> None:
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
         else:
             tune.report(metrics)
+
+
+def lose_gpu(config: dict[str, Any], node_id: str) -> int:
+    """In a trial holding one GPU: once every GPU trial's run holds samples of this node (a CPU
+    trial's run there does not count), the trial holding GPU ``index`` loses it (off the bus);
+    each GPU trial then waits for the experiment's first alert and ``after_s`` more (time enough
+    for a run judging that GPU to alert too). Returns the trial's GPU."""
+    import os
+    import time
+
+    import ray
+    from ray import tune
+
+    from tests.support.nvml import ScriptedGpus
+    from tests.support.wait import wait_until
+
+    script, folder = config["lose_gpu"], config["sampled_dir"]
+    (gpu,) = (int(i) for i in ray.get_gpu_ids())
+    trial_id = tune.get_context().get_trial_id()  # its run's id
+    own = os.path.join(folder, f"{node_id}-{trial_id}")
+    wait_until(lambda: os.path.exists(own), 90, "this trial's run to sample this node", every_s=0.1)
+    open(os.path.join(folder, f"gpu-trial-{trial_id}"), "w").close()
+
+    def ready() -> int:
+        return len([f for f in os.listdir(folder) if f.startswith("gpu-trial-")])
+
+    wait_until(lambda: ready() >= script["trials"], 90, "every GPU trial's run to sample this node", every_s=0.1)
+    if gpu == script["index"]:
+        with ScriptedGpus.locked(script["path"]) as gpus:
+            gpus.set(gpu, state="lost")
+    alerted = os.path.join(folder, "alerted")
+    wait_until(lambda: os.path.exists(alerted), 60, "the experiment's first alert", every_s=0.1)
+    time.sleep(script["after_s"])
+    return gpu
 
 
 def train_driver(config: dict[str, Any]) -> None:
@@ -144,7 +181,9 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
     """A folder where a file named by a node's id appears once a run of experiment ``name`` holds
     a sample of that node: trials given it as ``sampled_dir`` wait for their node's writer. (A
     trial shorter than its writer's start-up may end without its node's series, a documented
-    limit; this test is about whose run each node's series land in, not about how soon.)"""
+    limit; this test is about whose run each node's series land in, not about how soon.) Also
+    ``<node id>-<run id>`` once that run holds the node's samples, and ``alerted`` once a run of
+    the experiment has an alert."""
     folder.mkdir()
     labels = node_labels()
     stop = threading.Event()
@@ -152,10 +191,14 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
     def watch() -> None:
         while not stop.wait(0.2):
             with backend._lock:
-                seen = {label for run in experiment_runs(backend, name).values() for label in run.labels}
+                runs = {run_id: set(run.labels) for run_id, run in experiment_runs(backend, name).items()}
+                alerted = any(run.alerts for run in experiment_runs(backend, name).values())
             for node_id, label in labels.items():
-                if label in seen:
+                for run_id in (r for r, seen in runs.items() if label in seen):
                     (folder / node_id).touch()
+                    (folder / f"{node_id}-{run_id}").touch()
+            if alerted:
+                (folder / "alerted").touch()
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -224,26 +267,50 @@ def test_each_trial_gets_a_run_labelled_for_its_own_node(
     assert_nothing_left()
 
 
-def test_a_failing_trial_fails_its_run_while_the_others_finish(
-    cluster: Any, backend: WandbTestBackend, tmp_path: Any
+def one_gpu_if_finishing(config: dict[str, Any]) -> dict[str, float]:
+    """The trials that finish hold one GPU and no CPU (both on the GPU node); the failing ones a CPU."""
+    return {"cpu": 0, "gpu": 1} if config["fail_at"] is None else {"cpu": 1}
+
+
+def sized_trainable(config: dict[str, Any]) -> None:
+    """``trainable`` as a function of its own (``tune.with_resources`` marks the function it is given)."""
+    trainable(config)
+
+
+def test_a_failing_trial_fails_its_run_while_the_others_finish_and_a_trial_judges_only_its_gpus(
+    cluster: Any, gpu_node: ScriptedGpus, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     # (An experiment whose every trial fails: the first fit of test_restored_experiment_....)
     from ray import tune
 
     name = unique("tune-mixed")
-    results = tuner(
-        trainable,
-        name,
-        str(tmp_path),
-        {"x": tune.grid_search([0, 1]), "fail_at": tune.grid_search([2, None])},
-        make_callback(),
-    ).fit()
+    # The two trials that finish hold one GPU each of the GPU node; GPU 1 falls off the bus while
+    # both run. Only the run of the trial holding it alerts: a trial's run judges its own GPUs.
+    lose = {"path": str(gpu_node.path), "index": 1, "trials": 2, "after_s": 3.0}
+    try:
+        with sampled_markers(backend, name, tmp_path / "sampled") as sampled:
+            space = {
+                "x": tune.grid_search([0, 1]),
+                "fail_at": tune.grid_search([2, None]),
+                "lose_gpu": lose,
+                "sampled_dir": sampled,
+            }
+            fn = tune.with_resources(sized_trainable, one_gpu_if_finishing)
+            results = tuner(fn, name, str(tmp_path), space, make_callback(straggler_window_s=1.5)).fit()
+    finally:
+        gpu_node.write()  # GPU 1 back on the bus for the module's other tests
     runs = experiment_runs(backend, name)
     failed = {r.metrics["trial_id"] for r in results if r.error is not None}
     assert len(runs) == 4 and len(failed) == 2
     for trial_id, run in runs.items():
         assert len(run.completes) == 1
         assert (run.exit_codes[0] != 0) == (trial_id in failed)
+    held = {r.metrics["trial_id"]: r.metrics["gpu"] for r in results if r.error is None}
+    assert sorted(held.values()) == [0, 1]
+    label = node_labels()[gpu_node.node_id]
+    for trial_id, gpu in held.items():
+        titles = [a["title"] for a in runs[trial_id].alerts]
+        assert titles == ([f"GPU lost: {label} GPU 1"] if gpu == 1 else []), (gpu, titles)
     assert_nothing_left()
 
 

@@ -224,3 +224,55 @@ def test_an_upload_wandb_did_not_commit_is_named_once_and_an_offline_run_waits_o
     assert len(said) == 1, said  # online only: offline, wandb uploads nothing to answer for
     assert "checkpoint 0 (/gone/checkpoint_0)" in said[0] and "uploads (1/1) have failed" in said[0]
     assert "raise num_to_keep" in said[0]  # its folder is gone: Ray's deletion, and the fix
+
+
+def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_is_named(
+    backend: WandbTestBackend, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The node strategy's run is written by the rank's node logger: that actor's code, run here in
+    # this process (no Ray: the node id it reports is all it asks of Ray), through the real wandb.
+    import ray
+
+    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+    from ray_wandb_nodes._writers import run_spec
+    from tests.unit.test_fleet_unit import one_node_pool
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n1"))
+    name = unique("node-num-to-keep")
+    kwargs = {"settings": FAST}
+    o = build_options(strategy="node", project="end-bounds", upload_checkpoints=True, wandb_init_kwargs=kwargs)
+    env = capture_env(os.environ)
+    spec = run_spec(o, env, mode="online", run_id=name, name=name, group=None, label="node-a", config={})
+    logger = NodeLogger()
+    assert logger.add_writer(spec).errors == {}
+    artifact = f"checkpoint-{name}"
+    backend.faults.add(delay_s=3, operation="CreateArtifactFiles", duration_s=3)  # slow uploads, as above
+    first, second = checkpoint(tmp_path / "checkpoint_0"), checkpoint(tmp_path / "checkpoint_1")
+    contents = [(tmp_path / f"checkpoint_{i}" / "model.pt").read_bytes() for i in (0, 1)]
+    started = time.monotonic()
+    logger.log_artifact(name, first, artifact, ["latest"])
+    assert time.monotonic() - started < 0.5  # the actor's call never waits on building an artifact
+    wait_until(
+        lambda: any(a.name == artifact for a in list(backend.artifacts.values())),
+        30,
+        "the first checkpoint's upload to start",
+        every_s=0.02,
+    )
+    shutil.rmtree(first.path)  # num_to_keep=1: Ray deletes the first as the second registers
+    logger.log_artifact(name, second, artifact, ["latest"])
+    status = logger.finish(name, exit_code=0)
+
+    (record,) = [r for r in backend.runs.values() if r.display_name == name]
+    assert record.exit_codes == [0]
+    listed = [a for a in record.models if a.committed]
+    for version in listed:  # each whole
+        assert sorted(version.files) == sorted(version.manifest["contents"]) == ["model.pt"], version
+    assert [v.files["model.pt"] for v in listed] == [contents[1]] and "latest" in listed[0].aliases
+    # One warning naming the first, said on the driver side as the logger's status comes in.
+    _, pool, handle = one_node_pool()
+    pool.check_status(handle, status)
+    pool.check_status(handle, status)  # every ping carries it: said once
+    said = [r.getMessage() for r in caplog.records if "is not a version of the artifact" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"checkpoint 0 ({first.path}) is not a version of the artifact {artifact}" in said[0]
+    assert "raise num_to_keep or checkpoint less often" in said[0]

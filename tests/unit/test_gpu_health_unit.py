@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
+from ray_wandb_nodes._gpu_ids import RankGpus, lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
 from ray_wandb_nodes._health import (
     COLUMNS,
     GPU_COLUMNS,
@@ -204,7 +204,7 @@ class Job:
         self,
         nodes: dict[str, tuple[int, tuple[int, ...], str]],
         reported: bool = True,
-        rank_gpus: dict[int, tuple[str, ...]] | None = None,
+        rank_gpus: dict[int, RankGpus] | None = None,
         **options: Any,
     ) -> None:
         self.clock = Clock()

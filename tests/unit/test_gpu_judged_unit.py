@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from ray_wandb_nodes._gpu_ids import GpuSlots, gpu_slots, slots_as_ids, visible_gpu_ids
 from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, HealthMonitor, HealthOptions
 from tests.support.fakes import clocks, gpus, inventory, summary
 from tests.unit.test_gpu_health_unit import H100, Job, job_names
@@ -73,6 +76,82 @@ def test_runs_sharing_a_node_each_judge_their_own_gpus_one_alert_for_one_bad_gpu
         if r[0] == "node-n-abcdef"
     }
     assert rows[3]["ranks"] == "0" and rows[3]["state"] == "memory errors" and rows[4]["ranks"] == ""
+
+
+def tune_trials(ray_ids: tuple[str, ...] | None = None, held: bool = True) -> list[Job]:
+    """Eight one-GPU Tune trials on one 8-GPU node, as the Tune callback feeds their monitors:
+    each trial rank 0 of the node, its GPU as Ray's slot there (``held``; else nothing said, as
+    for a trial whose GPUs could not be read); the node's reader says Ray's GPU ids there."""
+    runs = []
+    for k in range(8):
+        slots = {0: GpuSlots((k,))} if held else None
+        job = Job({"n": (8, (0,) if held else (), H100)}, rank_gpus=slots, compare_all=True, reported=False)
+        job.infos["n"] = inventory(8, "n")._replace(ray_ids=ray_ids)
+        runs.append(job)
+    return runs
+
+
+def said_by_trials(runs: list[Job], bad_gpu: int) -> dict[int, list[str]]:
+    """The alerts of each trial's run while GPU ``bad_gpu`` of the node gets uncorrectable errors."""
+    said: dict[int, list[str]] = {}
+    for step in range(6):
+        bad = clocks(8)
+        bad[bad_gpu] = bad[bad_gpu]._replace(ecc_u=0.0 if step < 2 else float(step))
+        for k, job in enumerate(runs):
+            said.setdefault(k, []).extend(a.title for a in job.sample({"n": [97.0] * 8}, {"n": bad}).alerts)
+    return {k: v for k, v in said.items() if v}
+
+
+def test_eight_one_gpu_tune_trials_on_a_node_give_one_alert_for_one_bad_gpu_the_holder_s() -> None:
+    assert said_by_trials(tune_trials(), 3) == {3: ["GPU memory errors: node-n-abcdef GPU 3"]}
+
+
+def test_a_trial_s_gpu_slots_are_named_by_the_node_s_ray_gpu_ids() -> None:
+    # A raylet started under CUDA_VISIBLE_DEVICES=7,6,5,4,3,2,1,0: slot 0 is GPU 7, as Ray names it.
+    reversed_ids = tuple(str(i) for i in range(7, -1, -1))
+    assert said_by_trials(tune_trials(reversed_ids), 3) == {4: ["GPU memory errors: node-n-abcdef GPU 3"]}
+    # A slot past the node's Ray GPU ids: which GPU the trial uses is not known, every GPU is judged.
+    assert set(said_by_trials(tune_trials(("0", "1")), 3)) == set(range(2, 8))
+
+
+def test_a_trial_whose_gpus_are_not_known_judges_its_whole_node_as_before() -> None:
+    assert set(said_by_trials(tune_trials(held=False), 3)) == set(range(8))
+
+
+@pytest.mark.parametrize(
+    ("mapping", "slots"),
+    [
+        ([("GPU", [1])], (1,)),  # a plain actor of one GPU
+        ([("CPU", [0]), ("GPU", [0, 3])], (0, 3)),
+        # in a placement group (a Tune trial's): the group's and the bundle's resource name the same slot
+        ([("bundle_group_1_f5ca", [0]), ("GPU_group_f5ca", [1]), ("GPU_group_1_f5ca", [1])], (1,)),
+        ([("CPU_group_f5ca", [0])], ()),  # no GPU
+    ],
+)
+def test_a_trial_s_gpu_slots_are_read_from_its_resource_mapping_as_ray_reads_them(
+    mapping: list[tuple[str, list[int]]], slots: tuple[int, ...]
+) -> None:
+    assert gpu_slots(mapping) == slots
+
+
+def test_gpu_slots_become_ray_s_gpu_ids_on_their_node() -> None:
+    assert slots_as_ids((0, 1), None) == ("0", "1")  # no CUDA_VISIBLE_DEVICES: slot i is GPU i
+    assert slots_as_ids((0, 1), ("2", "3")) == ("2", "3")
+    assert slots_as_ids((1,), ("GPU-aa", "GPU-bb")) == ("GPU-bb",)
+    assert slots_as_ids((2,), ("2", "3")) is None  # past them: not known
+
+
+def test_a_node_s_ray_gpu_ids_are_the_cuda_visible_devices_its_process_started_under(tmp_path: Any) -> None:
+    environ = tmp_path / "environ"  # as /proc/<pid>/environ holds it: what the process started under
+    for held, ids in [
+        (b"PATH=/bin\0CUDA_VISIBLE_DEVICES=2,3\0", ("2", "3")),
+        (b"PATH=/bin\0", None),  # not set: every GPU, slot i is GPU i
+        (b"CUDA_VISIBLE_DEVICES=\0", ()),  # no GPU
+        (b"CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb\0", ("GPU-aa", "GPU-bb")),
+    ]:
+        environ.write_bytes(held)
+        assert visible_gpu_ids(str(environ)) == ids, held
+    assert visible_gpu_ids(str(tmp_path / "gone")) is None
 
 
 def test_a_cpu_only_job_on_gpu_nodes_is_judged_by_its_cpu_not_another_job_s_gpus() -> None:
