@@ -32,6 +32,7 @@ SCORES = [3, 7, 5, 1]  # rank 0's score per step; "best" (max) is step 1
 
 def loop(config: dict[str, Any]) -> None:
     import os
+    import time
 
     import ray
     import ray.train
@@ -45,9 +46,17 @@ def loop(config: dict[str, Any]) -> None:
         if rank == 1:
             metrics["only_rank1"] = step
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
+        time.sleep(config.get("step_sleep_s", 0))
 
 
-def fit(tmp_path: Path, callback: Any, *, checkpoint: bool = False, run_config: dict[str, Any] | None = None) -> str:
+def fit(
+    tmp_path: Path,
+    callback: Any,
+    *,
+    checkpoint: bool = False,
+    run_config: dict[str, Any] | None = None,
+    step_sleep_s: float = 0.0,
+) -> str:
     from ray.train import RunConfig, ScalingConfig
 
     name = unique("strategy")
@@ -56,7 +65,7 @@ def fit(tmp_path: Path, callback: Any, *, checkpoint: bool = False, run_config: 
     result = trainer(
         loop,
         torch=False,
-        train_loop_config={"placement_dir": str(placement), "checkpoint": checkpoint},
+        train_loop_config={"placement_dir": str(placement), "checkpoint": checkpoint, "step_sleep_s": step_sleep_s},
         scaling_config=ScalingConfig(num_workers=WORKERS),
         run_config=RunConfig(
             name=name, callbacks=[callback], **{"storage_path": str(tmp_path / "storage"), **(run_config or {})}
@@ -107,7 +116,9 @@ def test_node_strategy_one_run_per_node_with_its_lowest_rank(
 
 
 def test_all_strategy_one_run_per_rank(cluster: Any, backend: WandbTestBackend, tmp_path: Path) -> None:
-    name = fit(tmp_path, make_callback(strategy="all"))
+    # The start hold is the shared run's: a rank's own run (its writer created as the rank is
+    # placed) samples within its first seconds, so the ranks train that long (0.5 s samples).
+    name = fit(tmp_path, make_callback(strategy="all"), step_sleep_s=0.75)
     runs = group_runs(backend, name)
     assert set(runs) == {f"rank-{r}" for r in range(WORKERS)}
     for rank in range(WORKERS):
