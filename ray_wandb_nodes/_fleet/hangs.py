@@ -76,7 +76,6 @@ class HangWatch:
     open: bool = False  # a hang raised and no progress since
     counts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (pid, reports, steps) at the hang
     raised_at: float = 0.0
-    notices: list[HangNotice] = field(default_factory=list)  # for tests and the offline index
     # The ranks on each node where the run's own placement does not say (a Train run inside a
     # Tune trial publishes them); None: the run's (``target.ranks``).
     ranks: dict[str, tuple[int, ...]] | None = None
@@ -113,7 +112,7 @@ class HangWatch:
                 return
             if moved:
                 self.open = False
-                self._deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at), deliver)
+                deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at))
             return
         if not job_hung(self.setting, [r for r, _ in ranks.values()], self.pg_timeout_s):
             return
@@ -123,7 +122,7 @@ class HangWatch:
         with gc_paused():  # the evidence is freed inside it, when _notice returns
             notice, sentence = self._notice(target, pool, ranks, ask or _ask_loggers)
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {sentence}")
-        self._deliver(notice, deliver)
+        deliver(notice)
         if self.on_hang == "restart":
             why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {sentence}"
             self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), why, warner)
@@ -139,10 +138,6 @@ class HangWatch:
         facts = self.evidence(target, pool, ranks, ask)
         verdict = judge(facts)
         return hang_notice(verdict, facts, self.episode, self.on_hang), verdict.sentence
-
-    def _deliver(self, notice: HangNotice, deliver: Callable[[HangNotice], None]) -> None:
-        self.notices.append(notice)
-        deliver(notice)
 
     def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
         """The run's ranks now (rank -> its progress and its node), placed ranks only."""
