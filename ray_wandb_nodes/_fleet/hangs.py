@@ -28,13 +28,16 @@ from .._hang import (
     run_dir,
 )
 from .._warn import Warner, describe
-from .node_logger import end_ranks, rank_evidence
+from .node_logger import DUMPS_TIMEOUT_S, end_ranks, rank_evidence
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
     from .targets import SharedTarget
 
-EVIDENCE_TIMEOUT_S = 15.0  # every node's dumps (each node bounds its own at a few seconds)
+# Every node's answer, waited for together: each node bounds its own dumps (``DUMPS_TIMEOUT_S``);
+# past this, a node that has not answered is named in verdict.txt and its ranks are judged from
+# their progress alone, so that one stuck logger does not hold the whole hang's alert.
+EVIDENCE_TIMEOUT_S = DUMPS_TIMEOUT_S + 5.0
 
 Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
 
@@ -135,9 +138,14 @@ class HangWatch:
         ask: Callable[[list[Any], str], list[Evidence | None]],
     ) -> tuple[HangNotice, str]:
         """The hang's notice and sentence from every rank's evidence (dropped on return)."""
+        started = time.monotonic()
         facts = self.evidence(target, pool, ranks, ask)
+        silent = sorted({f.node for f in facts if f.evidence is None})
+        taken = f"Evidence: {len(facts)} ranks, asked at once, in {time.monotonic() - started:.1f} s" + (
+            f"; no answer from {', '.join(silent)}." if silent else "."
+        )
         verdict = judge(facts)
-        return hang_notice(verdict, facts, self.episode, self.on_hang), verdict.sentence
+        return hang_notice(verdict, facts, self.episode, self.on_hang, taken=taken), verdict.sentence
 
     def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
         """The run's ranks now (rank -> its progress and its node), placed ranks only."""

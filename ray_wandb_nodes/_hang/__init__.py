@@ -9,16 +9,9 @@ imports Ray or wandb: the node loggers, the health monitor and the callbacks dri
 """
 
 from .beacon import Beacon, BeaconSlot, Phase, RankProgress, default_root, install_step_hook, progress_of, read_slots
+from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
 from .ending import HangError
-from .evidence import (
-    RankEvidence,
-    arm,
-    disarm,
-    evidence_from_dumps,
-    request_dump,
-    request_dumps,
-    request_end,
-)
+from .evidence import RankEvidence, arm, disarm
 from .flight import Collective, FlightRecord, flight_recorder_env
 from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
 from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts

@@ -53,8 +53,10 @@ def hang_notice(
     episode: int,
     on_hang: str = "alert",
     now: datetime.datetime | None = None,
+    taken: str = "",
 ) -> HangNotice:
-    """The alert, table and files of ``verdict`` over ``facts`` (every rank of the run)."""
+    """The alert, table and files of ``verdict`` over ``facts`` (every rank of the run);
+    ``taken`` says how the evidence was taken (its time, the nodes that gave none), in verdict.txt."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     by_rank = {f.progress.rank: f for f in facts}
     stopped = verdict.stopped or tuple(sorted(by_rank))
@@ -77,7 +79,7 @@ def hang_notice(
         named.append(f"and {len(where) - LIST_LIMIT} more ranks (every rank is in the hangs table and verdict.txt)")
     text = f"{verdict.sentence}.\n" + "\n".join(named) + f"\n{action}"
     whole = f"{verdict.sentence}.\n" + "\n".join(where) + f"\n{action}"
-    files = [("verdict.txt", whole + "\n\n" + format_stack_groups(verdict))]
+    files = [("verdict.txt", whole + (f"\n{taken}" if taken else "") + "\n\n" + format_stack_groups(verdict))]
     files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in sorted(facts, key=lambda f: f.progress.rank)]
     ranks = rank_ranges(stopped)
     title = f"Hang: rank{'s' if len(stopped) > 1 else ''} {ranks} stopped"

@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ray_wandb_nodes._hang.evidence import EvidencePaths, request_dumps
+from ray_wandb_nodes._hang.dumps import request_dumps
+from ray_wandb_nodes._hang.evidence import EvidencePaths
 from tests.e2e.test_hang_evidence import ranks, settled
 
 

@@ -29,6 +29,21 @@ def test_every_nodes_answer_reaches_the_verdict_and_the_notice() -> None:
     )
     assert notice.stopped == (19,) and len(notice.rows) == 32 and len(notice.files) == 33
     assert {r.node for r in notice.rows} == {f"node-{n}" for n in range(4)}
+    assert "\nEvidence: 32 ranks, asked at once, in " in dict(notice.files)["verdict.txt"]
+
+
+def test_a_node_that_gives_no_evidence_is_named_in_the_verdict_and_its_ranks_files() -> None:
+    run = sim_run("python", nodes=4)
+
+    def node_2_silent(actors: list[Any], run_id: str) -> list[Any]:
+        answers = run.ask(actors, run_id)
+        return [None if i == 2 else a for i, a in enumerate(answers)]
+
+    (notice,) = raise_hang(run, ask=node_2_silent)
+    files = dict(notice.files)
+    assert "; no answer from node-2." in files["verdict.txt"]
+    silent = [r.rank for r in notice.rows if r.node == "node-2"]
+    assert silent and all("no evidence came back from this rank's node" in files[f"rank-{r}.txt"] for r in silent)
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from ray_wandb_nodes._hang.beacon import Beacon, read_slots
-from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, EvidencePaths, arm, disarm, free_signal, request_dump
+from ray_wandb_nodes._hang.dumps import request_dump, request_dumps
+from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, EvidencePaths, arm, disarm, free_signal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +103,97 @@ def test_a_process_that_did_not_register_is_not_signalled(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_dump_thread_that_took_its_request_is_waited_for_and_never_signalled(
+    tmp_path: Path, default_user_signals: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python runs in that process (its dump thread is writing): faulthandler's walk of its frames
+    meanwhile could crash it, so the slow answer is waited for past the first round's grace."""
+    from ray_wandb_nodes._hang import evidence as module
+
+    answer = module._write_python_evidence
+    writing = threading.Event()
+
+    def slow_answer(path: Path, request_id: int) -> None:
+        writing.set()
+        threading.Event().wait(1.0)  # a loaded node: longer than the grace below
+        answer(path, request_id)
+
+    monkeypatch.setattr(module, "_write_python_evidence", slow_answer)
+    beacon = Beacon(tmp_path, 5)
+    armed = arm(tmp_path, 5, beacon)
+    try:
+        [slot] = read_slots(tmp_path)
+        [evidence] = request_dumps([slot], timeout_s=10, grace_s=0.2)
+        assert writing.is_set() and evidence.python and evidence.notes == ()
+        assert evidence.native == () and armed.paths.stacks.stat().st_size == 0  # no signal reached it
+    finally:
+        disarm(armed, beacon)
+        beacon.close()
+
+
+def test_a_request_its_dump_thread_did_not_take_is_withdrawn_then_faulthandler_answers(
+    tmp_path: Path, default_user_signals: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dump thread not yet woken (not scheduled, or waiting for a GIL native code holds): the
+    request is taken back out of its FIFO before the signal, so that thread never answers it
+    while faulthandler walks the frames; once it wakes it finds nothing and waits again."""
+    from ray_wandb_nodes._hang import evidence as module
+
+    release = threading.Event()
+    real_select = module.select.select
+    woken = []
+
+    def late_select(*args: object) -> object:
+        if woken:  # the dump thread's second wait onwards: as it is
+            return real_select(*args)  # type: ignore[arg-type]
+        woken.append(True)
+        release.wait(10)  # the dump thread's first wake comes only when the test says
+        return real_select(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module.select, "select", late_select)
+    beacon = Beacon(tmp_path, 6)
+    armed = arm(tmp_path, 6, beacon)
+    try:
+        [slot] = read_slots(tmp_path)
+        [evidence] = request_dumps([slot], timeout_s=10, grace_s=0.2)
+        assert evidence.python == () and threading.get_ident() in {t.ident for t in evidence.native}
+        assert evidence.notes == ("its dump thread did not take the request in time (Python could not run)",)
+        release.set()
+        threading.Event().wait(0.3)  # the dump thread wakes, reads nothing, and waits again
+        assert not armed.paths.python.exists()  # the withdrawn request was never answered
+        assert request_dump(slot, timeout_s=10).python  # and the next one is, as usual
+    finally:
+        release.set()
+        disarm(armed, beacon)
+        beacon.close()
+
+
+def test_the_stacks_come_first_and_a_slow_flight_recorder_dump_does_not_hold_them(
+    tmp_path: Path, default_user_signals: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray_wandb_nodes._hang import evidence as module
+
+    release = threading.Event()
+
+    def slow_recorder() -> str:
+        release.wait(10)  # a full recorder on a loaded node: past the node's wait
+        return '{"pg_status": {}, "entries": []}'
+
+    monkeypatch.setattr(module, "dump_flight_recorder", slow_recorder)
+    beacon = Beacon(tmp_path, 7)
+    armed = arm(tmp_path, 7, beacon)
+    try:
+        [slot] = read_slots(tmp_path)
+        [evidence] = request_dumps([slot], timeout_s=0.6, grace_s=0.3)
+        assert threading.current_thread().name in {t.name for t in evidence.python}
+        assert evidence.flight is None and evidence.native == ()
+        assert evidence.notes == ("the flight recorder's dump did not come within the wait",)
+        release.set()
+        [complete] = request_dumps([slot], timeout_s=10)
+        assert complete.notes == () and complete.flight is not None
+    finally:
+        release.set()
+        disarm(armed, beacon)
+        beacon.close()
