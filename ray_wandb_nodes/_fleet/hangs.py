@@ -90,7 +90,7 @@ class HangWatch:
         pool: LoggerPool,
         warner: Warner,
         deliver: Callable[[HangNotice], None],
-        ask: Callable[[list[Any], str], list[Evidence | None]] | None = None,
+        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]] | None = None,
     ) -> None:
         """Judge the run's ranks now; raise a hang (or its end) through ``deliver``."""
         ranks = self.progress(target, pool)
@@ -135,7 +135,7 @@ class HangWatch:
         target: SharedTarget,
         pool: LoggerPool,
         ranks: Mapping[int, tuple[RankProgress, str]],
-        ask: Callable[[list[Any], str], list[Evidence | None]],
+        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]],
     ) -> tuple[HangNotice, str]:
         """The hang's notice and sentence from every rank's evidence (dropped on return)."""
         started = time.monotonic()
@@ -167,16 +167,20 @@ class HangWatch:
         target: SharedTarget,
         pool: LoggerPool,
         ranks: Mapping[int, tuple[RankProgress, str]],
-        ask: Callable[[list[Any], str], list[Evidence | None]],
+        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]],
     ) -> list[RankFacts]:
         """Every rank's evidence, all nodes asked at once; a rank whose node gave none is judged
         from its progress alone."""
         nodes = sorted({node for _, node in ranks.values()})
         remote = [n for n in nodes if n != target.covered_node and pool.get(n) is not None]
         got: dict[int, tuple[RankProgress, RankEvidence | None]] = {}
-        answers = ask([pool.get(n).actor for n in remote], target.run_id) if remote else []  # type: ignore[union-attr]
+        placed: dict[str, list[int]] = {}
+        for rank, (_, node) in ranks.items():
+            placed.setdefault(node, []).append(rank)
+        actors = [pool.get(n).actor for n in remote]  # type: ignore[union-attr]
+        answers = ask(actors, target.run_id, [sorted(placed[n]) for n in remote]) if remote else []
         if target.covered_node in nodes:
-            answers.append(rank_evidence(target.run_id))
+            answers.append(rank_evidence(target.run_id, ranks=sorted(placed[target.covered_node])))
         for answer in answers:
             for progress, given in answer or ():
                 got[progress.rank] = (progress, given)
@@ -225,11 +229,11 @@ def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress,
     return tuple(replace(r, age_s=r.age_s + since_s, phase_age_s=r.phase_age_s + since_s) for r in ranks)
 
 
-def _ask_loggers(actors: list[Any], run_id: str) -> list[Evidence | None]:
+def _ask_loggers(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Evidence | None]:
     """Every node logger asked for its ranks' evidence at once, waited for together (bounded)."""
     import ray
 
-    refs = [actor.hang_evidence.remote(run_id) for actor in actors]
+    refs = [actor.hang_evidence.remote(run_id, mine) for actor, mine in zip(actors, ranks, strict=True)]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=EVIDENCE_TIMEOUT_S)
     out: list[Evidence | None] = []
     for ref in refs:

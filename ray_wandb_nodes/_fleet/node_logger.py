@@ -223,9 +223,11 @@ class NodeLogger:
                 out[run_id] = tuple(progress_of(slot, now) for slot in slots)
         return out
 
-    def hang_evidence(self, run_id: str) -> tuple[tuple[RankProgress, RankEvidence], ...]:
-        """Every rank of ``run_id`` on this node asked for its evidence at once (bounded)."""
-        return rank_evidence(run_id)
+    def hang_evidence(
+        self, run_id: str, ranks: list[int] | None = None
+    ) -> tuple[tuple[RankProgress, RankEvidence], ...]:
+        """``ranks`` of ``run_id`` on this node (None: every one) asked for their evidence at once (bounded)."""
+        return rank_evidence(run_id, ranks=ranks)
 
     def end_ranks(self, run_id: str, ranks: list[int], message: str) -> list[int]:
         """End ``ranks`` of ``run_id`` on this node (a hung attempt, so that Ray restarts it);
@@ -331,9 +333,14 @@ class NodeLogger:
         _transfer.discard(_index.node_local_dir(run_id, label))
 
 
-def rank_evidence(run_id: str, root: Any = None) -> tuple[tuple[RankProgress, RankEvidence], ...]:
-    """Every rank of ``run_id`` on this node: its progress and its evidence, all asked at once."""
-    slots = read_slots(run_dir(run_id, root))
+def rank_evidence(
+    run_id: str, root: Any = None, ranks: list[int] | None = None
+) -> tuple[tuple[RankProgress, RankEvidence], ...]:
+    """``ranks`` of ``run_id`` on this node (None: every one): each one's progress and evidence,
+    all asked at once. Only the ranks the run placed here are asked: nodes that share a host's
+    ``/dev/shm`` (Ray nodes in containers sharing it, or a test's simulated cluster) see each
+    other's beacons, and a rank asked by two nodes at once would answer one of them."""
+    slots = [s for s in read_slots(run_dir(run_id, root)) if ranks is None or s.rank in ranks]
     # A loaded node answers slower: 2 s for the Python-level dumps once faulthandler's are in.
     evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S)
     now = time.monotonic_ns()

@@ -81,7 +81,7 @@ class SimRun:
     answers: dict[int, bytes]  # actor (the node's index) -> its pickled answer
     unpickle_s: list[float] = field(default_factory=list)
 
-    def ask(self, actors: list[Any], _run_id: str) -> list[Any]:
+    def ask(self, actors: list[Any], _run_id: str, _ranks: list[list[int]]) -> list[Any]:
         start = time.perf_counter()
         out = [pickle.loads(self.answers[a]) for a in actors]
         self.unpickle_s.append(time.perf_counter() - start)

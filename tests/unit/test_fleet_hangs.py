@@ -35,8 +35,8 @@ def test_every_nodes_answer_reaches_the_verdict_and_the_notice() -> None:
 def test_a_node_that_gives_no_evidence_is_named_in_the_verdict_and_its_ranks_files() -> None:
     run = sim_run("python", nodes=4)
 
-    def node_2_silent(actors: list[Any], run_id: str) -> list[Any]:
-        answers = run.ask(actors, run_id)
+    def node_2_silent(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
+        answers = run.ask(actors, run_id, ranks)
         return [None if i == 2 else a for i, a in enumerate(answers)]
 
     (notice,) = raise_hang(run, ask=node_2_silent)
@@ -53,9 +53,9 @@ def test_the_collector_is_held_off_while_the_evidence_is_unpickled_and_judged(en
     run = sim_run("python", nodes=2)
     seen = []
 
-    def ask(actors: list[Any], run_id: str) -> list[Any]:
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
         seen.append(gc.isenabled())
-        return run.ask(actors, run_id)
+        return run.ask(actors, run_id, ranks)
 
     was = gc.isenabled()
     try:
@@ -86,8 +86,8 @@ def test_the_evidence_is_freed_before_the_collector_is_back() -> None:
     run = sim_run("python", nodes=2)
     answers: list[weakref.ref[Any]] = []
 
-    def ask(actors: list[Any], run_id: str) -> list[Any]:
-        got = run.ask(actors, run_id)
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
+        got = run.ask(actors, run_id, ranks)
         answers.extend(weakref.ref(evidence) for answer in got for _, evidence in answer)
         return got
 

@@ -113,9 +113,8 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
         from ray_wandb_nodes._hang.beacon import Beacon
         b = Beacon({str(tmp_path)!r}, 1)
         print("ready", flush=True)
-        for _ in range(200_000):
+        while True:  # until the test ends it
             b.step(); b.report()
-        sys.stdin.read()
         """
     )
     proc = subprocess.Popen(
@@ -124,12 +123,13 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
     )  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        seen = []
-        for _ in range(3000):
+        seen: list[int] = []
+        deadline = time.monotonic() + 30  # a loaded machine may not run the writer for a while
+        while (len(seen) < 3000 or len(set(seen)) < 3) and time.monotonic() < deadline:
             for slot in read_slots(tmp_path):
                 assert slot.steps - slot.reports in (0, 1)
                 seen.append(slot.steps)
-        assert seen == sorted(seen) and seen[-1] > seen[0]
+        assert seen == sorted(seen) and len(set(seen)) >= 3, seen[-5:]
     finally:
         proc.kill()
         proc.wait()

@@ -90,10 +90,12 @@ def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resum
     target, pool = setup({0: 2, 1: 2, 2: 2, 3: 2})
     watch = HangWatch(HangTimeout(seconds=10), clock=lambda: pool.clock)
     asked: list[list[Any]] = []
+    asked_ranks: list[list[list[int]]] = []
     notices: list[HangNotice] = []
 
-    def ask(actors: list[Any], run_id: str) -> list[Any]:
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
         asked.append(actors)
+        asked_ranks.append(ranks)
         return [tuple((progress(r, 12), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
 
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
@@ -102,6 +104,7 @@ def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resum
     pool.clock = 11.0  # the pings' ages are 11 s old: past the limit now
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert len(asked) == 1 and len(asked[0]) == 2  # both nodes, once, at once
+    assert asked_ranks == [[sorted(target.ranks[n]) for n in ("a", "b")]]  # each only for the ranks placed there
     (hang,) = notices
     assert hang.level == "ERROR" and hang.title == "Hang: ranks 0-3 stopped"
     assert hang.text.startswith("every rank (0-3) is in load_next_shard (train.py:71)")
@@ -145,7 +148,7 @@ def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_agai
     target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
     notices: list[HangNotice] = []
 
-    def ask(actors: list[Any], run_id: str) -> list[Any]:
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
         return [tuple((progress(r, 20), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
 
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
@@ -172,7 +175,7 @@ def test_after_restart_ends_an_attempt_a_waiter_let_go_is_no_progress() -> None:
     target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
     notices: list[HangNotice] = []
 
-    def ask(actors: list[Any], run_id: str) -> list[Any]:
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
         return [tuple((progress(r, 20), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
 
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
