@@ -27,6 +27,7 @@ def save_hang(run: Any, notice: HangNotice, row: dict[str, Any], warner: Warner,
         os.makedirs(folder, exist_ok=True)
         for name, text in notice.files:
             path = os.path.join(folder, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
             if not offline:  # offline, wandb's folder keeps them and ``sync`` brings them

@@ -22,6 +22,7 @@ used here (read from the released sources):
 - 2.55: ``before_controller_abort()``: an abort, before the state update.
 - 2.56: ``ReplicaGroupCallback.after_replica_group_start(replica_group)``: the workers of a
   replaced replica group (called only on a class that is also a ``WorkerGroupCallback``).
+- 2.60: ``callbacks.nccl_ras`` (the NCCL hang detector): its logger, its ``HANG_DETECTOR_DIRNAME``.
 - Long before 2.48 and unchanged since: ``Trial.temporary_state.ray_actor``, ``Trial.storage``,
   ``Trial.local_path``, ``Trial.experiment_dir_name``, ``ray.tune.get_context().get_trial_id()``
   (a trial's node, folder and group; a Train run inside a trial); ``ray._private.state.actors``
@@ -54,6 +55,8 @@ from ._ray_range import unsupported_ray
 from ._strategies import Placement
 
 NODE_ID_LABEL = "ray.io/node-id"
+# The NCCL hang detector's logger on the controller, its folder under the experiment (2.60).
+NCCL_DETECTOR_LOGGER, NCCL_DETECTOR_DIR = "ray.train.v2._internal.callbacks.nccl_ras", "hang_detector"
 
 
 def train_callback_bases() -> tuple[type, ...]:

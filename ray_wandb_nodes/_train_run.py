@@ -20,6 +20,7 @@ from ._naming import LABELS, train_run_id
 from ._options import Options
 from ._primary import PrimaryWriter
 from ._ray import TrainStart
+from ._ray_hangs import RayHangRelay, relay_ray_hangs, stop_relay
 from ._secrets import CapturedEnv
 from ._session import FLEET_SLACK_S, RunSession, SharedSession, StandaloneSession
 from ._strategies import Placement, PlannedRun, plan_runs, report_rows
@@ -123,8 +124,11 @@ class TrainRun:
         self._finished = False
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
+        self._ray_hangs: RayHangRelay | None = None
         if o.strategy in ("shared", "main"):
-            self._open_primary(hostname)
+            primary = self._open_primary(hostname)
+            storage = (start.experiment_fs_path, start.storage_filesystem)
+            self._ray_hangs = relay_ray_hangs(primary, primary.spec.label, storage, warner)
         if o.strategy == "shared":  # loggers ready before the workers are placed (see await_writers)
             workers = start.num_workers if isinstance(start.num_workers, int) else start.max_workers
             self.fleet.prestart(
@@ -139,7 +143,7 @@ class TrainRun:
         self._ranks[session.run_id] = rank
         session.start()
 
-    def _open_primary(self, hostname: str) -> None:
+    def _open_primary(self, hostname: str) -> PrimaryWriter:
         o = self.options
         spec = primary_spec(
             o,
@@ -165,6 +169,7 @@ class TrainRun:
         if target.primary.index is not None:  # offline: the report judges GPUs by the run's own rules
             target.primary.index.update(health={"threshold": o.straggler_threshold, "window_s": o.straggler_window_s})
         self._add(SharedSession(target, self.fleet, o.finish_timeout_s), rank=None)
+        return target.primary
 
     def _open_standalone(self, planned: PlannedRun) -> RunSession:
         o = self.options
@@ -268,6 +273,7 @@ class TrainRun:
         self._finished = True
         o = self.options
         wait = max(timeout, o.upload_timeout) if o.upload_checkpoints and not abort else timeout
+        stop_relay(self._ray_hangs, min(5.0, wait / 4))  # before the primary's end: a hang's files reach it
         stop = time.monotonic() + wait  # every wait below ends by then
         end = stop - min(1.0, wait / 10)  # the runs' end; the rest stops the fleet
         writers = wait - min(wait / 4, FLEET_SLACK_S)  # node writers first; the primary has the rest

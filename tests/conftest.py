@@ -22,6 +22,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Ray workers of the test clusters import train loops by module name (``tests.support.training``,
 # ``tests.e2e.test_faults``, ...): the clusters' processes inherit this environment.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+# Scripted tools the clusters' processes find on PATH: ``ncclras`` (Ray's NCCL hang detector, only
+# where a test turns it on).
+os.environ["PATH"] = os.pathsep.join((os.path.join(REPO_ROOT, "tests", "support", "bin"), os.environ["PATH"]))
 # The Train controller takes one report per health-check interval (default 2 s).
 os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.2"
 os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60")

@@ -49,6 +49,7 @@ from ..offline import transfer as _transfer
 from .plan import run_of
 from .wire import LoggerStatus
 
+RankAnswers = tuple[tuple[RankProgress, RankEvidence], ...]  # a node's answer: each rank's progress and evidence
 DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 2.0  # every rank's dumps on a node, all asked at once
 END_GRACE_S = 10.0  # for Ray Train to end a hung attempt on its own, after HangError is raised in it
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
@@ -223,10 +224,8 @@ class NodeLogger:
                 out[run_id] = tuple(progress_of(slot, now) for slot in slots)
         return out
 
-    def hang_evidence(
-        self, run_id: str, ranks: list[int] | None = None
-    ) -> tuple[tuple[RankProgress, RankEvidence], ...]:
-        """``ranks`` of ``run_id`` on this node (None: every one) asked for their evidence at once (bounded)."""
+    def hang_evidence(self, run_id: str, ranks: list[int] | None = None) -> RankAnswers:
+        """``ranks`` of ``run_id`` here (None: every one) asked for their evidence at once (bounded)."""
         return rank_evidence(run_id, ranks=ranks)
 
     def end_ranks(self, run_id: str, ranks: list[int], message: str) -> list[int]:
@@ -333,9 +332,7 @@ class NodeLogger:
         _transfer.discard(_index.node_local_dir(run_id, label))
 
 
-def rank_evidence(
-    run_id: str, root: Any = None, ranks: list[int] | None = None
-) -> tuple[tuple[RankProgress, RankEvidence], ...]:
+def rank_evidence(run_id: str, root: Any = None, ranks: list[int] | None = None) -> RankAnswers:
     """``ranks`` of ``run_id`` on this node (None: every one): each one's progress and evidence,
     all asked at once. Only the ranks the run placed here are asked: nodes that share a host's
     ``/dev/shm`` (Ray nodes in containers sharing it, or a test's simulated cluster) see each

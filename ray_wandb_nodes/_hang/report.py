@@ -29,11 +29,12 @@ class HangNotice:
     rows: tuple[HangRow, ...] = ()  # the ``hangs`` table (none when resumed)
     files: tuple[tuple[str, str], ...] = ()  # (file name, text): every rank's evidence, the stacks
     stopped: tuple[int, ...] = ()  # the ranks that stopped (the others wait on them)
+    name: str = ""  # the folder's name under ``hangs/`` ("": ``hang-<episode>``)
 
     @property
     def folder(self) -> str:
-        """Where this hang's files go inside the run's files."""
-        return f"hangs/hang-{self.episode}"
+        """Where this hang's files go inside the run's files (a file's name may hold a subfolder)."""
+        return f"hangs/{self.name or f'hang-{self.episode}'}"
 
     def table(self) -> list[list[object]]:
         return [

@@ -326,3 +326,52 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
     text = capsys.readouterr().out
     assert "ERROR Hang: rank 1 stopped: rank 0 wait in Ray Train's report barrier" in text, text
     assert_nothing_left()
+
+
+def nccl_detector() -> bool:
+    try:
+        import ray.train.v2._internal.callbacks.nccl_ras  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not nccl_detector(), reason="Ray's NCCL hang detector is new in Ray 2.60")
+def test_rays_nccl_hang_detector_reaches_the_run_as_alerts_and_its_diagnostics_as_files(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's own detector (its real code, on the controller) polls a scripted ``ncclras`` on the
+    workers (tests/support/bin/ncclras: one communicator stuck, rank 1 one all_reduce behind):
+    its suspicion, its confirmation and the diagnostics it uploads reach the run."""
+    from ray.train import RunConfig, ScalingConfig
+
+    from tests.support.training import train_loop
+
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR", "1")  # read on the driver, at the trainer
+    monkeypatch.setenv("RAY_TRAIN_NCCL_RAS_MIN_POLL_INTERVAL_S", "0.5")
+    monkeypatch.setenv("RAY_TRAIN_NCCL_RAS_CONFIRM_DURATION_S", "2")  # 4 frozen polls; Ray's default: 10 min
+    name = unique("ray-nccl")
+    result = trainer(
+        train_loop,
+        torch=False,
+        train_loop_config={"lr": 0.1, "reports": 24, "step_sleep_s": 0.3},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path), callbacks=[make_callback(hang_timeout_s=None)]),
+    ).fit()
+    assert result.error is None  # Ray's default action observes: training goes on
+
+    run = run_of(backend, name)
+    alerts = {a["title"]: a for a in run.alerts}
+    print(*(f"{a['severity']} {a['title']}: {a['text']}" for a in run.alerts), sep="\n")
+    assert alerts["Ray NCCL hang detector: possible hang"]["severity"] == "WARN"
+    confirmed = alerts["Ray NCCL hang detector: hang"]
+    assert confirmed["severity"] == "ERROR" and "1 of 1 communicators have a collective mismatch" in confirmed["text"]
+    assert "Saved into this run's files under hangs/ray-nccl-1/." in confirmed["text"]
+    files = {f: run.files[f].decode() for f in run.files if f.startswith("hangs/ray-nccl-1/")}
+    print(*files, sep="\n")
+    assert "scripted" in files["hangs/ray-nccl-1/nccl_ras/ncclras_report.txt"]
+    assert any(f.startswith("hangs/ray-nccl-1/nccl_ras/ncclras_") and f.endswith(".json") for f in files)
+    for rank in (0, 1):  # each rank's stacks as Ray took them (py-spy, or Python's frames without it)
+        assert "train_loop" in files[f"hangs/ray-nccl-1/stack_traces/rank_{rank}.log"]
+    assert run.completes and run.completes[-1].exit_code == 0
+    assert_nothing_left()
