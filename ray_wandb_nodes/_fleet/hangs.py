@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._gpu_ids import named
 from .._hang import (
+    PYSPY_TIMEOUT_S,
     HangNotice,
     HangTimeout,
     RankEvidence,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 # Every node's answer, waited for together: each node bounds its own dumps (``DUMPS_TIMEOUT_S``);
 # past this, a node that has not answered is named in verdict.txt and its ranks are judged from
 # their progress alone, so that one stuck logger does not hold the whole hang's alert.
-EVIDENCE_TIMEOUT_S = DUMPS_TIMEOUT_S + 5.0
+EVIDENCE_TIMEOUT_S = DUMPS_TIMEOUT_S + PYSPY_TIMEOUT_S + 5.0
 
 Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
 

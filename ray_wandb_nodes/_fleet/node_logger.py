@@ -339,7 +339,7 @@ def rank_evidence(run_id: str, root: Any = None, ranks: list[int] | None = None)
     other's beacons, and a rank asked by two nodes at once would answer one of them."""
     slots = [s for s in read_slots(run_dir(run_id, root)) if ranks is None or s.rank in ranks]
     # A loaded node answers slower: 2 s for the Python-level dumps once faulthandler's are in.
-    evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S)
+    evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S, native_frames=True)
     now = time.monotonic_ns()
     return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))
 

@@ -13,6 +13,7 @@ from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
 from .ending import HangError
 from .evidence import RankEvidence, arm, disarm
 from .flight import Collective, FlightRecord, flight_recorder_env
+from .native import PYSPY_TIMEOUT_S, native_dumps
 from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
 from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts
 from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
@@ -21,6 +22,7 @@ from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, ra
 
 __all__ = [
     "HANG_COLUMNS",
+    "PYSPY_TIMEOUT_S",
     "ArmedRank",
     "Beacon",
     "BeaconSlot",
@@ -57,6 +59,7 @@ __all__ = [
     "job_hung",
     "judge",
     "limit_s",
+    "native_dumps",
     "parse_faulthandler",
     "parse_hang_timeout",
     "progress_of",

@@ -12,7 +12,7 @@ import os
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from .beacon import BeaconSlot
 from .ending import END_REQUEST
 from .evidence import REQUEST, EvidencePaths, RankEvidence, wake
 from .flight import parse_flight_recorder
+from .native import native_dumps
 from .stacks import ThreadStack, parse_faulthandler, stack_from_data
 
 _POLL_S = 0.02
@@ -82,7 +83,9 @@ class _Pending:
         return not self.woken
 
 
-def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: float = 1.0) -> list[RankEvidence]:
+def request_dumps(
+    slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: float = 1.0, native_frames: bool = False
+) -> list[RankEvidence]:
     """Every rank's evidence at once, in two rounds. First every rank's dump thread is woken and
     the Python-level dumps (named stacks, the flight recorder) waited for together, at most
     ``grace_s``. Then only the ranks that gave none (their Python cannot run: native code holds
@@ -95,7 +98,9 @@ def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: 
     first round, or has its dump thread answering: before signalling, the request is taken back
     out of the rank's FIFO (:func:`_withdraw`), and a rank whose dump thread took it already is
     waited for, never signalled. Only a process whose slot records a registered signal is
-    signalled; a rank that gave nothing says why in ``notes``."""
+    signalled; a rank that gave nothing says why in ``notes``. With ``native_frames``, a rank
+    that gave no Python-level dump gets ``py-spy dump --native`` too (``native.py``), after the
+    rounds and bounded on its own."""
     started = time.monotonic()
     pending = []
     for slot in slots:
@@ -125,7 +130,8 @@ def request_dumps(slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: 
         except OSError as err:
             item.notes.append(f"could not signal pid {item.slot.pid}: {err.strerror or err}")
     _wait(pending, started + timeout_s)
-    return [_evidence(item) for item in pending]
+    frames = native_dumps([i.slot.pid for i in pending if i.python_data is None]) if native_frames else {}
+    return [_evidence(item, *frames.get(item.slot.pid, ("", ""))) for item in pending]
 
 
 def _withdraw(item: _Pending) -> bool:
@@ -200,17 +206,18 @@ def _poll(item: _Pending) -> None:
             item.python_data = data  # the stacks first; the flight recorder's with them later
 
 
-def _evidence(item: _Pending) -> RankEvidence:
-    notes = list(item.notes)
+def _evidence(item: _Pending, frames: str = "", why_none: str = "") -> RankEvidence:
+    notes = list(item.notes) + ([why_none] if why_none else [])
     if item.signalled and not parse_faulthandler(item.native_text or ""):
         notes.append("no faulthandler dump within the wait")
     if item.woken and item.python_data is None:
         notes.append("no Python-level dump within the wait (Python could not run, or the process is busy)")
     elif item.python_data is not None and item.python_data.get("complete") is False:
         notes.append("the flight recorder's dump did not come within the wait")
-    return evidence_from_dumps(
+    evidence = evidence_from_dumps(
         item.slot.rank, item.slot.pid, item.slot.thread_ident, item.native_text, item.python_data, notes
     )
+    return replace(evidence, native_frames=frames) if frames else evidence
 
 
 def evidence_from_dumps(

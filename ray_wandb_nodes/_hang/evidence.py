@@ -83,6 +83,7 @@ class RankEvidence:
     python: tuple[ThreadStack, ...] = ()  # the dump thread's stacks, with thread names
     flight: FlightRecord | None = None
     notes: tuple[str, ...] = ()  # what could not be taken, and why
+    native_frames: str = ""  # ``py-spy dump --native`` of a rank whose Python could not run (``native``)
 
     @property
     def stacks(self) -> tuple[ThreadStack, ...]:

@@ -113,6 +113,9 @@ def evidence_text(facts: RankFacts) -> str:
     source = "named Python stacks" if evidence.python else "faulthandler (C-level, without the GIL)"
     lines.append(f"\nthreads ({source}), the training thread first:")
     lines += [format_stack(stack) for stack in evidence.threads()]
+    if evidence.native_frames:
+        lines.append("\nnative frames (py-spy dump --native):")
+        lines.append(evidence.native_frames.rstrip())
     if evidence.flight is not None:
         lines.append("\nflight recorder, collectives in flight:")
         lines += [f"  {c.op} #{c.seq} ({c.pg}) {c.state}" for c in evidence.flight.in_flight()] or ["  none"]

@@ -1,0 +1,63 @@
+"""Native frames of a rank, from outside: ``py-spy dump --native`` (the ``native-stacks`` extra:
+``pip install "ray-wandb-nodes[native-stacks]"`` on the nodes). faulthandler names the Python
+function a rank whose Python cannot run is in; py-spy names the C and C++ frames under it (the
+CUDA call, the NCCL wait, the library that holds the GIL).
+
+It is taken only for such a rank (its dump thread gave nothing), after faulthandler's dump, every
+rank of a node at once and bounded: py-spy stops the process for the moment it reads the stacks,
+through ``ptrace``, which a container may forbid (Kubernetes leaves ``SYS_PTRACE`` out by
+default): the rank's file then says why there are none.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+
+PYSPY_TIMEOUT_S = 4.0  # every rank of a node, at once
+INSTALL_HINT = 'no native frames: install "ray-wandb-nodes[native-stacks]" (py-spy) on the nodes'
+
+
+def py_spy() -> str | None:
+    """The ``py-spy`` beside this Python (its environment's ``bin``), else on ``PATH``; None: none."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("py-spy")
+
+
+def native_dumps(pids: Iterable[int], timeout_s: float = PYSPY_TIMEOUT_S) -> dict[int, tuple[str, str]]:
+    """``pid -> (py-spy's text, "")`` or ``("", why there is none)``, every process at once."""
+    pids = list(pids)
+    binary = py_spy()
+    if binary is None:
+        return {pid: ("", INSTALL_HINT) for pid in pids}
+    running: dict[int, subprocess.Popen[str]] = {}
+    out: dict[int, tuple[str, str]] = {}
+    for pid in pids:
+        try:
+            running[pid] = subprocess.Popen(
+                [binary, "dump", "--native", "--pid", str(pid)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError as e:
+            out[pid] = ("", f"py-spy could not start: {e.strerror or e}")
+    deadline = time.monotonic() + timeout_s
+    for pid, proc in running.items():
+        try:
+            text, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            out[pid] = ("", f"py-spy gave nothing within {timeout_s:.0f} s")
+            continue
+        if proc.returncode == 0 and text.strip():
+            out[pid] = (text, "")
+        else:
+            why = (stderr or text).strip().splitlines()
+            out[pid] = ("", f"py-spy: {why[-1] if why else f'exit code {proc.returncode}'}")
+    return out
