@@ -50,7 +50,7 @@ from .plan import run_of
 from .wire import LoggerStatus
 
 RankAnswers = tuple[tuple[RankProgress, RankEvidence], ...]  # a node's answer: each rank's progress and evidence
-DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 2.0  # every rank's dumps on a node, all asked at once
+DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 1.0  # every rank's dumps on a node, all asked at once
 END_GRACE_S = 10.0  # for Ray Train to end a hung attempt on its own, after HangError is raised in it
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
 # on their uploads (the driver side bounds the whole finish anyway).
@@ -338,7 +338,8 @@ def rank_evidence(run_id: str, root: Any = None, ranks: list[int] | None = None)
     ``/dev/shm`` (Ray nodes in containers sharing it, or a test's simulated cluster) see each
     other's beacons, and a rank asked by two nodes at once would answer one of them."""
     slots = [s for s in read_slots(run_dir(run_id, root)) if ranks is None or s.rank in ranks]
-    # A loaded node answers slower: 2 s for the Python-level dumps once faulthandler's are in.
+    # A dump thread that has not taken its request within the grace is signalled instead (its
+    # request taken back); one that took it is waited for until the timeout.
     evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S, native_frames=True)
     now = time.monotonic_ns()
     return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._fleet.node_logger import DUMPS_TIMEOUT_S
-from ray_wandb_nodes._hang.native import PYSPY_TIMEOUT_S, py_spy
+from ray_wandb_nodes._hang.native import py_spy
 from tests.support.cluster import assert_nothing_left, node_labels
 from tests.support.env import offline_backend
 from tests.support.runs import run_of, unique
@@ -202,11 +201,10 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     for a, (ranks, _) in zip(alerts[::2], [EPISODES[s] for s in sorted(EPISODES)], strict=True):
         for r in ranks:
             assert any(f"rank {r} on {label}" in a["text"] for label in labels), a["text"]
-    # Each hang is named within its limit, a sampling interval and the node's bounds on the
-    # evidence (5 s: a loaded node's dump threads may take all of it; py-spy's 4 s) of the last progress.
+    # Each hang is named within its limit and two sampling intervals of the last progress.
     for episode in range(1, 5):
         print(run_of(backend, name).files[f"hangs/hang-{episode}/verdict.txt"].decode().split("\n\n")[0])
-    assert all(t < HANG_TIMEOUT_S + SAMPLING_S + DUMPS_TIMEOUT_S + PYSPY_TIMEOUT_S for t in late.values()), late
+    assert all(t < HANG_TIMEOUT_S + 2 * SAMPLING_S for t in late.values()), late
 
     run = run_of(backend, name)
     tables = run.tables("hangs")
