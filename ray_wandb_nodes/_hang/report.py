@@ -13,6 +13,9 @@ from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, rank_rang
 # Stopped ranks the alert names one a line; past it, counted (every rank of 8,000 stuck in one
 # place made an alert of 0.6 MB). The hangs table and verdict.txt have them all.
 LIST_LIMIT = 40
+# Past this many ranks, only the stopped ranks get a file of their own, and every rank's evidence
+# is in one file, ``all-ranks.txt``: one a rank made 8,001 files a hang at 1,000 nodes.
+RANK_FILES_LIMIT = 64
 HANG_COLUMNS = (
     "rank", "node", "gpus", "last_step", "reports", "seconds_since_progress", "state", "where", "collective", "seq",
 )  # fmt: skip
@@ -81,7 +84,12 @@ def hang_notice(
     text = f"{verdict.sentence}.\n" + "\n".join(named) + f"\n{action}"
     whole = f"{verdict.sentence}.\n" + "\n".join(where) + f"\n{action}"
     files = [("verdict.txt", whole + (f"\n{taken}" if taken else "") + "\n\n" + format_stack_groups(verdict))]
-    files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in sorted(facts, key=lambda f: f.progress.rank)]
+    ordered = sorted(facts, key=lambda f: f.progress.rank)
+    if len(ordered) <= RANK_FILES_LIMIT:
+        files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in ordered]
+    else:
+        files += [(f"rank-{f.progress.rank}.txt", evidence_text(f)) for f in ordered if f.progress.rank in stopped]
+        files.append(("all-ranks.txt", "\n".join(evidence_text(f) for f in ordered)))
     ranks = rank_ranges(stopped)
     title = f"Hang: rank{'s' if len(stopped) > 1 else ''} {ranks} stopped"
     return HangNotice(episode, title, text, "ERROR", verdict.rows, tuple(files), tuple(stopped))

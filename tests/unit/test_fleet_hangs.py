@@ -98,3 +98,13 @@ def test_the_evidence_is_freed_before_the_collector_is_back() -> None:
 
     HangWatch(HangTimeout(seconds=60.0)).check(run.target, run.pool, Warner(), deliver, ask=ask)
     assert len(answers) == 16 and alive_at_delivery == [0]
+
+
+def test_past_64_ranks_the_stopped_ranks_keep_their_files_and_every_rank_is_in_one() -> None:
+    run = sim_run("python", nodes=9)  # 72 ranks, one stuck
+    (notice,) = raise_hang(run)
+    files = dict(notice.files)
+    assert sorted(files) == ["all-ranks.txt", *(f"rank-{r}.txt" for r in notice.stopped), "verdict.txt"]
+    headers = [line.split(" (pid")[0] for line in files["all-ranks.txt"].splitlines() if " (pid " in line]
+    assert headers == [f"rank {r}" for r in range(72)]  # every rank once, in rank order
+    assert files[f"rank-{notice.stopped[0]}.txt"] in files["all-ranks.txt"]
