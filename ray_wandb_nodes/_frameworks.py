@@ -25,14 +25,12 @@ makes a run of its own: wandb 0.28 to 0.31 never hand the disabled run back.)
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ._on_import import when_imported
 from ._warn import logger
 
 MARK = "_ray_wandb_nodes_quiet"
@@ -86,11 +84,7 @@ def quiet_frameworks(rank: int | None = None, run_id: str | None = None) -> None
     """In a train worker: frameworks' ``wandb.init`` return a disabled run from now on (wandb
     patched now if imported, else as it is imported). Idempotent."""
     _state.update(rank=rank, run_id=run_id)
-    module = sys.modules.get("wandb")
-    if module is not None:
-        _patch(module)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    when_imported("wandb", _patch)
 
 
 def _patch(module: ModuleType) -> None:
@@ -157,41 +151,3 @@ def _say_swallowed(call: str) -> None:
         _state["swallowed"] = True
         text = swallowed_message(call, _state["framework"], _state["rank"], _state["run_id"])
         logger.warning("ray_wandb_nodes: %s", text)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches ``wandb.init`` right after ``import wandb`` runs ``wandb/__init__.py``."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "wandb":
-            return None
-        # Out of the way while the real finders look wandb up, then back: a lookup is not an
-        # import (transformers asks ``importlib.util.find_spec("wandb")`` before it imports it).
-        # The loader takes the hook out for good once it has patched the imported module.
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            if "wandb" not in sys.modules:
-                sys.meta_path.insert(0, self)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        created: ModuleType | None = self._loader.create_module(spec)
-        return created
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        _patch(module)
-        for finder in [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]:
-            sys.meta_path.remove(finder)  # wandb is imported and patched: no hook needed
-
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
-        return getattr(self._loader, name)
