@@ -8,7 +8,17 @@ what the dumps hold into typed values; ``verdict`` names who stopped and who wai
 imports Ray or wandb: the node loggers, the health monitor and the callbacks drive it.
 """
 
-from .beacon import Beacon, BeaconSlot, Phase, RankProgress, default_root, install_step_hook, progress_of, read_slots
+from .beacon import (
+    LONG_PHASES,
+    Beacon,
+    BeaconSlot,
+    Phase,
+    RankProgress,
+    default_root,
+    install_step_hook,
+    progress_of,
+    read_slots,
+)
 from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
 from .ending import HangError
 from .evidence import RankEvidence, arm, disarm
@@ -22,6 +32,7 @@ from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, ra
 
 __all__ = [
     "HANG_COLUMNS",
+    "LONG_PHASES",
     "PYSPY_TIMEOUT_S",
     "ArmedRank",
     "Beacon",

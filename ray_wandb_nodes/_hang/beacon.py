@@ -51,6 +51,9 @@ class Phase(enum.IntEnum):
     STARTING = 4  # armed, its train function not started yet (Ray's worker group start): not judged
 
 
+LONG_PHASES = frozenset({Phase.CHECKPOINTING, Phase.EVALUATING})  # allowed longer than a step
+
+
 @dataclass(frozen=True)
 class BeaconSlot:
     """One rank's slot as read on its node. Times are this host's monotonic nanoseconds."""
@@ -193,10 +196,19 @@ class Beacon:
 
     def phase(self, phase: Phase) -> None:
         """Enter ``phase``; the stamp counts as progress, and the interval that spans a long phase
-        is left out of the slowest cadence (the policy allows phases their own limit)."""
+        is left out of the slowest cadence (the policy allows phases their own limit).
+
+        Before the rank's first progress, entering or leaving a long phase is not progress: the
+        time before the first progress counts again from the stamp, so that an evaluation before
+        the first step (Lightning's sanity check) leaves the first step the first step's limit."""
         now = self._now()
-        self._phase = Phase(phase)
-        self._phase_since = self._last = now
+        phase = Phase(phase)
+        if self._last == 0 and (phase in LONG_PHASES or self._phase in LONG_PHASES):
+            self._start = now
+        else:
+            self._last = now
+        self._phase = phase
+        self._phase_since = now
         self._count_next = False
         self._last_ident = self._ident()
         self._write_all(self._last_ident)

@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .beacon import Phase, RankProgress
+from .beacon import LONG_PHASES, Phase, RankProgress
 
 AUTO = "auto"
 AUTO_FLOOR_S = 120.0
@@ -40,7 +40,6 @@ LONG_FACTOR = 3.0
 LONG_FLOOR_S = 600.0
 MARGIN_FLOOR_S = 60.0
 MARGIN_FRACTION = 0.1
-_LONG_PHASES = (Phase.CHECKPOINTING, Phase.EVALUATING)
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def limit_s(
         long = LONG_FACTOR * running
     else:
         return None
-    limit = long if (not started or phase in _LONG_PHASES) else running
+    limit = long if (not started or phase in LONG_PHASES) else running
     if pg_timeout_s is not None and pg_timeout_s > 0:
         limit = min(limit, pg_timeout_s - evidence_margin_s(pg_timeout_s))
     return limit
@@ -138,6 +137,6 @@ def job_hung(
     ranks = list(ranks)
     hung = hung_ranks(setting, ranks, pg_timeout_s)
     held = {r.rank for r in hung}
-    if any(r.phase in _LONG_PHASES and r.rank not in held for r in ranks):
+    if any(r.phase in LONG_PHASES and r.rank not in held for r in ranks):
         return []
     return hung

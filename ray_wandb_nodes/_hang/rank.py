@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .beacon import Beacon, Phase, default_root, install_step_hook
+from .beacon import LONG_PHASES, Beacon, Phase, default_root, install_step_hook
 from .evidence import Armed, arm, disarm
 from .flight import flight_recorder_env
 
@@ -103,16 +103,18 @@ def armed_rank() -> ArmedRank | None:
 @contextlib.contextmanager
 def in_report() -> Iterator[None]:
     """Around ``ray.train.report`` on a rank: the report phase while inside (Ray's barrier), and
-    a report stamped once it returns. Nothing where the process is not armed."""
+    a report stamped once it returns; a long phase it was called in (an evaluation) is taken up
+    again after it. Nothing where the process is not armed."""
     armed = _current
     if armed is None:
         yield
         return
+    before = armed.beacon.current_phase
     armed.beacon.phase(Phase.IN_REPORT)
     try:
         yield
     finally:
-        armed.beacon.phase(Phase.RUNNING)
+        armed.beacon.phase(before if before in LONG_PHASES else Phase.RUNNING)
         armed.beacon.report()
         if armed.remove_hook is None:
             hook_steps()  # torch imported by the train function since
@@ -121,7 +123,8 @@ def in_report() -> Iterator[None]:
 @contextlib.contextmanager
 def in_phase(phase: Phase) -> Iterator[None]:
     """A long phase (checkpointing, evaluating) on a rank, allowed longer than a step; the phase
-    it interrupted (a report, say) is taken up again after it."""
+    it interrupted (a report, say) is taken up again after it, however the block ends. Nothing
+    where the process is not armed."""
     armed = _current
     if armed is None:
         yield
