@@ -3,6 +3,8 @@
 ``from ray_wandb_nodes import WandbNodesCallback`` and add it to
 ``ray.train.RunConfig(callbacks=[...])``. Importing this package needs neither Ray
 initialised nor wandb installed; the callback says what is missing when it is built.
+``long_phase`` marks a long phase of a train function's own loop (an evaluation) for hang
+detection.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["WandbNodesCallback", "WandbNodesTuneCallback", "__version__"]
+__all__ = ["WandbNodesCallback", "WandbNodesTuneCallback", "__version__", "long_phase"]
 
 if TYPE_CHECKING:
+    from ._phases import long_phase
     from .train import WandbNodesCallback
     from .tune import WandbNodesTuneCallback
 
@@ -27,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from .tune import WandbNodesTuneCallback
 
         return WandbNodesTuneCallback
+    if name == "long_phase":
+        from ._phases import long_phase
+
+        return long_phase
     raise AttributeError(f"module 'ray_wandb_nodes' has no attribute {name!r}")

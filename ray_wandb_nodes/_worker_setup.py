@@ -1,8 +1,9 @@
 """On the train workers: what the plugin sets up in each worker process before the train
 function starts. Hang detection's side of a rank (``_hang``): armed as soon as the worker exists
 (before Train sets up torch's process group, so the flight recorder's variable is read), then
-its reports wrap in the beacon's report phase once the train context exists. The frameworks'
-own W&B runs are quieted in the same call (``_frameworks``)."""
+its reports wrap in the beacon's report phase once the train context exists, and the frameworks'
+evaluation loops in its evaluating phase (``_phases``). The frameworks' own W&B runs are quieted
+in the same call (``_frameworks``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from . import _frameworks, _ray
+from . import _frameworks, _phases, _ray
 from ._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, train_starts
 from ._warn import describe
 
@@ -56,8 +57,9 @@ class ReportHook:
 
 def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
     """Once the worker's train context exists, before the train function: quiet the frameworks'
-    own W&B runs, and hook this rank's reports to its beacon (armed by :func:`arm`, or now where
-    that did not run: then the flight recorder may miss a process group already made)."""
+    own W&B runs, and hook this rank's reports and the frameworks' evaluation loops to its beacon
+    (armed by :func:`arm`, or now where that did not run: then the flight recorder may miss a
+    process group already made)."""
     _frameworks.quiet_frameworks(rank, run_id)
     if not hang_run:
         return WorkerSetup(rank, "off")
@@ -66,6 +68,7 @@ def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
         if armed_rank() is None:
             return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
     hook_steps()  # torch is imported by now where Train set up its process group
+    _phases.hook_evaluation()  # HF's and Lightning's evaluation loops: the evaluating phase
     train_starts()
     try:
         hooked = _ray.add_report_hook(ReportHook())
