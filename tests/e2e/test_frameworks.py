@@ -6,15 +6,21 @@ two ways each: HF's job has the W&B settings in its ``runtime_env`` (every proce
 has them from its start); Lightning's train function sets them itself. Either way the backend
 sees the job's run and no other.
 
-Tiny models built from a config here (nothing downloaded), a few steps, two reports each. One
-cluster for the module: a head with no CPU (the driver and the Train controller) and two one-CPU
-worker nodes, one train worker each. The README's recipes are these train functions.
+Tiny models built from a config here (nothing downloaded), a few steps, two reports each, and an
+evaluation pass in each fit: the ranks are armed for hangs, and the frameworks' evaluation loops
+run in the beacon's evaluating phase with no user code (each rank notes the phase its node reads
+from its slot while it evaluates). Lightning's first validation lasts longer than a fixed
+``hang_timeout_s`` and raises no hang alert. One cluster for the module: a head with no CPU (the
+driver and the Train controller) and two one-CPU worker nodes, one train worker each. The
+README's recipes are these train functions.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,15 +41,55 @@ pytestmark = [
 
 # The cluster: tests/e2e/conftest.py's two_nodes fixture.
 TOPOLOGY = "two_nodes"
+HANG_TIMEOUT_S = 10.0  # Lightning's fit: a rank silent this long while running is hung (3 x before its first step)
+SLOW_EVAL_S = 1.5 * HANG_TIMEOUT_S  # its first validation: past the running limit, within the evaluating one (3 x)
+
+
+def note_phase(folder: str | None, stage: str, started: float) -> None:
+    """In a rank: its phase as its node reads it (the beacon's slot file), a line of the rank's
+    file in ``folder``: the stage, the phase's name, seconds since the train function started."""
+    if not folder:
+        return
+    import ray.train
+
+    from ray_wandb_nodes._hang import armed_rank, read_slots
+
+    armed = armed_rank()
+    slots = [s for s in read_slots(armed.beacon.directory) if s.pid == os.getpid()] if armed else []
+    phase = slots[0].phase.name if slots else "not-armed"
+    rank = ray.train.get_context().get_world_rank()
+    with open(os.path.join(folder, f"phases-{rank}.txt"), "a") as f:
+        f.write(f"{stage} {phase} {time.monotonic() - started:.1f}\n")
+
+
+def phases_seen(folder: Path, rank: int) -> dict[str, str]:
+    """What ``note_phase`` noted on ``rank``: stage -> phase (the stage's first note)."""
+    seen: dict[str, str] = {}
+    for line in (folder / f"phases-{rank}.txt").read_text().splitlines():
+        stage, phase, _ = line.split()
+        seen.setdefault(stage, phase)
+    return seen
+
+
+def hang_alerts(run: Any) -> list[str]:
+    return [a["title"] for a in run.alerts if a["title"].startswith("Hang")]
 
 
 # the train functions (Ray's workers import them from this module) ------------------------------
 def hf_loop(config: dict[str, Any]) -> None:
+    started = time.monotonic()  # the train function starts
     import tempfile
 
     import torch
     from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+    class NotePhase(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            note_phase(config.get("dir"), "step", started)
+
+        def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            note_phase(config.get("dir"), "eval", started)  # inside HF's evaluation loop
 
     if config.get("env_at_start"):  # the job's runtime_env gave this process the W&B settings at its start
         assert os.environ.get("WANDB_PROJECT") == config["env_at_start"], "the runtime_env did not reach the worker"
@@ -58,16 +104,21 @@ def hf_loop(config: dict[str, Any]) -> None:
         per_device_train_batch_size=2,
         logging_steps=1,
         save_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,  # each save's evaluation first
+        per_device_eval_batch_size=2,
         save_only_model=True,
         report_to=config["report_to"],
         use_cpu=True,
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[RayTrainReportCallback()])
+    callbacks = [RayTrainReportCallback(), NotePhase()]
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4], callbacks=callbacks)
     prepare_trainer(trainer).train()
 
 
 def lightning_loop(config: dict[str, Any]) -> None:
+    started = time.monotonic()  # the train function starts
     import lightning.pytorch as pl
     import torch
     from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
@@ -81,16 +132,28 @@ def lightning_loop(config: dict[str, Any]) -> None:
             self.layer = torch.nn.Linear(4, 1)
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
+            note_phase(config.get("dir"), f"step-{self.global_step}", started)
             x, y = batch
             loss = torch.nn.functional.mse_loss(self.layer(x), y)
             self.log("train_loss", loss)
             return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> Any:
+            # Lightning's evaluation loop: its sanity check before the first step, then each epoch's end
+            stage = "sanity" if self.trainer.sanity_checking else f"validation-{self.current_epoch}"
+            note_phase(config.get("dir"), stage, started)
+            if stage == "validation-0":
+                time.sleep(config.get("slow_eval_s", 0.0))  # a long pass: no step, no report
+                note_phase(config.get("dir"), "validation-0-end", started)
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
     torch.manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    val_loader = DataLoader(TensorDataset(torch.randn(4, 4), torch.randn(4, 1)), batch_size=2)  # a batch a rank
     logger: Any = False
     if config.get("wandb_logger"):
         from lightning.pytorch.loggers import WandbLogger
@@ -109,7 +172,7 @@ def lightning_loop(config: dict[str, Any]) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    prepare_trainer(trainer).fit(Tiny(), train_dataloaders=loader)
+    prepare_trainer(trainer).fit(Tiny(), train_dataloaders=loader, val_dataloaders=val_loader)
     if config.get("user_logs") and trainer.global_rank == 0:
         import wandb
 
@@ -171,8 +234,12 @@ def test_hf_trainer_values_checkpoints_every_node_and_its_own_wandb_logging_make
     env = worker_env(backend, own, tmp_path)
     callback = make_callback(upload_checkpoints=True)
     before = set(backend.runs)
-    result = fit_in_job(env, hf_loop, name, callback, str(tmp_path), report_to="wandb", env_at_start=own)
+    result = fit_in_job(
+        env, hf_loop, name, callback, str(tmp_path), report_to="wandb", env_at_start=own, dir=str(tmp_path)
+    )
     assert result.error is None
+    for rank in (0, 1):  # HF's evaluation (each save's) in the evaluating phase, its steps running
+        assert phases_seen(tmp_path, rank) == {"step": "RUNNING", "eval": "EVALUATING"}, rank
     run = run_of(backend, name)
     assert_the_only_new_run(backend, before, run)
     rows = user_rows(run)
@@ -189,6 +256,7 @@ def test_hf_trainer_values_checkpoints_every_node_and_its_own_wandb_logging_make
     assert backend.runs_in(own) == []  # HF's run from rank 0 was never created
     said = '(report_to="wandb") on rank 0 was turned off: it would write a second W&B run beside this job\'s run '
     assert said_by_workers(cluster, said + f"{run.run_id},") == 1  # once, from rank 0: the only rank HF logs from
+    assert hang_alerts(run) == []
     assert_nothing_left()
 
 
@@ -201,10 +269,27 @@ def test_lightning_trainer_values_checkpoints_every_node_and_its_wandb_logger_ma
     # after the fit, on the WandbLogger's disabled run.
     name, own = unique("lightning"), unique("lightning-own")
     env = worker_env(backend, own, tmp_path)
-    callback = make_callback(upload_checkpoints=True)
+    # Hang detection with a fixed limit, and a first validation longer than it (no step, no
+    # report): the evaluating phase allows it 3 x, so no hang is raised.
+    callback = make_callback(upload_checkpoints=True, hang_timeout_s=HANG_TIMEOUT_S)
     before = set(backend.runs)
-    result = fit(lightning_loop, name, callback, str(tmp_path), wandb_logger=True, worker_env=env, user_logs=True)
+    config = {"dir": str(tmp_path), "slow_eval_s": SLOW_EVAL_S}
+    result = fit(
+        lightning_loop, name, callback, str(tmp_path), wandb_logger=True, worker_env=env, user_logs=True, **config
+    )
     assert result.error is None
+    for rank in (0, 1):
+        print(f"rank {rank}:", (tmp_path / f"phases-{rank}.txt").read_text().replace("\n", "; "))
+        assert phases_seen(tmp_path, rank) == {
+            "sanity": "EVALUATING",  # before the first step
+            "step-0": "RUNNING",
+            "step-1": "RUNNING",
+            "validation-0": "EVALUATING",
+            "validation-0-end": "EVALUATING",  # after SLOW_EVAL_S, longer than the running limit
+            "step-2": "RUNNING",
+            "step-3": "RUNNING",
+            "validation-1": "EVALUATING",
+        }, rank
     run = run_of(backend, name)
     assert_the_only_new_run(backend, before, run)
     rows = user_rows(run)
@@ -222,4 +307,5 @@ def test_lightning_trainer_values_checkpoints_every_node_and_its_wandb_logger_ma
     swallowed += f"Lightning's WandbLogger got (one history writer per run). To log to this job's run {run.run_id}, "
     swallowed += "report the values with ray.train.report(metrics)"
     assert said_by_workers(cluster, swallowed) == 1  # once, for both of the user's calls
+    assert hang_alerts(run) == []  # the long validation is no hang
     assert_nothing_left()
