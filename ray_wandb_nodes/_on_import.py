@@ -8,8 +8,9 @@ so that the patches run once the module's code has run. A lookup is not an impor
 loader only patches a module it executes. Once no name is awaited the finder leaves
 ``sys.meta_path``; while one is, it costs every other import of the process one dict lookup.
 
-Patches must be idempotent: a module may be patched on the spot and by its loader both (a module
-in ``sys.modules`` half-run when :func:`when_imported` is called).
+A patch is applied once: to the module imported already, or right after the first import of it
+that runs. One that raises is said once in the log and leaves the module as it is: the import
+that ran it goes on (a user's ``import transformers`` never fails for the plugin).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from ._warn import describe, logger
 
 Patch = Callable[[ModuleType], None]
 
@@ -57,7 +60,10 @@ def _apply(name: str, module: ModuleType) -> None:
             for finder in [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]:
                 sys.meta_path.remove(finder)  # nothing awaited: no finder in every import's way
     for patch in patches:
-        patch(module)
+        try:
+            patch(module)
+        except Exception as e:  # noqa: BLE001 - the import goes on, the module as it is
+            logger.warning("ray_wandb_nodes: %s was not patched and is left as it is (%s)", name, describe(e))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -84,3 +84,19 @@ def test_a_name_that_does_not_exist_is_not_found_and_stays_awaited(fresh: Path) 
     with pytest.raises(ModuleNotFoundError):
         import fakefw.missing  # type: ignore[import-not-found]  # noqa: F401
     assert _on_import.awaited() == ["fakefw.missing"]
+
+
+def test_a_patch_that_raises_leaves_the_module_and_its_import_as_they_are(
+    fresh: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(module: ModuleType) -> None:
+        raise AttributeError("no such class in this release")
+
+    _on_import.when_imported("fakefw.loops", broken)
+    import fakefw.loops
+
+    assert fakefw.loops.Loop().run() == "ran" and _on_import.awaited() == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "ray_wandb_nodes: fakefw.loops was not patched and is left as it is "
+        "(AttributeError: no such class in this release)"
+    ]
