@@ -113,8 +113,9 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
         from ray_wandb_nodes._hang.beacon import Beacon
         b = Beacon({str(tmp_path)!r}, 1)
         print("ready", flush=True)
-        while True:  # until the test ends it
+        for _ in range(2_000_000):  # a few seconds of writes, then idle until the test ends it
             b.step(); b.report()
+        sys.stdin.read()
         """
     )
     proc = subprocess.Popen(
@@ -124,10 +125,13 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         seen: list[int] = []
+        distinct = reads = 0
         deadline = time.monotonic() + 30  # a loaded machine may not run the writer for a while
-        while (len(seen) < 3000 or len(set(seen)) < 3) and time.monotonic() < deadline:
-            for slot in read_slots(tmp_path):
+        while (reads < 3000 or distinct < 3) and time.monotonic() < deadline:
+            reads += 1
+            for slot in read_slots(tmp_path):  # none while a write is under way
                 assert slot.steps - slot.reports in (0, 1)
+                distinct += not seen or slot.steps != seen[-1]
                 seen.append(slot.steps)
         assert seen == sorted(seen) and len(set(seen)) >= 3, seen[-5:]
     finally:
