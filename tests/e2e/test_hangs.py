@@ -160,6 +160,8 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
         for k, (step, (ranks, _)) in enumerate(sorted(EPISODES.items())):
             wait_until(lambda k=k: (hang_alerts(backend, name)[2 * k :] or [None])[0], 240, f"hang {k + 1}")
             stuck = [tmp_path / f"stuck-{step}-{r}" for r in ranks]
+            said = "\n\n".join(f"{a['severity']} {a['title']}\n{a['text']}" for a in hang_alerts(backend, name))
+            assert all(p.exists() for p in stuck), f"an alert before episode {k + 1}'s stop:\n{said}"
             late[step] = time.time() - max(float(p.read_text()) for p in stuck)
             (tmp_path / f"release-{step}").touch()
             wait_until(lambda k=k: len(hang_alerts(backend, name)) >= 2 * k + 2, 120, f"the end of hang {k + 1}")
