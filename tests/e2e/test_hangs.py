@@ -35,7 +35,7 @@ WORLD, STEPS = 4, 12
 HANG_TIMEOUT_S = 4.0
 SAMPLING_S = 2.0
 FIRST_STEP_S = HANG_TIMEOUT_S  # with the optimizer's first use, longer than the limit; under the first step's (3 x)
-GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns by itself, after its hang is named
+GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns when released, or by itself after this
 UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
 # step -> (ranks that stop, how): each episode's hang
 EPISODES = {2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report")}
@@ -48,10 +48,10 @@ def load_next_shard(release: str) -> None:
         time.sleep(0.05)  # <load_next_shard>
 
 
-def read_from_device(lib: str, seconds: float) -> None:
+def read_from_device(lib: str, seconds: float, release: str) -> None:
     import ctypes
 
-    ctypes.PyDLL(lib).rwn_hold_gil(ctypes.c_double(seconds))  # <read_from_device>
+    ctypes.PyDLL(lib).rwn_hold_gil_until(release.encode(), ctypes.c_double(seconds))  # <read_from_device>
 
 
 def slow_upload(checkpoint: Any, dir_name: str) -> Any:
@@ -68,7 +68,7 @@ def stop(config: dict[str, Any], step: int, rank: int, how: str) -> None:
     if rank in ranks and kind == how:
         Path(config["dir"], f"stuck-{step}-{rank}").write_text(str(time.time()))
         if how == "native":
-            read_from_device(config["gil"], GIL_HELD_S)
+            read_from_device(config["gil"], GIL_HELD_S, os.path.join(config["dir"], f"release-{step}"))
         else:
             load_next_shard(os.path.join(config["dir"], f"release-{step}"))
 

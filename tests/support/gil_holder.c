@@ -3,6 +3,7 @@
    after signals, so no Python thread of the process can run meanwhile. Built at test time by
    tests/e2e/test_hang_evidence.py. */
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
     struct timespec t;
@@ -15,5 +16,14 @@ void rwn_hold_gil(double seconds) {
     while (now_s() < end) {
         struct timespec pause = {0, 20 * 1000 * 1000};
         nanosleep(&pause, 0); /* EINTR (faulthandler's signal) just loops */
+    }
+}
+
+/* As rwn_hold_gil, ending early once `path` exists (a test releases it once its hang is named). */
+void rwn_hold_gil_until(const char *path, double seconds) {
+    double end = now_s() + seconds;
+    while (now_s() < end && access(path, F_OK) != 0) {
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, 0);
     }
 }
