@@ -41,7 +41,7 @@ pytestmark = [
 
 # The cluster: tests/e2e/conftest.py's two_nodes fixture.
 TOPOLOGY = "two_nodes"
-HANG_TIMEOUT_S = 6.0  # Lightning's fit: a rank silent this long while running is hung (3 x before its first step)
+HANG_TIMEOUT_S = 10.0  # Lightning's fit: a rank silent this long while running is hung (3 x before its first step)
 SLOW_EVAL_S = 1.5 * HANG_TIMEOUT_S  # its first validation: past the running limit, within the evaluating one (3 x)
 
 
