@@ -4,6 +4,7 @@ did not register one (SIGUSR2's default action would end it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_wandb_nodes._hang.beacon import Beacon, read_slots
+from ray_wandb_nodes._hang.beacon import Beacon, BeaconSlot, read_slots
 from ray_wandb_nodes._hang.dumps import request_dump, request_dumps
-from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, EvidencePaths, arm, disarm, free_signal
+from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, Armed, EvidencePaths, arm, disarm, free_signal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,6 +106,20 @@ def test_a_process_that_did_not_register_is_not_signalled(tmp_path: Path) -> Non
         proc.wait()
 
 
+@contextlib.contextmanager
+def armed_rank(folder: Path, rank: int) -> Iterator[tuple[Armed, BeaconSlot]]:
+    """A rank of this process armed in ``folder`` (beacon, faulthandler, dump thread), its slot as the
+    node reads it; disarmed after."""
+    beacon = Beacon(folder, rank)
+    armed = arm(folder, rank, beacon)
+    try:
+        [slot] = read_slots(folder)
+        yield armed, slot
+    finally:
+        disarm(armed, beacon)
+        beacon.close()
+
+
 def test_a_dump_thread_that_took_its_request_is_waited_for_and_never_signalled(
     tmp_path: Path, default_user_signals: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,16 +136,10 @@ def test_a_dump_thread_that_took_its_request_is_waited_for_and_never_signalled(
         answer(path, request_id)
 
     monkeypatch.setattr(module, "_write_python_evidence", slow_answer)
-    beacon = Beacon(tmp_path, 5)
-    armed = arm(tmp_path, 5, beacon)
-    try:
-        [slot] = read_slots(tmp_path)
+    with armed_rank(tmp_path, 5) as (armed, slot):
         [evidence] = request_dumps([slot], timeout_s=10, grace_s=0.2)
         assert writing.is_set() and evidence.python and evidence.notes == ()
         assert evidence.native == () and armed.paths.stacks.stat().st_size == 0  # no signal reached it
-    finally:
-        disarm(armed, beacon)
-        beacon.close()
 
 
 def test_a_request_its_dump_thread_did_not_take_is_withdrawn_then_faulthandler_answers(
@@ -153,10 +162,7 @@ def test_a_request_its_dump_thread_did_not_take_is_withdrawn_then_faulthandler_a
         return real_select(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(module.select, "select", late_select)
-    beacon = Beacon(tmp_path, 6)
-    armed = arm(tmp_path, 6, beacon)
-    try:
-        [slot] = read_slots(tmp_path)
+    with armed_rank(tmp_path, 6) as (armed, slot):
         [evidence] = request_dumps([slot], timeout_s=10, grace_s=0.2)
         assert evidence.python == () and threading.get_ident() in {t.ident for t in evidence.native}
         assert evidence.notes == ("its dump thread did not take the request in time (Python could not run)",)
@@ -164,10 +170,6 @@ def test_a_request_its_dump_thread_did_not_take_is_withdrawn_then_faulthandler_a
         threading.Event().wait(0.3)  # the dump thread wakes, reads nothing, and waits again
         assert not armed.paths.python.exists()  # the withdrawn request was never answered
         assert request_dump(slot, timeout_s=10).python  # and the next one is, as usual
-    finally:
-        release.set()
-        disarm(armed, beacon)
-        beacon.close()
 
 
 def test_the_stacks_come_first_and_a_slow_flight_recorder_dump_does_not_hold_them(
@@ -182,10 +184,7 @@ def test_the_stacks_come_first_and_a_slow_flight_recorder_dump_does_not_hold_the
         return '{"pg_status": {}, "entries": []}'
 
     monkeypatch.setattr(module, "dump_flight_recorder", slow_recorder)
-    beacon = Beacon(tmp_path, 7)
-    armed = arm(tmp_path, 7, beacon)
-    try:
-        [slot] = read_slots(tmp_path)
+    with armed_rank(tmp_path, 7) as (_, slot):
         [evidence] = request_dumps([slot], timeout_s=0.6, grace_s=0.3)
         assert threading.current_thread().name in {t.name for t in evidence.python}
         assert evidence.flight is None and evidence.native == ()
@@ -193,7 +192,3 @@ def test_the_stacks_come_first_and_a_slow_flight_recorder_dump_does_not_hold_the
         release.set()
         [complete] = request_dumps([slot], timeout_s=10)
         assert complete.notes == () and complete.flight is not None
-    finally:
-        release.set()
-        disarm(armed, beacon)
-        beacon.close()
