@@ -60,9 +60,7 @@ class RayHangRelay(logging.Handler):
             self._alert("possible hang", message, "WARN")
         elif CONFIRMED in message:
             self._confirmed += 1
-            folder = f"ray-nccl-{self._confirmed}"
-            text = f"{message.rstrip()}\nSaved into this run's files under hangs/{folder}/."
-            args = (self._confirmed, folder, text, message)
+            args = (self._confirmed, message)
             copy = threading.Thread(target=self._save, args=args, daemon=True, name="rwn-ray-nccl")
             self._threads.append(copy)
             copy.start()  # the files are read from storage off the controller's loop
@@ -74,16 +72,19 @@ class RayHangRelay(logging.Handler):
     def _alert(self, what: str, text: str, level: str, recovered: bool = False) -> None:
         self._primary.alert(Alert(f"{TITLE}: {what}", text, level, self._label, EventKind.HANG, recovered=recovered))
 
-    def _save(self, episode: int, folder: str, text: str, message: str) -> None:
+    def _save(self, episode: int, message: str) -> None:
         files: list[tuple[str, str]] = []
         try:
             for path in _paths(message):
                 files += self._read_folder(path)
         except Exception as e:  # noqa: BLE001
             self._warner.warn("ray-nccl-files", f"Ray's NCCL hang diagnostics could not be read ({describe(e)})")
-        self._primary.hang(
-            HangNotice(self._confirmed, f"{TITLE}: hang", text, "ERROR", files=tuple(files), name=folder)
-        )
+        self._hang(episode, f"{message.rstrip()}\nSaved into this run's files under hangs/{_folder(episode)}/.", files)
+
+    def _hang(self, episode: int, text: str, files: list[tuple[str, str]]) -> None:
+        """A confirmed hang to the primary: its ERROR alert and its files under ``hangs/ray-nccl-<n>/``."""
+        notice = HangNotice(episode, f"{TITLE}: hang", text, "ERROR", files=tuple(files), name=_folder(episode))
+        self._primary.hang(notice)
 
     def _read_folder(self, path: str) -> list[tuple[str, str]]:
         """Every file under ``path`` (a tool's folder in the run's storage), named ``<tool>/<file>``."""
@@ -116,15 +117,12 @@ class RayHangRelay(logging.Handler):
         for tool in sorted({os.path.relpath(p, root).split(os.sep)[0] for p in new}):
             files += self._read_folder(os.path.join(root, tool))
         self._confirmed += 1
-        folder = f"ray-nccl-{self._confirmed}"
         text = (
             "Ray's NCCL hang detector confirmed a hang and failed the attempt (RAY_TRAIN_NCCL_RAS_ACTION=fail): "
             f"a communicator's ranks' collective counts differ and none advances. Its diagnostics (every rank's "
-            f"stacks, the ncclras polls) are in this run's files under hangs/{folder}/."
+            f"stacks, the ncclras polls) are in this run's files under hangs/{_folder(self._confirmed)}/."
         )
-        self._primary.hang(
-            HangNotice(self._confirmed, f"{TITLE}: hang", text, "ERROR", files=tuple(files), name=folder)
-        )
+        self._hang(self._confirmed, text, files)
 
     def finish(self, timeout: float) -> None:
         """Wait (at most ``timeout`` in all) for the confirmed hangs' files to reach the primary."""
@@ -137,6 +135,10 @@ class RayHangRelay(logging.Handler):
         except Exception as e:  # noqa: BLE001
             self._warner.warn("ray-nccl-files", f"Ray's NCCL hang diagnostics could not be read ({describe(e)})")
         self.close()
+
+
+def _folder(episode: int) -> str:
+    return f"ray-nccl-{episode}"
 
 
 def _paths(message: str) -> list[str]:
