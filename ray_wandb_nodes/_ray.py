@@ -220,6 +220,11 @@ def result_failed(result: Any) -> bool:
     return getattr(result, "error", None) is not None
 
 
+def finished_ranks(poll_status: Any) -> frozenset[int]:
+    """The ranks whose train function has returned (``WorkerGroupPollStatus.worker_statuses``)."""
+    return frozenset(int(r) for r, s in poll_status.worker_statuses.items() if s.running is False)
+
+
 # Ray Tune --------------------------------------------------------------------------------------------
 def current_trial_id() -> str | None:
     """The id of the Tune trial this process runs in, or None outside Tune."""

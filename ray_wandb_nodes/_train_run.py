@@ -135,6 +135,12 @@ class TrainRun:
                 use_gpu=bool(start.use_gpu), exclude=node_id, workers=workers, per_worker=start.resources_per_worker
             )
 
+    def ranks_finished(self, ranks: frozenset[int]) -> None:
+        """Ranks whose train function returned (Train's poll): no longer judged for hangs."""
+        session = self.sessions.get(self.base_id)
+        if isinstance(session, SharedSession) and session.target.hangs is not None:
+            session.target.hangs.finished = ranks  # one reference swapped: read by the fleet thread
+
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None
 

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     from ray.train.v2.api.result import Result
 
 
+@guarded("after_worker_group_poll_status")
+def _ranks_finished(self: WandbNodesCallback, worker_group_status: Any) -> None:
+    """Train's poll of the workers: the ranks whose train function returned are not judged for hangs."""
+    if self._run is not None and self._run.hang_run:
+        self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
+
+
 class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     """One W&B run that shows every node of a Ray Train run (or the classic strategies).
 
@@ -155,10 +162,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         o = self.options
         return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, strategy={o.strategy!r}, nodes={o.nodes!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_run=None, _relay_trial=None, _placements={}, _hang_run=None)  # runtime state never travels
-        return state
+    def __getstate__(self) -> dict[str, Any]:  # runtime state never travels
+        return {**self.__dict__, "_run": None, "_relay_trial": None, "_placements": {}, "_hang_run": None}
 
     @property
     def run_id(self) -> str | None:
@@ -279,6 +284,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             return
         assert self._run is not None
         self._run.workers_placed(placements)
+
+    after_worker_group_poll_status = _ranks_finished  # a rank done training is not hung
 
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")

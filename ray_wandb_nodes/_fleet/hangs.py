@@ -84,6 +84,8 @@ class HangWatch:
     # Tune trial publishes them); None: the run's (``target.ranks``).
     ranks: dict[str, tuple[int, ...]] | None = None
     clock: Callable[[], float] = time.monotonic  # the pool's (a handle's ``progress_at`` is on it)
+    # Ranks whose train function returned (Train's poll status, from the controller): silent, not hung.
+    finished: frozenset[int] = frozenset()
 
     def check(
         self,
@@ -159,7 +161,7 @@ class HangWatch:
                 handle = pool.get(node_id)
                 seen = aged(handle.progress.get(target.run_id, ()), self.clock() - handle.progress_at) if handle else ()
             for progress in seen:
-                if progress.rank in ranks:
+                if progress.rank in ranks and progress.rank not in self.finished:
                     out[progress.rank] = (progress, node_id)
         return out
 

@@ -187,3 +187,22 @@ def test_after_restart_ends_an_attempt_a_waiter_let_go_is_no_progress() -> None:
     pool.handles["a"].progress = {"run-1": (RankProgress(0, 900, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12),)}
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR"] and not watch.open
+
+
+def test_ranks_whose_train_function_returned_are_not_judged() -> None:
+    """Train's poll says the train function returned (the worker group not yet shut down): the
+    ranks' silence is the end of training, not a hang (seen once at a fit's end: "every rank
+    (0-3): no stack came back")."""
+    target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
+    watch = HangWatch(HangTimeout(seconds=10), clock=lambda: pool.clock)
+    notices: list[HangNotice] = []
+
+    def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
+        return [tuple((progress(r, 20), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
+
+    watch.finished = frozenset({0, 1, 2, 3})
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert notices == []
+    watch.finished = frozenset({0, 1})  # two still training and silent: those two are judged
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert [n.title for n in notices] == ["Hang: ranks 2-3 stopped"]
