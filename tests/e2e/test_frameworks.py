@@ -41,7 +41,10 @@ pytestmark = [
 
 # The cluster: tests/e2e/conftest.py's two_nodes fixture.
 TOPOLOGY = "two_nodes"
-HANG_TIMEOUT_S = 10.0  # Lightning's fit: a rank silent this long while running is hung (3 x before its first step)
+# Lightning's fit: a rank silent this long while running is hung, 3 x that before its first step (on
+# a loaded CI machine, two matrix lanes side by side, Lightning's start before its sanity check took
+# 38 s: past 3 x 10 s, an alert of the start, not of the validation under test).
+HANG_TIMEOUT_S = 15.0
 SLOW_EVAL_S = 1.5 * HANG_TIMEOUT_S  # its first validation: past the running limit, within the evaluating one (3 x)
 
 
@@ -72,7 +75,8 @@ def phases_seen(folder: Path, rank: int) -> dict[str, str]:
 
 
 def hang_alerts(run: Any) -> list[str]:
-    return [a["title"] for a in run.alerts if a["title"].startswith("Hang")]
+    """The run's hang alerts, title and text (what a failed ``== []`` should show)."""
+    return [f"{a['title']}: {a['text']}" for a in run.alerts if a["title"].startswith("Hang")]
 
 
 # the train functions (Ray's workers import them from this module) ------------------------------
