@@ -54,6 +54,12 @@ def cluster(gpu_nodes: list[ScriptedGpus]) -> Iterator[Any]:
     stop_cluster(c)
 
 
+@pytest.fixture(autouse=True)
+def _preemption_watcher_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's defaults here: its preemption watcher (off in the other modules, tests/conftest.py)."""
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
+
+
 def head_node_id(cluster: Any) -> str:
     return str(cluster.head_node.node_id)
 
