@@ -44,8 +44,10 @@ TOPOLOGY = "two_nodes"
 # Lightning's fit: a rank silent this long while running is hung, 3 x that before its first step (on
 # a loaded CI machine, two matrix lanes side by side, Lightning's start before its sanity check took
 # 38 s: past 3 x 10 s, an alert of the start, not of the validation under test).
-HANG_TIMEOUT_S = 15.0
-SLOW_EVAL_S = 1.5 * HANG_TIMEOUT_S  # its first validation: past the running limit, within the evaluating one (3 x)
+HANG_TIMEOUT_S = 20.0
+# Its first validation: past the running limit and the two sampling intervals an alert may take
+# (without the evaluating phase it is a hang), well within the evaluating limit (3 x).
+SLOW_EVAL_S = HANG_TIMEOUT_S + 5.0
 
 
 def note_phase(folder: str | None, stage: str, started: float) -> None:
