@@ -154,6 +154,12 @@ def train_driver(config: dict[str, Any]) -> None:
     ).fit()
 
 
+# The trial's Train run with a stall at step 3: twelve steps (6 s) after it, so that a ping sees its
+# progress again before the trial ends (with six, in CI's Ray 2.50.1 lane, beside the 2.55.1 one,
+# the trial ended first and its run had the hang without its "Hang over").
+REPORTS_AROUND_STALL = 16
+
+
 def make_callback(**kwargs: Any) -> Any:
     from ray_wandb_nodes import WandbNodesTuneCallback
 
@@ -323,8 +329,7 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     # Rank 1 stalls 10 s at step 3 while rank 0 waits in the report: a hang of the trial's Train
     # run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
     stall = {"step": 3, "rank": 1, "seconds": 10}
-    # Six steps after it, so that a ping sees its progress again before the trial ends.
-    config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4, "reports": 10}
+    config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4, "reports": REPORTS_AROUND_STALL}
     results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
@@ -334,11 +339,11 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
     head = labels[str(cluster.head_node.node_id)]
     # The trial actor's node and both train workers' nodes: every worker node, not the head.
     assert run.labels == set(labels.values()) - {head}
-    assert [row["step"] for row in user_rows(run)] == list(range(10))
+    assert [row["step"] for row in user_rows(run)] == list(range(REPORTS_AROUND_STALL))
     assert all(row["rank"] == 0 for row in user_rows(run))
     assert run.exit_codes == [0]
     # The Train run's checkpoints reach the trial's run through the results' checkpoint_path.
-    assert [a.files.get("step") for a in run.models] == [str(s).encode() for s in range(10)]
+    assert [a.files.get("step") for a in run.models] == [str(s).encode() for s in range(REPORTS_AROUND_STALL)]
     hangs = [a for a in run.alerts if a["title"].startswith("Hang")]
     assert [(a["severity"], a["title"].split(":")[0]) for a in hangs] == [("ERROR", "Hang"), ("INFO", "Hang over")]
     assert hangs[0]["title"] == "Hang: rank 1 stopped", hangs
