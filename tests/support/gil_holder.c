@@ -11,19 +11,14 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-void rwn_hold_gil(double seconds) {
+/* Holds the GIL until `path` exists (a test releases it once its hang is named) or `seconds`
+   have passed; a NULL `path`: the seconds alone. */
+void rwn_hold_gil_until(const char *path, double seconds) {
     double end = now_s() + seconds;
-    while (now_s() < end) {
+    while (now_s() < end && (path == 0 || access(path, F_OK) != 0)) {
         struct timespec pause = {0, 20 * 1000 * 1000};
         nanosleep(&pause, 0); /* EINTR (faulthandler's signal) just loops */
     }
 }
 
-/* As rwn_hold_gil, ending early once `path` exists (a test releases it once its hang is named). */
-void rwn_hold_gil_until(const char *path, double seconds) {
-    double end = now_s() + seconds;
-    while (now_s() < end && access(path, F_OK) != 0) {
-        struct timespec pause = {0, 20 * 1000 * 1000};
-        nanosleep(&pause, 0);
-    }
-}
+void rwn_hold_gil(double seconds) { rwn_hold_gil_until(0, seconds); }
