@@ -4,9 +4,10 @@ A trial that wraps a ``TorchTrainer`` runs a Train controller whose workers sit 
 nodes than the trial actor. The Tune callback marks each trial it logs in Ray's internal
 key-value store (GCS) before the trial's function starts; a ``WandbNodesCallback`` in that
 trial's Train run finds the mark and, instead of opening its own W&B run, publishes its
-worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, and its
-hang setting, so the trial's run watches those ranks. Nothing secret goes through the store: only
-node ids, hostnames, ranks and the hang setting.
+worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, its
+hang setting, so the trial's run watches those ranks, and the ranks that finished training, so that
+the trial's run neither judges them nor leaves a hang open when they end it. Nothing secret goes
+through the store: only node ids, hostnames, ranks and the hang setting.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def _workers_key(trial_id: str) -> bytes:
 
 def _hang_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/hang".encode()
+
+
+def _finished_key(trial_id: str) -> bytes:
+    return f"tune/{trial_id}/finished".encode()
 
 
 def mark_trial(trial_id: str, run_id: str) -> None:
@@ -68,6 +73,17 @@ def hang_setting(trial_id: str) -> dict[str, Any] | None:
     return dict(json.loads(raw)) if raw else None
 
 
+def publish_finished(trial_id: str, ranks: frozenset[int]) -> None:
+    """The Train run's ranks whose train function returned (not those that failed), as they change."""
+    _ray.kv_put(_finished_key(trial_id), json.dumps(sorted(ranks)).encode(), NAMESPACE)
+
+
+def finished_ranks(trial_id: str) -> frozenset[int]:
+    """The ranks of the trial's Train run that finished training, as it last published them."""
+    raw = _ray.kv_get(_finished_key(trial_id), NAMESPACE)
+    return frozenset(int(r) for r in json.loads(raw)) if raw else frozenset()
+
+
 def clear_trial(trial_id: str) -> None:
-    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id)):
+    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _finished_key(trial_id)):
         _ray.kv_del(key, NAMESPACE)

@@ -122,6 +122,7 @@ class TrainRun:
             init_timeout_s=o.init_timeout_s, warner=warner, poll_s=poll
         )  # started by its first session
         self._finished = False
+        self._finished_ranks: frozenset[int] = frozenset()  # as last told the fleet
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         self._ray_hangs: RayHangRelay | None = None
@@ -136,10 +137,11 @@ class TrainRun:
             )
 
     def ranks_finished(self, ranks: frozenset[int]) -> None:
-        """Ranks whose train function returned (Train's poll): no longer judged for hangs."""
-        session = self.sessions.get(self.base_id)
-        if isinstance(session, SharedSession) and session.target.hangs is not None:
-            session.target.hangs.finished = ranks  # one reference swapped: read by the fleet thread
+        """Ranks whose train function returned (Train's poll), for the run's hang watch on the
+        fleet thread as they change: not judged, and progress during a hang."""
+        if self.hang_run and ranks != self._finished_ranks:
+            self._finished_ranks = ranks
+            self.fleet.ranks_finished(self.hang_run, ranks)
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None

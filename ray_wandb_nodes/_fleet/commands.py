@@ -55,6 +55,14 @@ class RankReport(NamedTuple):
     checkpoint: bool = False
 
 
+class RanksFinished(NamedTuple):
+    """The ranks of a run whose train function returned (Train's poll status; a rank that failed
+    is not one), replacing the last such set: not judged for hangs, and progress during one."""
+
+    run_id: str
+    ranks: frozenset[int]
+
+
 class AwaitWriters(NamedTuple):
     """Set ``done`` once every node writer these runs want has answered its join."""
 
@@ -105,6 +113,7 @@ Command = (
     | SetNodes
     | Prestart
     | RankReport
+    | RanksFinished
     | AwaitWriters
     | LogRow
     | LogArtifact

@@ -247,6 +247,7 @@ def test_a_trials_mark_is_cleared_off_the_hook_and_a_retried_trial_keeps_its_new
 
 
 def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
+    import threading
     from types import SimpleNamespace
 
     from ray_wandb_nodes._tune_run import TuneRuns
@@ -254,19 +255,21 @@ def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
     class Session:
         finishing = False
         codes: list[int] = []
+        retired = threading.Event()  # set by the fleet once it has taken the run's end
+        finish_timeout_s = 1.0
 
         def finish(self, exit_code: int) -> None:
             self.finishing = True
             self.codes.append(exit_code)
 
-    cleared: list[str] = []
+    cleared: list[tuple[str, threading.Event | None]] = []
     runs = object.__new__(TuneRuns)  # no Ray: only the bookkeeping of ends
     runs.sessions = {"t1": Session()}  # type: ignore[dict-item]
-    runs.marks = SimpleNamespace(clear=cleared.append)  # type: ignore[assignment]
+    runs.marks = SimpleNamespace(clear=lambda trial_id, after, within: cleared.append((trial_id, after)))  # type: ignore[assignment]
     runs.end("t1", 1)
     runs.end("t1", 0)  # the experiment's end after the trial's error: the first end counts
     runs.end("gone", 0)
-    assert Session.codes == [1] and cleared == ["t1"]
+    assert Session.codes == [1] and cleared == [("t1", Session.retired)]  # the mark outlives the run's end
 
 
 def test_a_trials_rows_send_only_the_config_that_changed() -> None:
