@@ -336,3 +336,34 @@ def test_a_writers_finish_wakes_the_fleet_at_once() -> None:
     assert woken == [1]
     refs[1].fut.set_exception(RuntimeError("the logger died"))  # a failed finish wakes it too
     assert woken == [1, 1]
+
+
+def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_the_runs_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes import _handoff
+    from ray_wandb_nodes._tune_run import TrialMarks, relayed_nodes
+    from ray_wandb_nodes._warn import Warner
+
+    monkeypatch.setattr(_handoff, "worker_ranks", lambda trial_id: {"n1": (0,), "n2": (1,)})
+    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
+    monkeypatch.setattr(_handoff, "finished_ranks", lambda trial_id: frozenset({1}))
+    target = SimpleNamespace(hangs=None)
+    assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
+    assert target.hangs is not None and target.hangs.finished == frozenset({1})
+    assert target.hangs.ranks == {"n1": (0,), "n2": (1,)}
+
+    cleared: list[str] = []
+    monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, run_id: None)
+    monkeypatch.setattr(_handoff, "clear_trial", cleared.append)
+    marks = TrialMarks(Warner())
+    retired = threading.Event()
+    marks.clear("t1", after=retired, within=30.0)  # the fleet has not taken the run's end yet
+    marks.clear("t2", after=threading.Event(), within=0.0)  # bounded: cleared when its time is up
+    assert not retired.wait(0.3) and cleared == []
+    retired.set()
+    marks.close(5)
+    assert cleared == ["t1", "t2"]
