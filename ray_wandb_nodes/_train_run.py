@@ -123,6 +123,7 @@ class TrainRun:
         )  # started by its first session
         self._finished = False
         self._finished_ranks: frozenset[int] = frozenset()  # as last told the fleet
+        self._reports = 0  # this attempt's reports (a hang's place counts from its last checkpoint)
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         self._ray_hangs: RayHangRelay | None = None
@@ -199,6 +200,9 @@ class TrainRun:
 
     def workers_placed(self, placements: list[Placement]) -> None:
         strategy = self.options.strategy
+        if self.hang_run:  # an attempt starts, from the last checkpoint
+            self._reports = 0
+            self.fleet.checkpointed(self.hang_run, 0)
         if strategy in ("shared", "main"):
             session = self.sessions[self.base_id]
             ranks: dict[str, list[int]] = {}
@@ -233,6 +237,9 @@ class TrainRun:
             )
 
     def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        self._reports += 1
+        if self.hang_run and checkpoint is not None:
+            self.fleet.checkpointed(self.hang_run, self._reports)
         for run_id, session in self.sessions.items():
             rank = self._ranks[run_id]
             if rank is None:

@@ -296,8 +296,8 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
 
 def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
     """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
-    inside the trial (as it published them), and its ranks, hang setting and finished ranks for the
-    run's hang watch."""
+    inside the trial (as it published them), and its ranks, hang setting and attempt's state (the
+    ranks that finished, where it last checkpointed) for the run's hang watch."""
     ranks = _handoff.worker_ranks(trial_id)
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
@@ -305,6 +305,7 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
             timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
             target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
     if target.hangs is not None:
+        attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks
-        target.hangs.finished = _handoff.finished_ranks(trial_id)
+        target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
     return set(ranks)

@@ -18,6 +18,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import _handoff, _ray, _worker_setup
@@ -296,24 +297,31 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
         if self._run is not None and metrics:
             self._run.report(metrics, _ray.report_checkpoint(training_report))
+        elif self._relay is not None:
+            self._relay.reported(_ray.report_checkpoint(training_report) is not None)
 
 
 class TrialRelay:
     """What a Train run inside a Tune trial tells the trial's run (``WandbNodesTuneCallback`` owns
     it) through the hand-off (``_handoff``): where its workers are, how to watch them for hangs, and
-    which ranks finished training. Each write is a GCS call: made in order on a thread of its own,
-    off the controller's event loop."""
+    its attempt's state (the ranks that finished training, where it last checkpointed). Each write
+    is a GCS call: made in order on a thread of its own, off the controller's event loop."""
 
     def __init__(self, trial_id: str, warner: Warner) -> None:
         self.trial_id = trial_id
         self._warner = warner
-        self._finished: frozenset[int] = frozenset()
+        self._watched = False  # hangs are watched (the attempt's state is written)
+        self._attempt = _handoff.AttemptState()
+        self._reports = 0  # this attempt's reports
         self._writes: queue.SimpleQueue[tuple[Callable[[str, Any], None], Any, str, str]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def placed(self, placements: list[Placement]) -> None:
+        """Where the workers are; an attempt starts (its reports count from the checkpoint it restored)."""
         published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]
         self._write(_handoff.publish_workers, published, "relay", f"where trial {self.trial_id}'s workers are")
+        self._reports = 0
+        self._tell(checkpoint_reports=0)
 
     def hangs(self, mark: dict[str, Any], options: Any, ctx: Any) -> str | None:
         """The run whose ranks are armed (the trial's), and the hang setting published for the
@@ -328,14 +336,24 @@ class TrialRelay:
             "pg_timeout_s": _ray.train_start(ctx).pg_timeout_s,
         }
         self._write(_handoff.publish_hang, setting, "relay-hang", f"how to watch trial {self.trial_id} for hangs")
+        self._watched = True
         return str(mark["run_id"])
 
     def finished(self, ranks: frozenset[int]) -> None:
         """The ranks whose train function returned, written as they change (Train polls every few seconds)."""
-        if ranks != self._finished:
-            self._finished = ranks
-            what = f"which ranks of trial {self.trial_id} finished"
-            self._write(_handoff.publish_finished, ranks, "relay-finished", what)
+        self._tell(finished=ranks)
+
+    def reported(self, checkpoint: bool) -> None:
+        """A report of every rank; with a checkpoint, where a hang's place counts from."""
+        self._reports += 1
+        if checkpoint:
+            self._tell(checkpoint_reports=self._reports)
+
+    def _tell(self, **changes: Any) -> None:
+        attempt = replace(self._attempt, **changes)
+        if self._watched and attempt != self._attempt:
+            self._attempt = attempt
+            self._write(_handoff.publish_attempt, attempt, "relay-attempt", f"the state of trial {self.trial_id}")
 
     def _write(self, publish: Callable[[str, Any], None], value: Any, key: str, what: str) -> None:
         self._writes.put((publish, value, key, what))

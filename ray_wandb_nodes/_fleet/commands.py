@@ -63,6 +63,14 @@ class RanksFinished(NamedTuple):
     ranks: frozenset[int]
 
 
+class Checkpointed(NamedTuple):
+    """A run's attempt reported a checkpoint with its ``reports``-th report (0: an attempt started,
+    from the last checkpoint): where a hang's place counts its reports from."""
+
+    run_id: str
+    reports: int
+
+
 class AwaitWriters(NamedTuple):
     """Set ``done`` once every node writer these runs want has answered its join."""
 
@@ -114,6 +122,7 @@ Command = (
     | Prestart
     | RankReport
     | RanksFinished
+    | Checkpointed
     | AwaitWriters
     | LogRow
     | LogArtifact

@@ -23,6 +23,7 @@ from .actors import RayActors
 from .commands import (
     AddRun,
     AwaitWriters,
+    Checkpointed,
     Command,
     LogArtifact,
     LogRow,
@@ -133,6 +134,10 @@ class NodeFleet:
     def ranks_finished(self, run_id: str, ranks: frozenset[int]) -> None:
         """The run's ranks whose train function returned (Train's poll), for its hang watch."""
         self._commands.put(RanksFinished(run_id, ranks))
+
+    def checkpointed(self, run_id: str, reports: int) -> None:
+        """The run's attempt reported a checkpoint with its ``reports``-th report (0: it started)."""
+        self._commands.put(Checkpointed(run_id, reports))
 
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken

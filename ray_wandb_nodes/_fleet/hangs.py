@@ -117,6 +117,9 @@ class HangWatch:
     ask: Ask | None = None  # every node's evidence; None: the node loggers', through Ray
     rounds: Rounds = field(default_factory=Rounds)  # the evidence rounds' back-off
     refreshes: Refreshes = field(default_factory=Refreshes)  # pings out of turn for fresher readings
+    # The attempt's reports when it reported its last checkpoint (0: none yet; an attempt runs from
+    # the checkpoint it was restored from): a hang's place counts its reports since.
+    checkpoint_reports: int = 0
     # Each place a hang ended an attempt at (on_hang="restart"), and that hang's number.
     restarted: dict[Place, int] = field(default_factory=dict)
 
@@ -191,7 +194,7 @@ class HangWatch:
             f"; no answer from {', '.join(silent)}." if silent else "."
         )
         verdict = judge(facts)
-        place = place_of(verdict)
+        place = place_of(verdict, self.checkpoint_reports)
         repeat_of = self.restarted.get(place) if self.on_hang == "restart" and place is not None else None
         repeat = ""
         if repeat_of is not None and place is not None:

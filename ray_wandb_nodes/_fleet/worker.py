@@ -22,6 +22,7 @@ from .commands import (
     REPLANS,
     AddRun,
     AwaitWriters,
+    Checkpointed,
     Command,
     LogArtifact,
     LogRow,
@@ -116,10 +117,13 @@ class FleetWorker:
                     target.rank_gpus = command.rank_gpus
         elif isinstance(command, RankReport):
             rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
-        elif isinstance(command, RanksFinished):
+        elif isinstance(command, (RanksFinished, Checkpointed)):
             target = self.targets.get(command.run_id)
             if isinstance(target, SharedTarget) and target.hangs is not None:
-                target.hangs.finished = command.ranks
+                if isinstance(command, RanksFinished):
+                    target.hangs.finished = command.ranks
+                else:
+                    target.hangs.checkpoint_reports = command.reports
         elif isinstance(command, Retire):
             self._start_retirement(command)
         elif isinstance(command, AwaitWriters):

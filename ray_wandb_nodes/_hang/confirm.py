@@ -29,9 +29,11 @@ from .policy import HangTimeout, job_hung
 from .verdict import Verdict
 
 Counts = tuple[int, int, int]  # (pid, reports, steps): a rank's process and how far it got
-# A hang's place: each stopped rank's (where, steps, reports), ranks left out (the same data
-# shard stops whichever rank reads it). None: a stopped rank whose stack is unknown.
-Place = frozenset[tuple[str, int, int]]
+# A hang's place: each stopped rank's function and line, and its reports since the checkpoint its
+# attempt last reported or started from (a beacon counts from zero in each process, and an
+# attempt restarts from the last checkpoint: the counts since it compare across attempts). Ranks
+# are left out: the same data shard stops whichever rank reads it.
+Place = frozenset[tuple[str, int]]
 
 # The first back-off after an evidence round that did not confirm its suspicion (a fixed limit
 # shorter than this backs off by the limit), and the longest, as it doubles for the same suspicion.
@@ -92,16 +94,21 @@ def suspicion_key(ranks: Iterable[RankProgress]) -> frozenset[tuple[int, Counts]
     return frozenset((p.rank, counts_of(p)) for p in ranks)
 
 
-def place_of(verdict: Verdict) -> Place | None:
-    """Where ``verdict``'s stopped ranks are: each one's function and line, and its step and report
-    counts; None when a stopped rank's stack is unknown (no place to compare)."""
+def place_of(verdict: Verdict, checkpoint_reports: int = 0) -> Place | None:
+    """Where ``verdict``'s stopped ranks are: each one's function and line, and its reports since
+    its attempt's last checkpoint (``checkpoint_reports``: the attempt's reports when it reported
+    that checkpoint; 0 before any, the attempt then runs from the checkpoint it was restored
+    from); None when a stopped rank's stack is unknown (no place to compare)."""
     stopped = set(verdict.stopped)
     rows = [row for row in verdict.rows if row.rank in stopped]
     if not rows or any(row.where == "no stack" for row in rows):
         return None
-    return frozenset((row.where, row.last_step, row.reports) for row in rows)
+    return frozenset((row.where, row.reports - checkpoint_reports) for row in rows)
 
 
 def describe_place(place: Place) -> str:
-    """``load_next_shard (train.py:71) at step 234, report 12``, each place once."""
-    return "; ".join(f"{where} at step {steps}, report {reports}" for where, steps, reports in sorted(place))
+    """``load_next_shard (train.py:71), 2 reports after the checkpoint``, each place once."""
+    return "; ".join(
+        f"{where}, {n} report{'' if n == 1 else 's'} after the checkpoint its attempt ran from"
+        for where, n in sorted(place)
+    )

@@ -68,23 +68,28 @@ def test_rounds_back_off_one_suspicion_and_let_another_come_after_the_first_back
     assert rounds.due(T, same, 30.5)
 
 
-def row(r: int, where: str, steps: int, state: str = "stopped") -> HangRow:
-    return HangRow(r, "node-a", "", steps, steps, 40.0, state, where, "", None)
+def row(r: int, where: str, reports: int, state: str = "stopped") -> HangRow:
+    return HangRow(r, "node-a", "", reports * 10, reports, 40.0, state, where, "", None)
 
 
 def verdict(rows: list[HangRow], stopped: tuple[int, ...]) -> Verdict:
     return Verdict("a sentence", stopped, (), tuple(rows), ())
 
 
-def test_a_verdicts_place_is_its_stopped_ranks_function_line_and_counts() -> None:
-    waits = row(0, "hang_loop (train.py:93)", 234, state="waits")
-    first = verdict([waits, row(1, "load_next_shard (train.py:47)", 234)], (1,))
-    place = place_of(first)
-    assert place == frozenset({("load_next_shard (train.py:47)", 234, 234)})
-    assert describe_place(place) == "load_next_shard (train.py:47) at step 234, report 234"
-    # The same place whichever rank reads the shard; another step or line is another place.
-    assert place_of(verdict([waits, row(3, "load_next_shard (train.py:47)", 234)], (3,))) == place
-    assert place_of(verdict([waits, row(1, "load_next_shard (train.py:47)", 235)], (1,))) != place
-    assert place_of(verdict([waits, row(1, "load_next_shard (train.py:48)", 234)], (1,))) != place
+SHARD = "load_next_shard (train.py:47)"
+
+
+def test_a_verdicts_place_is_its_stopped_ranks_function_line_and_reports_since_the_checkpoint() -> None:
+    waits = row(0, "hang_loop (train.py:93)", 52, state="waits")
+    # Attempt 1 ran from scratch, checkpointed at its 50th report and stopped at its 52nd; attempt
+    # 2, restored from that checkpoint (its beacon counts from zero), stops at its 2nd: one place.
+    first = place_of(verdict([waits, row(1, SHARD, 52)], (1,)), checkpoint_reports=50)
+    assert first == frozenset({(SHARD, 2)})
+    assert place_of(verdict([row(0, "hang_loop (train.py:93)", 2, "waits"), row(1, SHARD, 2)], (1,))) == first
+    assert describe_place(first) == f"{SHARD}, 2 reports after the checkpoint its attempt ran from"
+    # The same place whichever rank reads the shard; another report or line is another place.
+    assert place_of(verdict([waits, row(3, SHARD, 52)], (3,)), 50) == first
+    assert place_of(verdict([waits, row(1, SHARD, 53)], (1,)), 50) != first
+    assert place_of(verdict([waits, row(1, "load_next_shard (train.py:48)", 52)], (1,)), 50) != first
     # A stopped rank with no stack (its node gave no answer) has no place to compare.
-    assert place_of(verdict([waits, row(1, "no stack", 234)], (1,))) is None
+    assert place_of(verdict([waits, row(1, "no stack", 52)], (1,)), 50) is None

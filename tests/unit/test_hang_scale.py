@@ -44,3 +44,29 @@ def test_a_rank_that_stops_is_alerted_once_a_tick_past_its_limit_and_the_hang_is
     # last progress, as at 8 nodes: no ping's age on top.
     assert LIMIT_S < r["alert_after_progress_s"] <= LIMIT_S + 2 * 1.875
     assert r["notices_before_primary_finished"] == 2  # the closing notice reached the run before its end
+
+
+def test_what_the_controller_learns_reaches_the_watch_as_commands_of_the_fleet_thread() -> None:
+    """Train's hooks never set the watch's fields from their thread: they queue a command, and the
+    fleet thread, which owns the watch, applies it (issue 36: one owner per piece of state)."""
+    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from ray_wandb_nodes._fleet.commands import AddRun, Checkpointed, RanksFinished
+    from ray_wandb_nodes._fleet.fleet import NodeFleet
+    from ray_wandb_nodes._fleet.hangs import HangWatch
+    from ray_wandb_nodes._hang import HangTimeout
+
+    clock = Clock()
+    sim = SimCluster(2, clock)
+    fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
+    target = make_target(clock)
+    target.hangs = watch = HangWatch(HangTimeout(seconds=30), clock=clock)
+    fleet.step(AddRun(target))
+    fleet.ranks_finished(target.run_id, frozenset({1}))  # from a hook: queued, nothing changed yet
+    fleet.checkpointed(target.run_id, 4)
+    assert watch.finished == frozenset() and watch.checkpoint_reports == 0
+    while not fleet._commands.empty():  # the fleet thread's turns
+        fleet.step(fleet._commands.get())
+    assert watch.finished == frozenset({1}) and watch.checkpoint_reports == 4
+    fleet.step(RanksFinished("another-run", frozenset({0})))  # another run's: not this watch's
+    fleet.step(Checkpointed(target.run_id, 0))  # an attempt starts
+    assert watch.finished == frozenset({1}) and watch.checkpoint_reports == 0

@@ -287,26 +287,32 @@ def test_a_suspicion_the_evidence_refuted_waits_its_back_off_before_the_next_rou
 
 def test_a_restart_ends_an_attempt_once_for_one_place_and_names_both_hangs_when_it_stops_there_again() -> None:
     w = watched(on_hang="restart")
+    # Attempt 1 runs from scratch, reports a checkpoint with its 3rd report, stops at its 5th.
+    w.watch.checkpoint_reports = 3  # (the Checkpointed command: the Train controller's after_report)
     w.answers = SILENT
     w.at(11.0).ping("a", SILENT["a"]).ping("b", SILENT["b"])
     assert w.check() == ["Hang: ranks 0-3 stopped"] and w.ended == [(0, 1, 2, 3)]
     assert "The attempt is ended so that Ray Train restarts it" in w.notices[0].text
-    # Ray restarts the attempt from its checkpoint: new processes, the same counts again, the same stop.
+    # Ray restarts the attempt from that checkpoint: new processes, counting from zero.
     w.pids = {r: 500 + r for r in range(4)}
+    w.watch.checkpoint_reports = 0  # (Checkpointed(run, 0): the attempt started)
     w.at(12.0).ping("a", {0: (1.0, 0), 1: (1.0, 0)}).ping("b", {2: (1.0, 0), 3: (1.0, 0)})
     assert w.check() == [] and not w.watch.open  # the new attempt closed hang 1
-    w.at(30.0).ping("a", SILENT["a"]).ping("b", SILENT["b"])
+    # It stops at its 2nd report: 2 after the checkpoint, as attempt 1 did. Alerted, not ended.
+    w.answers = {n: {r: (12.0, 2) for r in ranks} for n, ranks in SILENT.items()}
+    w.at(30.0).ping("a", {0: (12.0, 2), 1: (12.0, 2)}).ping("b", {2: (12.0, 2), 3: (12.0, 2)})
     assert w.check() == ["Hang: ranks 0-3 stopped"]
     assert w.ended == [(0, 1, 2, 3)]  # not ended again
     text = w.notices[1].text
     assert (
         "The attempt before this one stopped at the same place in hang 1, which ended it: load_next_shard "
-        "(train.py:71) at step 5, report 5. This attempt is not ended: on_hang='restart' ends one attempt a place."
+        "(train.py:71), 2 reports after the checkpoint its attempt ran from. This attempt is not ended: "
+        "on_hang='restart' ends one attempt a place."
     ) in text and "hangs/hang-2/" in text
     # This hang is alerted like any: progress again ends it with an INFO.
-    w.at(31.0).ping("a", {0: (0.1, 6), 1: (0.1, 6)})
+    w.at(31.0).ping("a", {0: (0.1, 3), 1: (0.1, 3)})
     assert w.check() == ["Hang over: ranks 0-1 progress again"]
-    # Another attempt that stops at another place (another step) is ended once again.
+    # Another attempt that stops at another place (another report since its checkpoint) is ended.
     w.pids = {r: 900 + r for r in range(4)}
     w.at(32.0).ping("a", {0: (1.0, 0), 1: (1.0, 0)}).ping("b", {2: (1.0, 0), 3: (1.0, 0)})
     w.check()

@@ -350,10 +350,11 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
 
     monkeypatch.setattr(_handoff, "worker_ranks", lambda trial_id: {"n1": (0,), "n2": (1,)})
     monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
-    monkeypatch.setattr(_handoff, "finished_ranks", lambda trial_id: frozenset({1}))
+    monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
     target = SimpleNamespace(hangs=None)
     assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
     assert target.hangs is not None and target.hangs.finished == frozenset({1})
+    assert target.hangs.checkpoint_reports == 3
     assert target.hangs.ranks == {"n1": (0,), "n2": (1,)}
 
     cleared: list[str] = []
@@ -367,3 +368,12 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     retired.set()
     marks.close(5)
     assert cleared == ["t1", "t2"]
+
+
+def test_the_attempts_state_crosses_the_hand_off_as_one_typed_value() -> None:
+    from ray_wandb_nodes._handoff import AttemptState
+
+    state = AttemptState(frozenset({3, 1}), 7)
+    assert AttemptState.from_json(state.to_json()) == state
+    assert state.to_json() == b'{"finished": [1, 3], "checkpoint_reports": 7}'
+    assert AttemptState.from_json(None) == AttemptState() == AttemptState(frozenset(), 0)
