@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ray_wandb_nodes._fleet.hang_nodes import evidence
 from ray_wandb_nodes._fleet.hangs import HangWatch, gc_paused
 from ray_wandb_nodes._hang import (
     HangNotice,
@@ -161,9 +162,10 @@ def one_round(run: SimRun, warner: Warner) -> tuple[float, HangNotice, dict[str,
     watch.check(run.target, run.pool, warner, lambda n: got.append((time.perf_counter(), n)), ask=run.ask)
     assert len(got) == 1, "no hang raised"
     stages = {}
-    stages["progress"], ranks = timed(lambda: watch.progress(run.target, run.pool))
+    stages["progress"], read = timed(lambda: watch.progress(run.target, run.pool))
+    ranks = {rank: (reading.now(), reading.node) for rank, reading in read.items()}
     with gc_paused():  # as check() runs them
-        stages["evidence"], facts = timed(lambda: watch.evidence(run.target, run.pool, ranks, run.ask))
+        stages["evidence"], facts = timed(lambda: evidence(run.target, run.pool, ranks, run.ask))
         stages["judge"], verdict = timed(lambda: judge(facts))
         stages["hang_notice"], _ = timed(lambda: hang_notice(verdict, facts, 1))
     return got[0][0] - start, got[0][1], stages

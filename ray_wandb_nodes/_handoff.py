@@ -4,15 +4,18 @@ A trial that wraps a ``TorchTrainer`` runs a Train controller whose workers sit 
 nodes than the trial actor. The Tune callback marks each trial it logs in Ray's internal
 key-value store (GCS) before the trial's function starts; a ``WandbNodesCallback`` in that
 trial's Train run finds the mark and, instead of opening its own W&B run, publishes its
-worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, and its
-hang setting, so the trial's run watches those ranks. Nothing secret goes through the store: only
-node ids, hostnames, ranks and the hang setting.
+worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, its
+hang setting, so the trial's run watches those ranks, and its attempt's state (the ranks that
+finished training, so that the trial's run neither judges them nor leaves a hang open when they
+end it; where the attempt last checkpointed, a hang's place). Nothing secret goes
+through the store: only node ids, hostnames, ranks and the hang setting.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import _ray
@@ -30,6 +33,10 @@ def _workers_key(trial_id: str) -> bytes:
 
 def _hang_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/hang".encode()
+
+
+def _attempt_key(trial_id: str) -> bytes:
+    return f"tune/{trial_id}/attempt".encode()
 
 
 def mark_trial(trial_id: str, run_id: str) -> None:
@@ -68,6 +75,35 @@ def hang_setting(trial_id: str) -> dict[str, Any] | None:
     return dict(json.loads(raw)) if raw else None
 
 
+@dataclass(frozen=True)
+class AttemptState:
+    """What the Train run's current attempt tells the trial's hang watch: the ranks whose train
+    function returned (not those that failed), and its reports when it last reported a checkpoint
+    (0: none yet, the attempt runs from the checkpoint it was restored from)."""
+
+    finished: frozenset[int] = frozenset()
+    checkpoint_reports: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps({"finished": sorted(self.finished), "checkpoint_reports": self.checkpoint_reports}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | None) -> AttemptState:
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        return cls(frozenset(int(r) for r in data.get("finished", ())), int(data.get("checkpoint_reports", 0)))
+
+
+def publish_attempt(trial_id: str, state: AttemptState) -> None:
+    _ray.kv_put(_attempt_key(trial_id), state.to_json(), NAMESPACE)
+
+
+def attempt_state(trial_id: str) -> AttemptState:
+    """The Train run's current attempt as it last published it (nothing yet: an empty state)."""
+    return AttemptState.from_json(_ray.kv_get(_attempt_key(trial_id), NAMESPACE))
+
+
 def clear_trial(trial_id: str) -> None:
-    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id)):
+    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _attempt_key(trial_id)):
         _ray.kv_del(key, NAMESPACE)

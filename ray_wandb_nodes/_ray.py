@@ -221,8 +221,8 @@ def result_failed(result: Any) -> bool:
 
 
 def finished_ranks(poll_status: Any) -> frozenset[int]:
-    """The ranks whose train function has returned (``WorkerGroupPollStatus.worker_statuses``)."""
-    return frozenset(int(r) for r, s in poll_status.worker_statuses.items() if s.running is False)
+    """The ranks whose train function returned: ``WorkerStatus`` (2.50-2.60) not ``running``, no ``error``."""
+    return frozenset(int(r) for r, s in poll_status.worker_statuses.items() if not s.running and s.error is None)
 
 
 # Ray Tune --------------------------------------------------------------------------------------------

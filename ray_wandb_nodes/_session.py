@@ -51,6 +51,12 @@ class RunSession:
     def finishing(self) -> bool:
         return self._finishing
 
+    @property
+    def retired(self) -> threading.Event | None:
+        """Set once the fleet has ended the run (its node writers, then its ``then``); None before
+        :meth:`finish`."""
+        return self._writers_done
+
     def start(self) -> None:
         raise NotImplementedError
 

@@ -122,6 +122,8 @@ class TrainRun:
             init_timeout_s=o.init_timeout_s, warner=warner, poll_s=poll
         )  # started by its first session
         self._finished = False
+        self._finished_ranks: frozenset[int] = frozenset()  # as last told the fleet
+        self._reports = 0  # this attempt's reports (a hang's place counts from its last checkpoint)
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         self._ray_hangs: RayHangRelay | None = None
@@ -136,10 +138,11 @@ class TrainRun:
             )
 
     def ranks_finished(self, ranks: frozenset[int]) -> None:
-        """Ranks whose train function returned (Train's poll): no longer judged for hangs."""
-        session = self.sessions.get(self.base_id)
-        if isinstance(session, SharedSession) and session.target.hangs is not None:
-            session.target.hangs.finished = ranks  # one reference swapped: read by the fleet thread
+        """Ranks whose train function returned (Train's poll), for the run's hang watch on the
+        fleet thread as they change: not judged, and progress during a hang."""
+        if self.hang_run and ranks != self._finished_ranks:
+            self._finished_ranks = ranks
+            self.fleet.ranks_finished(self.hang_run, ranks)
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None
@@ -197,6 +200,9 @@ class TrainRun:
 
     def workers_placed(self, placements: list[Placement]) -> None:
         strategy = self.options.strategy
+        if self.hang_run:  # an attempt starts, from the last checkpoint
+            self._reports = 0
+            self.fleet.checkpointed(self.hang_run, 0)
         if strategy in ("shared", "main"):
             session = self.sessions[self.base_id]
             ranks: dict[str, list[int]] = {}
@@ -231,6 +237,9 @@ class TrainRun:
             )
 
     def report(self, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        self._reports += 1
+        if self.hang_run and checkpoint is not None:
+            self.fleet.checkpointed(self.hang_run, self._reports)
         for run_id, session in self.sessions.items():
             rank = self._ranks[run_id]
             if rank is None:

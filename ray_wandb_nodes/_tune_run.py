@@ -25,7 +25,7 @@ from ._metrics import RowBuilder, config_for_wandb
 from ._options import Options
 from ._primary import PrimaryWriter
 from ._secrets import CapturedEnv
-from ._session import UNCREATED_WAIT_S, SharedSession
+from ._session import FLEET_SLACK_S, UNCREATED_WAIT_S, SharedSession
 from ._warn import Warner, describe
 from ._writers import WriterSpec, node_spec, primary_spec
 from .offline.storage import StorageSpot, storage_spot
@@ -159,7 +159,8 @@ class TuneRuns:
         if session is None or session.finishing:
             return
         session.finish(exit_code)
-        self.marks.clear(trial_id)
+        # Once the fleet has taken the run's end (its last read of the Train run's finished ranks).
+        self.marks.clear(trial_id, after=session.retired, within=session.finish_timeout_s + FLEET_SLACK_S)
 
     def end_all(self, upload_timeout: float) -> None:
         """Wait for every run's end (uploads bounded by ``upload_timeout``), then stop the fleet."""
@@ -182,7 +183,8 @@ class TrialMarks:
     def __init__(self, warner: Warner) -> None:
         self._warner = warner
         self._lock = threading.Lock()  # a clear's check and delete against a new mark
-        self._to_clear: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        # (trial id, what to wait for first and how long at most); None: stop
+        self._to_clear: queue.SimpleQueue[tuple[str, threading.Event | None, float] | None] = queue.SimpleQueue()
         self._pending: set[str] = set()
         self._thread: threading.Thread | None = None
 
@@ -194,13 +196,14 @@ class TrialMarks:
             except Exception as e:  # noqa: BLE001
                 self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
 
-    def clear(self, trial_id: str) -> None:
+    def clear(self, trial_id: str, after: threading.Event | None = None, within: float = 0.0) -> None:
+        """Clear ``trial_id``'s mark, once ``after`` is set (at most ``within`` seconds from now)."""
         with self._lock:
             self._pending.add(trial_id)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-tune-marks", daemon=True)
                 self._thread.start()
-        self._to_clear.put(trial_id)
+        self._to_clear.put((trial_id, after, time.monotonic() + within))
 
     def close(self, timeout: float) -> None:
         """Clear what is left to clear (bounded by ``timeout``) and stop the thread."""
@@ -209,7 +212,10 @@ class TrialMarks:
             self._thread.join(timeout)
 
     def _main(self) -> None:
-        while (trial_id := self._to_clear.get()) is not None:
+        while (item := self._to_clear.get()) is not None:
+            trial_id, after, until = item
+            if after is not None:
+                after.wait(max(0.0, until - time.monotonic()))
             with self._lock:
                 if trial_id not in self._pending:  # marked again since
                     continue
@@ -289,8 +295,9 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
 
 
 def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
-    """On the fleet thread, every poll of a trial's run: the nodes of the Train run inside the trial
-    (as it published them), and its ranks and hang setting for the run's hang watch."""
+    """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
+    inside the trial (as it published them), and its ranks, hang setting and attempt's state (the
+    ranks that finished, where it last checkpointed) for the run's hang watch."""
     ranks = _handoff.worker_ranks(trial_id)
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
@@ -298,5 +305,7 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
             timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
             target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
     if target.hangs is not None:
+        attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks
+        target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
     return set(ranks)

@@ -55,6 +55,22 @@ class RankReport(NamedTuple):
     checkpoint: bool = False
 
 
+class RanksFinished(NamedTuple):
+    """The ranks of a run whose train function returned (Train's poll status; a rank that failed
+    is not one), replacing the last such set: not judged for hangs, and progress during one."""
+
+    run_id: str
+    ranks: frozenset[int]
+
+
+class Checkpointed(NamedTuple):
+    """A run's attempt reported a checkpoint with its ``reports``-th report (0: an attempt started,
+    from the last checkpoint): where a hang's place counts its reports from."""
+
+    run_id: str
+    reports: int
+
+
 class AwaitWriters(NamedTuple):
     """Set ``done`` once every node writer these runs want has answered its join."""
 
@@ -105,6 +121,8 @@ Command = (
     | SetNodes
     | Prestart
     | RankReport
+    | RanksFinished
+    | Checkpointed
     | AwaitWriters
     | LogRow
     | LogArtifact

@@ -23,12 +23,14 @@ from .actors import RayActors
 from .commands import (
     AddRun,
     AwaitWriters,
+    Checkpointed,
     Command,
     LogArtifact,
     LogRow,
     Poll,
     Prestart,
     RankReport,
+    RanksFinished,
     Retire,
     RunReady,
     SetNodes,
@@ -128,6 +130,14 @@ class NodeFleet:
         """Every rank's report (for the run's straggler rule by metric), with a checkpoint or not,
         made ``at`` (epoch seconds; now when not given)."""
         self._commands.put(RankReport(run_id, metrics, time.time() if at is None else at, checkpoint))
+
+    def ranks_finished(self, run_id: str, ranks: frozenset[int]) -> None:
+        """The run's ranks whose train function returned (Train's poll), for its hang watch."""
+        self._commands.put(RanksFinished(run_id, ranks))
+
+    def checkpointed(self, run_id: str, reports: int) -> None:
+        """The run's attempt reported a checkpoint with its ``reports``-th report (0: it started)."""
+        self._commands.put(Checkpointed(run_id, reports))
 
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken

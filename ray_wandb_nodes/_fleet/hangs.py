@@ -1,7 +1,8 @@
 """The fleet's side of hang detection: one run's ranks' progress (as the node loggers' pings bring
 it, and off the beacons of the controller's own node), the policy applied, every rank's evidence
-taken at once when one is past its limit, the verdict handed to the run's primary, and the end of
-the episode when progress resumes. Runs on the fleet thread, after each health check."""
+taken at once when fresh readings prove one past its limit (``_hang/confirm.py``), the verdict
+handed to the run's primary, and the end of the episode when progress resumes or the run ends.
+Runs on the fleet thread, after each health check."""
 
 from __future__ import annotations
 
@@ -10,37 +11,36 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
-from .._gpu_ids import named
 from .._hang import (
-    PYSPY_TIMEOUT_S,
+    Counts,
     HangNotice,
     HangTimeout,
-    RankEvidence,
-    RankFacts,
+    Place,
     RankProgress,
+    Rounds,
+    counts_of,
+    describe_place,
+    ended_notice,
     hang_notice,
     job_hung,
     judge,
+    place_of,
     progress_of,
     read_slots,
     resumed_notice,
     run_dir,
+    still_hung,
+    suspicion_key,
 )
 from .._warn import Warner, describe
-from .node_logger import DUMPS_TIMEOUT_S, end_ranks, rank_evidence
+from .hang_nodes import EVIDENCE_TIMEOUT_S, Ask, Refreshes, ask_loggers, evidence
+from .node_logger import end_ranks
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
     from .targets import SharedTarget
-
-# Every node's answer, waited for together: each node bounds its own dumps (``DUMPS_TIMEOUT_S``);
-# past this, a node that has not answered is named in verdict.txt and its ranks are judged from
-# their progress alone, so that one stuck logger does not hold the whole hang's alert.
-EVIDENCE_TIMEOUT_S = DUMPS_TIMEOUT_S + PYSPY_TIMEOUT_S + 5.0
-
-Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
 
 
 @contextlib.contextmanager
@@ -67,25 +67,61 @@ def poll_s(setting: HangTimeout, default_s: float) -> float:
     return min(default_s, max(0.25, setting.seconds / 16))
 
 
+class Reading(NamedTuple):
+    """One rank's progress as its node last read it, the node, and how long ago that was (a
+    ping's readings are as old as the ping; the controller's own node is read now)."""
+
+    progress: RankProgress
+    node: str
+    read_age_s: float = 0.0
+
+    def now(self) -> RankProgress:
+        """The reading aged to now: what it says if the rank has not moved since."""
+        return aged((self.progress,), self.read_age_s)[0]
+
+
+class Judged(NamedTuple):
+    """An evidence round that confirmed its suspicion: the hang's notice and what the watch keeps."""
+
+    notice: HangNotice
+    sentence: str
+    counts: dict[int, Counts]
+    place: Place | None
+    repeat_of: int | None  # the hang that ended the attempt before at the same place
+
+
 @dataclass
 class HangWatch:
-    """One run's hang detection. ``setting`` is its ``hang_timeout_s``; ``pg_timeout_s`` torch's
-    process-group timeout (every limit stays below it, so the evidence is taken while the
-    processes live)."""
+    """One run's hang detection, on the fleet thread (every field is its own; what the Train
+    controller learns comes as a command). ``setting`` is its ``hang_timeout_s``; ``pg_timeout_s``
+    torch's process-group timeout (every limit stays below it, so the evidence is taken while the
+    processes live). It lives as long as the run, across Ray Train's attempts."""
 
     setting: HangTimeout
     on_hang: str = "alert"
     pg_timeout_s: float | None = None
     episode: int = 0  # hangs raised so far
     open: bool = False  # a hang raised and no progress since
-    counts: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank -> (pid, reports, steps) at the hang
+    counts: dict[int, Counts] = field(default_factory=dict)  # rank -> (pid, reports, steps) at the hang
+    stopped: tuple[int, ...] = ()  # the open hang's stopped ranks
+    ended: bool = False  # the open hang's attempt was ended (on_hang="restart")
     raised_at: float = 0.0
+    closed_at: float = float("-inf")  # when the last hang ended (the watch's clock)
     # The ranks on each node where the run's own placement does not say (a Train run inside a
     # Tune trial publishes them); None: the run's (``target.ranks``).
     ranks: dict[str, tuple[int, ...]] | None = None
     clock: Callable[[], float] = time.monotonic  # the pool's (a handle's ``progress_at`` is on it)
-    # Ranks whose train function returned (Train's poll status, from the controller): silent, not hung.
+    # Ranks whose train function returned (Train's poll status; a rank that failed is not one):
+    # not judged, and progress during a hang.
     finished: frozenset[int] = frozenset()
+    ask: Ask | None = None  # every node's evidence; None: the node loggers', through Ray
+    rounds: Rounds = field(default_factory=Rounds)  # the evidence rounds' back-off
+    refreshes: Refreshes = field(default_factory=Refreshes)  # pings out of turn for fresher readings
+    # The attempt's reports when it reported its last checkpoint (0: none yet; an attempt runs from
+    # the checkpoint it was restored from): a hang's place counts its reports since.
+    checkpoint_reports: int = 0
+    # Each place a hang ended an attempt at (on_hang="restart"), and that hang's number.
+    restarted: dict[Place, int] = field(default_factory=dict)
 
     def check(
         self,
@@ -93,108 +129,161 @@ class HangWatch:
         pool: LoggerPool,
         warner: Warner,
         deliver: Callable[[HangNotice], None],
-        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]] | None = None,
+        ask: Ask | None = None,
     ) -> None:
-        """Judge the run's ranks now; raise a hang (or its end) through ``deliver``."""
-        ranks = self.progress(target, pool)
-        if not ranks:
+        """Judge the run's ranks now; raise a hang (or its end) through ``deliver``.
+
+        A rank past its limit on its node's last readings is suspected; readings too old to
+        prove it are taken again (its node pinged now); readings that prove it start an evidence
+        round (every node, at most once a back-off for one suspicion), whose fresh readings decide
+        (``_hang/confirm.py``): a hang, or nothing at all."""
+        self.refreshes.take(pool, self.clock())
+        readings = self.progress(target, pool)
+        if not readings:
             return
+        now = {rank: reading.now() for rank, reading in readings.items()}
         if target.health is not None:  # the nodes table's last progress of each node
             ages: dict[str, float] = {}
-            for r, node in ranks.values():
-                ages[node] = max(ages.get(node, 0.0), r.age_s)
+            for rank, p in now.items():
+                ages[readings[rank].node] = max(ages.get(readings[rank].node, 0.0), p.age_s)
             target.health.progress(ages)
         if self.open:
-            if any(r.rank in self.counts and r.pid != self.counts[r.rank][0] for r, _ in ranks.values()):
-                self.open = False  # a new attempt (a restart): its own hangs are new episodes
-                return
-            moved = [
-                r.rank for r, _ in ranks.values()
-                if r.rank in self.counts and (r.reports, r.steps) != self.counts[r.rank][1:]
-            ]  # fmt: skip
-            if moved and self.on_hang == "restart":
-                # The attempt was ended: a waiter let go of Ray's barrier as its peer failed is no
-                # progress, and the next attempt's ranks are new processes.
-                return
-            if moved:
-                self.open = False
-                deliver(resumed_notice(self.episode, moved, time.monotonic() - self.raised_at))
+            self._follow(now, deliver)
             return
-        if not job_hung(self.setting, [r for r, _ in ranks.values()], self.pg_timeout_s):
+        watched = [p for rank, p in now.items() if rank not in self.finished]
+        suspected = job_hung(self.setting, watched, self.pg_timeout_s)
+        if not suspected:
             return
-        self.episode += 1
-        self.open, self.raised_at = True, time.monotonic()
-        self.counts = {r.rank: (r.pid, r.reports, r.steps) for r, _ in ranks.values()}
-        with gc_paused():  # the evidence is freed inside it, when _notice returns
-            notice, sentence = self._notice(target, pool, ranks, ask or _ask_loggers)
-        warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {sentence}")
-        deliver(notice)
-        if self.on_hang == "restart":
-            why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {sentence}"
-            self.end_attempt(target, pool, notice.stopped or tuple(sorted(self.counts)), why, warner)
+        proven = job_hung(self.setting, [readings[p.rank].progress for p in watched], self.pg_timeout_s)
+        # Readings taken before the last hang ended are that hang's: they prove no new one.
+        old = [p for p in proven if self.clock() - readings[p.rank].read_age_s < self.closed_at]
+        if not proven or old:  # the readings are too old to say: read those nodes again, now
+            stale = {readings[p.rank].node for p in (old or suspected) if readings[p.rank].read_age_s > 0}
+            self.refreshes.ask(pool, sorted(stale), self.clock())
+            return
+        key = suspicion_key(proven)
+        if not self.rounds.due(self.setting, key, self.clock()):
+            return
+        before = {p.rank: counts_of(p) for p in watched}
+        with gc_paused():  # the evidence is freed inside it, when _judge returns
+            hang = self._judge(target, pool, {p.rank: (p, readings[p.rank].node) for p in watched}, before, ask)
+        if hang is None:  # progress since the suspicion, or nothing fresh to prove it: not a word
+            self.rounds.missed(key, self.clock())
+            return
+        self.rounds.confirmed()
+        self._raise(target, pool, hang, warner, deliver)
 
-    def _notice(
+    def _judge(
         self,
         target: SharedTarget,
         pool: LoggerPool,
         ranks: Mapping[int, tuple[RankProgress, str]],
-        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]],
-    ) -> tuple[HangNotice, str]:
-        """The hang's notice and sentence from every rank's evidence (dropped on return)."""
+        before: Mapping[int, Counts],
+        ask: Ask | None,
+    ) -> Judged | None:
+        """The evidence round: every rank read again with its evidence; the hang's notice when the
+        fresh readings still show no progress past the limit, else None (the evidence dropped on return)."""
         started = time.monotonic()
-        facts = self.evidence(target, pool, ranks, ask)
+        facts = evidence(target, pool, ranks, ask or self.ask or ask_loggers)
+        fresh = [f.progress for f in facts if f.evidence is not None]
+        unanswered = [f.progress for f in facts if f.evidence is None]
+        if not still_hung(self.setting, fresh, unanswered, before, self.pg_timeout_s):
+            return None
         silent = sorted({f.node for f in facts if f.evidence is None})
         taken = f"Evidence: {len(facts)} ranks, asked at once, in {time.monotonic() - started:.1f} s" + (
             f"; no answer from {', '.join(silent)}." if silent else "."
         )
         verdict = judge(facts)
-        return hang_notice(verdict, facts, self.episode, self.on_hang, taken=taken), verdict.sentence
+        place = place_of(verdict, self.checkpoint_reports)
+        repeat_of = self.restarted.get(place) if self.on_hang == "restart" and place is not None else None
+        repeat = ""
+        if repeat_of is not None and place is not None:
+            repeat = (
+                f"The attempt before this one stopped at the same place in hang {repeat_of}, which ended it: "
+                f"{describe_place(place)}. This attempt is not ended: on_hang='restart' ends one attempt a place."
+            )
+        notice = hang_notice(verdict, facts, self.episode + 1, self.on_hang, taken=taken, repeat=repeat)
+        counts = {f.progress.rank: counts_of(f.progress) for f in facts}
+        return Judged(notice, verdict.sentence, counts, place, repeat_of)
 
-    def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
-        """The run's ranks now (rank -> its progress and its node), placed ranks only."""
-        out: dict[int, tuple[RankProgress, str]] = {}
+    def _raise(
+        self,
+        target: SharedTarget,
+        pool: LoggerPool,
+        hang: Judged,
+        warner: Warner,
+        deliver: Callable[[HangNotice], None],
+    ) -> None:
+        self.episode += 1
+        self.open, self.counts, self.stopped, self.raised_at = True, hang.counts, hang.notice.stopped, self.clock()
+        warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {hang.sentence}")
+        deliver(hang.notice)
+        self.ended = self.on_hang == "restart" and hang.repeat_of is None
+        if self.ended:
+            if hang.place is not None:
+                self.restarted[hang.place] = self.episode
+            why = f"hang {self.episode} (ray_wandb_nodes on_hang='restart'): {hang.sentence}"
+            self.end_attempt(target, pool, hang.notice.stopped or tuple(sorted(self.counts)), why, warner)
+
+    def _follow(self, now: Mapping[int, RankProgress], deliver: Callable[[HangNotice], None]) -> None:
+        """A hang is open: its end when a rank moves or finishes; a new attempt closes it without a word."""
+        if any(rank in self.counts and p.pid != self.counts[rank][0] for rank, p in now.items()):
+            self.open, self.closed_at = False, self.clock()  # a new attempt (a restart): its hangs are new ones
+            return
+        if self.ended:
+            # The attempt was ended: a waiter let go of Ray's barrier as its peer failed is no
+            # progress, and the next attempt's ranks are new processes.
+            return
+        moved, finished = self._moved(now)
+        if moved or finished:
+            self.open, self.closed_at = False, self.clock()
+            deliver(resumed_notice(self.episode, moved, self.clock() - self.raised_at, finished))
+
+    def _moved(self, now: Mapping[int, RankProgress]) -> tuple[list[int], list[int]]:
+        """The ranks that moved since the hang, and those that finished training."""
+        finished = sorted(rank for rank in self.finished if rank in self.counts)
+        moved = [
+            rank for rank, p in sorted(now.items())
+            if rank in self.counts and rank not in self.finished and counts_of(p) != self.counts[rank]
+        ]  # fmt: skip
+        return moved, finished
+
+    def close(self, target: SharedTarget, pool: LoggerPool, deliver: Callable[[HangNotice], None]) -> None:
+        """The run ends: a hang still open gets its closing notice before the run's primary
+        finishes (progress again where a rank moved or finished, else the run ended with it); one
+        whose attempt the watch ended (``on_hang="restart"``) closed with that attempt."""
+        if not self.open:
+            return
+        self.open = False
+        if self.ended:
+            return
+        readings = self.progress(target, pool)
+        now = {rank: reading.now() for rank, reading in readings.items()}
+        if any(rank in self.counts and p.pid != self.counts[rank][0] for rank, p in now.items()):
+            return  # a new attempt closed it (see _follow)
+        moved, finished = self._moved(now)
+        after = self.clock() - self.raised_at
+        if moved or finished:
+            deliver(resumed_notice(self.episode, moved, after, finished))
+        else:
+            deliver(ended_notice(self.episode, self.stopped or tuple(sorted(self.counts)), after))
+
+    def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, Reading]:
+        """The run's ranks as last read (rank -> its reading), placed ranks only."""
+        out: dict[int, Reading] = {}
         for node_id, ranks in (self.ranks if self.ranks is not None else target.ranks).items():
+            read_age_s = 0.0
             if node_id == target.covered_node:
                 now = time.monotonic_ns()
                 seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
             else:
                 handle = pool.get(node_id)
-                seen = aged(handle.progress.get(target.run_id, ()), self.clock() - handle.progress_at) if handle else ()
+                seen = handle.progress.get(target.run_id, ()) if handle else ()
+                read_age_s = self.clock() - handle.progress_at if handle else 0.0
             for progress in seen:
-                if progress.rank in ranks and progress.rank not in self.finished:
-                    out[progress.rank] = (progress, node_id)
+                if progress.rank in ranks:
+                    out[progress.rank] = Reading(progress, node_id, max(0.0, read_age_s))
         return out
-
-    def evidence(
-        self,
-        target: SharedTarget,
-        pool: LoggerPool,
-        ranks: Mapping[int, tuple[RankProgress, str]],
-        ask: Callable[[list[Any], str, list[list[int]]], list[Evidence | None]],
-    ) -> list[RankFacts]:
-        """Every rank's evidence, all nodes asked at once; a rank whose node gave none is judged
-        from its progress alone."""
-        nodes = sorted({node for _, node in ranks.values()})
-        remote = [n for n in nodes if n != target.covered_node and pool.get(n) is not None]
-        got: dict[int, tuple[RankProgress, RankEvidence | None]] = {}
-        placed: dict[str, list[int]] = {}
-        for rank, (_, node) in ranks.items():
-            placed.setdefault(node, []).append(rank)
-        actors = [pool.get(n).actor for n in remote]  # type: ignore[union-attr]
-        answers = ask(actors, target.run_id, [sorted(placed[n]) for n in remote]) if remote else []
-        if target.covered_node in nodes:
-            answers.append(rank_evidence(target.run_id, ranks=sorted(placed[target.covered_node])))
-        for answer in answers:
-            for progress, given in answer or ():
-                got[progress.rank] = (progress, given)
-        facts = []
-        labels = {n: (pool.get(n).node.label if pool.get(n) else "") for n in nodes}  # type: ignore[union-attr]
-        if target.covered_node:
-            labels[target.covered_node] = target.primary.spec.label
-        for rank, (progress, node) in sorted(ranks.items()):
-            now_progress, evidence = got.get(rank, (progress, None))
-            facts.append(RankFacts(now_progress, evidence, labels.get(node, ""), named(target.rank_gpus.get(rank, ()))))
-        return facts
 
     def end_attempt(
         self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
@@ -225,23 +314,18 @@ class HangWatch:
         )
 
 
+def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:
+    """The run's end, before its primary finishes: an open hang's closing notice (``HangWatch.close``)."""
+    if target.hangs is None:
+        return
+    try:
+        target.hangs.close(target, pool, target.primary.hang)
+    except Exception as e:  # noqa: BLE001 - the run's end goes on
+        warner.warn(f"hang-close:{target.run_id}", f"the open hang's closing notice failed ({describe(e)})")
+
+
 def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:
     """``ranks`` as read ``since_s`` ago, aged by that much (a ping's ages are as old as the ping)."""
     if since_s <= 0:
         return ranks
     return tuple(replace(r, age_s=r.age_s + since_s, phase_age_s=r.phase_age_s + since_s) for r in ranks)
-
-
-def _ask_loggers(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Evidence | None]:
-    """Every node logger asked for its ranks' evidence at once, waited for together (bounded)."""
-    import ray
-
-    refs = [actor.hang_evidence.remote(run_id, mine) for actor, mine in zip(actors, ranks, strict=True)]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=EVIDENCE_TIMEOUT_S)
-    out: list[Evidence | None] = []
-    for ref in refs:
-        try:
-            out.append(ray.get(ref) if ref in ready else None)
-        except Exception:  # noqa: BLE001 - that node's ranks are judged from their progress alone
-            out.append(None)
-    return out

@@ -22,15 +22,18 @@ from .commands import (
     REPLANS,
     AddRun,
     AwaitWriters,
+    Checkpointed,
     Command,
     LogArtifact,
     LogRow,
     Prestart,
     RankReport,
+    RanksFinished,
     Retire,
     RunReady,
     SetNodes,
 )
+from .hangs import close_hangs
 from .health import FleetHealth, judge_final, rank_report, stragglers
 from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
@@ -114,6 +117,13 @@ class FleetWorker:
                     target.rank_gpus = command.rank_gpus
         elif isinstance(command, RankReport):
             rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
+        elif isinstance(command, (RanksFinished, Checkpointed)):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget) and target.hangs is not None:
+                if isinstance(command, RanksFinished):
+                    target.hangs.finished = command.ranks
+                else:
+                    target.hangs.checkpoint_reports = command.reports
         elif isinstance(command, Retire):
             self._start_retirement(command)
         elif isinstance(command, AwaitWriters):
@@ -196,8 +206,12 @@ class FleetWorker:
         if target is not None and self._rows.waiting(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
         judge = None
+        if isinstance(target, SharedTarget) and target.hangs is not None:
+            extra_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, last
         if target is not None:
             self._check_health(only=run_id)  # what the pings brought, judged now
+        if isinstance(target, SharedTarget) and target.hangs is not None:
+            close_hangs(target, self.pool, self.warner)  # before the primary's finish: the last notice in the run
             if isinstance(target, SharedTarget) and target.health is not None:
                 # the final judgement and the last tables: once the node writers have finished
                 judge = functools.partial(judge_final, target, self.warner)

@@ -19,6 +19,7 @@ from .beacon import (
     progress_of,
     read_slots,
 )
+from .confirm import Counts, Place, Rounds, counts_of, describe_place, place_of, still_hung, suspicion_key
 from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
 from .ending import HangError
 from .evidence import RankEvidence, arm, disarm
@@ -26,7 +27,7 @@ from .flight import Collective, FlightRecord, flight_recorder_env
 from .native import PYSPY_TIMEOUT_S, native_dumps
 from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
 from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts
-from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
+from .report import HANG_COLUMNS, HangNotice, ended_notice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
 
@@ -38,6 +39,7 @@ __all__ = [
     "Beacon",
     "BeaconSlot",
     "Collective",
+    "Counts",
     "FlightRecord",
     "Frame",
     "HangError",
@@ -45,17 +47,22 @@ __all__ = [
     "HangRow",
     "HangTimeout",
     "Phase",
+    "Place",
     "RankEvidence",
     "RankFacts",
     "RankProgress",
+    "Rounds",
     "ThreadStack",
     "Verdict",
     "arm",
     "arm_rank",
     "armed_rank",
+    "counts_of",
     "default_root",
+    "describe_place",
     "disarm",
     "disarm_rank",
+    "ended_notice",
     "evidence_from_dumps",
     "evidence_text",
     "flight_recorder_env",
@@ -73,6 +80,7 @@ __all__ = [
     "native_dumps",
     "parse_faulthandler",
     "parse_hang_timeout",
+    "place_of",
     "progress_of",
     "rank_ranges",
     "read_slots",
@@ -81,5 +89,7 @@ __all__ = [
     "request_end",
     "resumed_notice",
     "run_dir",
+    "still_hung",
+    "suspicion_key",
     "train_starts",
 ]

@@ -164,7 +164,10 @@ class Beacon:
         self._pack_step = _STEP.pack_into
         self._now = time.monotonic_ns
         self._ident = threading.get_ident
-        self._last_ident = self._ident()  # the thread that stamped progress last (the training thread)
+        # The thread that stamped progress last (the training thread); 0 until one has: the thread
+        # that arms a rank is Ray's worker thread, not Train's TrainingThread, which the evidence
+        # then finds by its name.
+        self._last_ident = 0
         self._write_all(self._last_ident)
 
     def step(self, *_args: Any) -> None:

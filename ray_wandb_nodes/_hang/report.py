@@ -58,9 +58,12 @@ def hang_notice(
     on_hang: str = "alert",
     now: datetime.datetime | None = None,
     taken: str = "",
+    repeat: str = "",
 ) -> HangNotice:
     """The alert, table and files of ``verdict`` over ``facts`` (every rank of the run);
-    ``taken`` says how the evidence was taken (its time, the nodes that gave none), in verdict.txt."""
+    ``taken`` says how the evidence was taken (its time, the nodes that gave none), in verdict.txt;
+    ``repeat``: why this hang of ``on_hang="restart"`` does not end its attempt (the same place as
+    the hang that ended the attempt before), which the alert says in place of the restart."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     by_rank = {f.progress.rank: f for f in facts}
     stopped = verdict.stopped or tuple(sorted(by_rank))
@@ -73,11 +76,13 @@ def hang_notice(
                 f"rank {rank} on {f.node or '?'}{gpus}: last progress at step {f.progress.steps}, report "
                 f"{f.progress.reports}, since {_since(f.progress.age_s, now)}"
             )
-    action = (
-        "The attempt is ended so that Ray Train restarts it (on_hang='restart')."
-        if on_hang == "restart"
-        else "Every rank's stacks are in the run's files under " + f"hangs/hang-{episode}/."
-    )
+    files_at = f"Every rank's stacks are in the run's files under hangs/hang-{episode}/."
+    if repeat:
+        action = f"{repeat}\n{files_at}"
+    elif on_hang == "restart":
+        action = "The attempt is ended so that Ray Train restarts it (on_hang='restart')."
+    else:
+        action = files_at
     named = where[:LIST_LIMIT]
     if len(where) > LIST_LIMIT:
         named.append(f"and {len(where) - LIST_LIMIT} more ranks (every rank is in the hangs table and verdict.txt)")
@@ -95,12 +100,27 @@ def hang_notice(
     return HangNotice(episode, title, text, "ERROR", verdict.rows, tuple(files), tuple(stopped))
 
 
-def resumed_notice(episode: int, ranks: Sequence[int], after_s: float) -> HangNotice:
-    """Progress again after hang ``episode``: an INFO alert, no table, no files."""
+def resumed_notice(episode: int, ranks: Sequence[int], after_s: float, finished: Sequence[int] = ()) -> HangNotice:
+    """Progress again after hang ``episode`` (``ranks`` moved, ``finished`` returned from their
+    train function, which is progress too): an INFO alert, no table, no files."""
+    every = sorted({*ranks, *finished})
+    text = f"Progress resumed {after_s:.0f} s after hang {episode} was raised"
+    moved = f" (ranks {rank_ranges(ranks)})" if ranks else ""
+    done = f"ranks {rank_ranges(finished)} finished training" if finished else ""
+    text += f"{moved}; {done}." if ranks and done else f"{moved}." if ranks else f": {done}."
+    return HangNotice(
+        episode, f"Hang over: rank{'s' if len(every) > 1 else ''} {rank_ranges(every)} progress again", text, "INFO"
+    )
+
+
+def ended_notice(episode: int, ranks: Sequence[int], after_s: float) -> HangNotice:
+    """The run ended with hang ``episode`` still open (``ranks`` stopped, no progress since): its
+    closing INFO alert, so that every hang alerted is closed in the run."""
     return HangNotice(
         episode,
-        f"Hang over: rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} progress again",
-        f"Progress resumed {after_s:.0f} s after hang {episode} was raised (ranks {rank_ranges(ranks)}).",
+        "Hang over: the run ended",
+        f"The run ended {after_s:.0f} s after hang {episode} was raised, with no progress of "
+        f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} since.",
         "INFO",
     )
 

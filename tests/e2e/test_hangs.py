@@ -241,8 +241,8 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
 
 
 def restart_loop(config: dict[str, Any]) -> None:
-    """Reports a checkpoint a step; rank 1 stops at step 3 of the first attempt only (of every
-    attempt with ``always``), in a data function that never returns."""
+    """Reports a checkpoint a step; rank 1 stops at step 3 of every attempt, in a data function that
+    returns once the test writes ``never``."""
     import tempfile
 
     import ray.train
@@ -251,7 +251,7 @@ def restart_loop(config: dict[str, Any]) -> None:
     checkpoint = ray.train.get_checkpoint()
     start = int(Path(checkpoint.path, "step").read_text()) + 1 if checkpoint else 0
     for step in range(start, 6):
-        if step == 3 and rank == 1 and (checkpoint is None or config["always"]):
+        if step == 3 and rank == 1:
             load_next_shard(os.path.join(config["dir"], "never"))
         with tempfile.TemporaryDirectory() as d:
             Path(d, "step").write_text(str(step))
@@ -267,7 +267,7 @@ def restart_fit(name: str, tmp_path: Path, failures: int, **options: Any) -> Any
     return trainer(
         restart_loop,
         torch=False,
-        train_loop_config={"dir": str(tmp_path), "always": failures == 0},
+        train_loop_config={"dir": str(tmp_path)},
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(
             name=name,
@@ -279,19 +279,40 @@ def restart_fit(name: str, tmp_path: Path, failures: int, **options: Any) -> Any
 
 
 @pytest.mark.smoke  # on every end of the Ray range: ranks armed, beacons read, the verdict, the restart
-def test_on_hang_restart_ends_the_hung_attempt_and_ray_restarts_it_from_its_checkpoint(
+def test_on_hang_restart_ends_the_hung_attempt_once_and_ray_restarts_it_from_its_checkpoint(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path
 ) -> None:
+    """Rank 1 stops at step 3 of every attempt (the same data shard, say): the first hang ends the
+    attempt and Ray restarts it from the checkpoint of step 2; the second, at the same place, is
+    alerted and not ended (two failures left would have ended it twice more); the test then lets
+    the rank go on, and the run completes."""
     name = unique("hang-restart")
-    result = restart_fit(name, tmp_path, failures=1).fit()
-    assert result.error is None
+    result: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: result.update(fit=restart_fit(name, tmp_path, failures=2).fit()), daemon=True
+    )
+    thread.start()
+    try:
+        wait_until(lambda: len(hang_alerts(backend, name)) >= 2, 240, "the second attempt's hang")
+    finally:
+        (tmp_path / "never").touch()  # the shard comes after all
+    thread.join(timeout=240)
+    assert not thread.is_alive() and result["fit"].error is None, result
 
     run = run_of(backend, name)
-    alerts = [a for a in run.alerts if a["title"].startswith("Hang")]
-    assert [a["title"] for a in alerts] == ["Hang: rank 1 stopped"], alerts  # the restart is no "progress again"
-    assert "on_hang='restart'" in alerts[0]["text"] and "rank 1 did not reach it" in alerts[0]["text"]
-    assert "hangs/hang-1/rank-1.txt" in run.files
-    # Restarted from the checkpoint of step 2: every step once, and the run's one end.
+    alerts = hang_alerts(backend, name)
+    for a in alerts:
+        print(f"{a['severity']} {a['title']}\n{a['text']}\n")
+    titles = [a["title"] for a in alerts]
+    # The restart is no "progress again"; the second hang's end is.
+    assert titles[:2] == ["Hang: rank 1 stopped"] * 2 and titles[2].startswith("Hang over: "), titles
+    assert len(titles) == 3, titles
+    first, second = alerts[0]["text"], alerts[1]["text"]
+    assert "on_hang='restart'" in first and "rank 1 did not reach it" in first
+    assert "The attempt before this one stopped at the same place in hang 1, which ended it: load_next_shard " in second
+    assert "0 reports after the checkpoint its attempt ran from. This attempt is not ended" in second
+    assert {"hangs/hang-1/rank-1.txt", "hangs/hang-2/rank-1.txt"} <= set(run.files)
+    # Restarted once, from the checkpoint of step 2: every step once, and the run's one end.
     assert [row["step"] for row in run.history if "step" in row] == [0, 1, 2, 3, 4, 5]
     assert [c.exit_code for c in run.completes] == [0]
     assert_nothing_left()

@@ -154,10 +154,12 @@ def train_driver(config: dict[str, Any]) -> None:
     ).fit()
 
 
-# The trial's Train run with a stall at step 3: twelve steps (6 s) after it, so that a ping sees its
-# progress again before the trial ends (with six, in CI's Ray 2.50.1 lane, beside the 2.55.1 one,
-# the trial ended first and its run had the hang without its "Hang over").
-REPORTS_AROUND_STALL = 16
+# The trial's Train run stalls at its last step: its workers return right after, before a ping of
+# the trial's fleet need see them move, and the hang is closed by what the Train run inside tells
+# the trial's run (its ranks finished) or by the run's end. (A hang in a trial's last seconds ended
+# without its "Hang over" before; the test then ran twelve steps after its stall so that a ping
+# saw the ranks move again.)
+REPORTS_AROUND_STALL = 6
 
 
 def make_callback(**kwargs: Any) -> Any:
@@ -326,9 +328,9 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
 ) -> None:
     name = unique("tune-train")
     callback = make_callback(upload_checkpoints=True)
-    # Rank 1 stalls 10 s at step 3 while rank 0 waits in the report: a hang of the trial's Train
-    # run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
-    stall = {"step": 3, "rank": 1, "seconds": 10}
+    # Rank 1 stalls 10 s at the last step while rank 0 waits in the report: a hang of the trial's
+    # Train run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
+    stall = {"step": REPORTS_AROUND_STALL - 1, "rank": 1, "seconds": 10}
     config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4, "reports": REPORTS_AROUND_STALL}
     results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
     assert not results.errors

@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 
 from ray_wandb_nodes._fleet.wire import LoggerStatus
+from ray_wandb_nodes._hang import RankProgress
 from ray_wandb_nodes._health import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -126,8 +127,10 @@ def logger_status(
     hostname: str = "",
     restarted: bool = False,
     final: Mapping[str, NodeSummary] | None = None,
+    progress: Mapping[str, tuple[RankProgress, ...]] | None = None,
 ) -> LoggerStatus:
-    """A ``NodeLogger.status()`` answer (``final``: a finish's, with its writers' last summaries)."""
+    """A ``NodeLogger.status()`` answer (``final``: a finish's, with its writers' last summaries;
+    ``progress``: its train ranks' beacons, by run id)."""
     run_ids = tuple(sorted(runs))
     return LoggerStatus(
         pid=pid,
@@ -140,4 +143,5 @@ def logger_status(
         summaries=dict(summaries or {}),
         problems=dict(problems or {}),
         final=dict(final or {}),
+        progress=dict(progress or {}),
     )

@@ -95,6 +95,10 @@ class SimPool:
     def get(self, node_id: str) -> Any:
         return self.handles.get(node_id)
 
+    def answered(self, refs: list[Any]) -> set[Any]:
+        """Pings out of turn: none here (every node's readings are fresh)."""
+        return set()
+
 
 def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRun:
     """``nodes`` nodes of ``per_node`` ranks from :func:`many` (one rank stuck, in the middle)."""

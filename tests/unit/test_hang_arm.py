@@ -45,6 +45,7 @@ def test_an_armed_rank_gives_its_python_dump_first_and_faulthandlers_only_when_t
 ) -> None:
     beacon = Beacon(tmp_path, 4)
     armed = arm(tmp_path, 4, beacon)
+    beacon.step()  # this thread's progress: it is the "training" thread
     try:
         assert armed.signum == signal.SIGUSR2 and arm(tmp_path, 4, beacon) is armed
         [slot] = read_slots(tmp_path)
@@ -59,7 +60,7 @@ def test_an_armed_rank_gives_its_python_dump_first_and_faulthandlers_only_when_t
         assert DUMP_THREAD_NAME not in {t.name for t in evidence.python}
         mine = next(t for t in evidence.python if t.ident == me)
         assert any(f.function == "request_dumps" for f in mine.frames)
-        # This thread made the beacon, so it is the "training" thread and comes first.
+        # This thread stamped the beacon last, so it is the "training" thread and comes first.
         assert evidence.training_ident == me and evidence.threads()[0].ident == me
         # A second request is answered afresh (its own id), not from the first one's files.
         again = request_dump(slot, timeout_s=10)

@@ -35,8 +35,10 @@ def test_a_new_slot_reads_as_not_started(tmp_path: Path) -> None:
     [slot] = read_slots(tmp_path)
     assert (slot.rank, slot.pid, slot.reports, slot.steps, slot.started) == (2, os.getpid(), 0, 0, False)
     assert slot.phase is Phase.RUNNING and slot.dump_signal == 0
-    assert slot.thread_ident == threading.get_ident()
+    assert slot.thread_ident == 0  # no thread stamped progress yet (the arming thread is not the training one)
     assert slot.path == slot_path(tmp_path, 2, os.getpid())
+    beacon.report()
+    assert read_slots(tmp_path)[0].thread_ident == threading.get_ident()
     beacon.close()
     assert read_slots(tmp_path) == []
 

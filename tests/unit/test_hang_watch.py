@@ -1,11 +1,16 @@
-"""The fleet's hang watch over a fake pool (no Ray): one alert a hang with every rank's evidence
-asked at once, one INFO when progress resumes, a new hang after that, and what the notice holds."""
+"""The fleet's hang watch over a fake pool (no Ray), on a clock the tests move: one alert a hang
+with every rank's evidence asked at once, raised only when fresh readings still show no progress;
+one INFO when progress resumes (a rank that finished is progress) or the run ends; a new hang after
+that; a restart that ends an attempt once for one place; and what the notice holds."""
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from ray_wandb_nodes._fleet.hangs import HangWatch, aged, poll_s
 from ray_wandb_nodes._hang import HangNotice, HangTimeout, Phase, RankEvidence, RankProgress, hang_notice
@@ -27,6 +32,19 @@ class Node:
 
 
 @dataclass
+class Logger:
+    """A node's logger as the watch calls it; its status calls (pings out of turn) never answer
+    here: a test brings each ping's answer itself (``Pool.ping``)."""
+
+    name: str
+    pinged: list[str]
+
+    @property
+    def status(self) -> Any:
+        return SimpleNamespace(remote=lambda: self.pinged.append(self.name))
+
+
+@dataclass
 class Handle:
     node: Node
     progress: dict[str, tuple[RankProgress, ...]]
@@ -38,9 +56,31 @@ class Handle:
 class Pool:
     handles: dict[str, Handle]
     clock: float = 0.0
+    refreshed: list[str] = field(default_factory=list)  # the nodes pinged out of turn, in order
+
+    def __post_init__(self) -> None:
+        for name, handle in self.handles.items():
+            handle.actor = Logger(name, self.refreshed)
 
     def get(self, node_id: str) -> Handle | None:
         return self.handles.get(node_id)
+
+    def answered(self, refs: list[Any]) -> set[Any]:
+        return set()
+
+    def ping(self, node: str, ranks: tuple[RankProgress, ...]) -> None:
+        """``node``'s ping answers now with ``ranks``."""
+        self.handles[node].progress = {"run-1": ranks}
+        self.handles[node].progress_at = self.clock
+
+
+class Said(Warner):
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def warn(self, key: str, message: str) -> None:
+        self.said.append(message)
 
 
 @dataclass
@@ -99,9 +139,13 @@ def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resum
         return [tuple((progress(r, 12), evidence_of(r)) for r in target.ranks[n]) for n in ("a", "b")]
 
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
-    assert notices == [] and asked == []  # within the limit: nothing asked
+    assert notices == [] and asked == [] and pool.refreshed == []  # within the limit: nothing asked
     assert target.health.ages == {"a": 2.0, "b": 2.0}  # the nodes table's last progress
-    pool.clock = 11.0  # the pings' ages are 11 s old: past the limit now
+    pool.clock = 11.0  # the pings are 11 s old: past the limit, if the ranks have not moved since
+    watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    assert notices == [] and asked == [] and pool.refreshed == ["a", "b"]  # read again first
+    for n, ranks in target.ranks.items():  # the fresh pings: still no progress, 12 s now
+        pool.ping(n, tuple(progress(r, 12) for r in ranks))
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert len(asked) == 1 and len(asked[0]) == 2  # both nodes, once, at once
     assert asked_ranks == [[sorted(target.ranks[n]) for n in ("a", "b")]]  # each only for the ranks placed there
@@ -114,11 +158,209 @@ def test_one_alert_a_hang_with_every_ranks_evidence_then_one_when_progress_resum
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert len(notices) == 1 and len(asked) == 1  # one alert an episode
     # Rank 2 steps again: the episode ends with an INFO.
-    pool.handles["b"].progress = {"run-1": (progress(2, 0.1, steps=6), progress(3, 14))}
-    pool.handles["b"].progress_at = pool.clock
+    pool.ping("b", (progress(2, 0.1, steps=6), progress(3, 14)))
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR", "INFO"] and notices[1].title == "Hang over: rank 2 progress again"
     assert not notices[1].rows and not notices[1].files
+
+
+class Watched:
+    """One run on nodes a (ranks 0-1) and b (ranks 2-3) with a 10 s limit, its pings, its nodes'
+    answers to an evidence round (``answers``: node -> each rank's (age, steps), None: no answer),
+    and everything the watch did: notices, warnings, evidence rounds, ends of an attempt."""
+
+    def __init__(self, on_hang: str = "alert") -> None:
+        self.target, self.pool = setup({r: 1.0 for r in range(4)})
+        self.watch = HangWatch(HangTimeout(seconds=10), on_hang, clock=lambda: self.pool.clock)
+        self.watch.end_attempt = lambda *args: self.ended.append(args[2])  # type: ignore[method-assign]
+        self.notices: list[HangNotice] = []
+        self.warner = Said()
+        self.rounds = 0
+        self.ended: list[tuple[int, ...]] = []
+        self.answers: dict[str, dict[int, tuple[float, int]] | None] = {}
+        self.pids = {r: 100 + r for r in range(4)}
+        self.where = SHARD
+
+    def at(self, t: float) -> Watched:
+        self.pool.clock = t
+        return self
+
+    def ping(self, node: str, ranks: dict[int, tuple[float, int]]) -> Watched:
+        """``node``'s ping now: each rank's (age, steps)."""
+        self.pool.ping(node, tuple(self.progress(r, age, steps) for r, (age, steps) in ranks.items()))
+        return self
+
+    def progress(self, r: int, age: float, steps: int) -> RankProgress:
+        return RankProgress(r, self.pids[r], steps, steps, True, age, Phase.RUNNING, age, 1.0, 12)
+
+    def ask(self, actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
+        self.rounds += 1
+        out: list[Any] = []
+        for handle in actors:
+            node = next(n for n, h in self.pool.handles.items() if h.actor is handle)
+            answer = self.answers.get(node)
+            out.append(
+                None
+                if answer is None
+                else tuple(
+                    (
+                        self.progress(r, age, steps),
+                        RankEvidence(r, self.pids[r], 7, native=(ThreadStack(7, self.where, "TrainingThread(f)"),)),
+                    )
+                    for r, (age, steps) in answer.items()
+                )
+            )
+        return out
+
+    def check(self) -> list[str]:
+        """One check; the titles of what it raised."""
+        before = len(self.notices)
+        self.watch.check(self.target, self.pool, self.warner, self.notices.append, self.ask)  # type: ignore[arg-type]
+        return [n.title for n in self.notices[before:]]
+
+
+def watched(on_hang: str = "alert") -> Watched:
+    return Watched(on_hang)
+
+
+SILENT = {"a": {0: (12.0, 5), 1: (12.0, 5)}, "b": {2: (12.0, 5), 3: (12.0, 5)}}
+MOVED = {"a": {0: (0.5, 6), 1: (0.5, 6)}, "b": {2: (0.5, 6), 3: (0.5, 6)}}
+
+
+@pytest.mark.parametrize(
+    ("pings", "answers", "rounds", "titles"),
+    [
+        # Pings 12 s old of ranks 1 s silent: suspected, read again, they moved: not a word.
+        ({"a": {0: (0.5, 6), 1: (0.5, 6)}, "b": {2: (0.5, 6), 3: (0.5, 6)}}, MOVED, 0, []),
+        # The fresh pings still silent past the limit: an evidence round, whose readings moved
+        # (the ranks stepped since the ping): dropped without a word.
+        (SILENT, MOVED, 1, []),
+        # ... whose readings still show no progress: the hang.
+        (SILENT, SILENT, 1, ["Hang: ranks 0-3 stopped"]),
+        # Node b gives no answer and a's ranks moved: one silent node makes no hang.
+        (SILENT, {"a": MOVED["a"], "b": None}, 1, []),
+        # Node b gives no answer and a's ranks are still silent: the hang, b named as silent.
+        (SILENT, {"a": SILENT["a"], "b": None}, 1, ["Hang: ranks 0-3 stopped"]),
+        # No node answers: nothing fresh proves a hang.
+        (SILENT, {"a": None, "b": None}, 1, []),
+    ],
+)
+def test_a_hang_is_raised_only_on_fresh_readings_that_still_show_no_progress(
+    pings: dict[str, dict[int, tuple[float, int]]],
+    answers: dict[str, dict[int, tuple[float, int]] | None],
+    rounds: int,
+    titles: list[str],
+) -> None:
+    w = watched(on_hang="restart")
+    assert w.at(11.0).check() == [] and w.pool.refreshed == ["a", "b"] and w.rounds == 0
+    for node, ranks in pings.items():
+        w.ping(node, ranks)
+    w.answers = answers
+    assert w.check() == titles
+    assert w.rounds == rounds
+    if titles:
+        assert len(w.ended) == 1 and any("training hangs" in m for m in w.warner.said)
+        if answers["b"] is None:
+            assert "; no answer from node-b." in dict(w.notices[0].files)["verdict.txt"]
+    else:  # no alert, no warning, no restart
+        assert w.notices == [] and w.warner.said == [] and w.ended == [] and not w.watch.open
+
+
+def test_a_suspicion_the_evidence_refuted_waits_its_back_off_before_the_next_round() -> None:
+    """A rank whose node answers pings but not the evidence round (its ranks' readings past the
+    limit, the other node's ranks moving): every node is not asked again on every poll."""
+    w = watched()
+    w.answers = {"a": MOVED["a"], "b": None}
+    w.at(11.0).ping("a", {0: (0.5, 6), 1: (0.5, 6)}).ping("b", SILENT["b"])
+    assert w.check() == [] and w.rounds == 1
+    for t in (12.0, 15.0, 20.9):  # within the 10 s back-off: the same suspicion waits
+        w.at(t).ping("a", {0: (0.5, 6), 1: (0.5, 6)}).ping("b", {2: (t + 1, 5), 3: (t + 1, 5)})
+        assert w.check() == [] and w.rounds == 1
+    w.at(21.0).ping("a", {0: (0.5, 7), 1: (0.5, 7)}).ping("b", {2: (22.0, 5), 3: (22.0, 5)})
+    assert w.check() == [] and w.rounds == 2
+    w.at(40.9).ping("b", {2: (41.9, 5), 3: (41.9, 5)}).ping("a", {0: (0.5, 8), 1: (0.5, 8)})
+    assert w.check() == [] and w.rounds == 2  # twice in a row: 20 s
+    w.at(41.0).ping("a", {0: (0.5, 9), 1: (0.5, 9)})
+    assert w.check() == [] and w.rounds == 3
+    assert w.notices == [] and w.warner.said == []
+
+
+def test_a_restart_ends_an_attempt_once_for_one_place_and_names_both_hangs_when_it_stops_there_again() -> None:
+    w = watched(on_hang="restart")
+    # Attempt 1 runs from scratch, reports a checkpoint with its 3rd report, stops at its 5th.
+    w.watch.checkpoint_reports = 3  # (the Checkpointed command: the Train controller's after_report)
+    w.answers = SILENT
+    w.at(11.0).ping("a", SILENT["a"]).ping("b", SILENT["b"])
+    assert w.check() == ["Hang: ranks 0-3 stopped"] and w.ended == [(0, 1, 2, 3)]
+    assert "The attempt is ended so that Ray Train restarts it" in w.notices[0].text
+    # Ray restarts the attempt from that checkpoint: new processes, counting from zero.
+    w.pids = {r: 500 + r for r in range(4)}
+    w.watch.checkpoint_reports = 0  # (Checkpointed(run, 0): the attempt started)
+    w.at(12.0).ping("a", {0: (1.0, 0), 1: (1.0, 0)}).ping("b", {2: (1.0, 0), 3: (1.0, 0)})
+    assert w.check() == [] and not w.watch.open  # the new attempt closed hang 1
+    # It stops at its 2nd report: 2 after the checkpoint, as attempt 1 did. Alerted, not ended.
+    w.answers = {n: {r: (12.0, 2) for r in ranks} for n, ranks in SILENT.items()}
+    w.at(30.0).ping("a", {0: (12.0, 2), 1: (12.0, 2)}).ping("b", {2: (12.0, 2), 3: (12.0, 2)})
+    assert w.check() == ["Hang: ranks 0-3 stopped"]
+    assert w.ended == [(0, 1, 2, 3)]  # not ended again
+    text = w.notices[1].text
+    assert (
+        "The attempt before this one stopped at the same place in hang 1, which ended it: load_next_shard "
+        "(train.py:71), 2 reports after the checkpoint its attempt ran from. This attempt is not ended: "
+        "on_hang='restart' ends one attempt a place."
+    ) in text and "hangs/hang-2/" in text
+    # This hang is alerted like any: progress again ends it with an INFO.
+    w.at(31.0).ping("a", {0: (0.1, 3), 1: (0.1, 3)})
+    assert w.check() == ["Hang over: ranks 0-1 progress again"]
+    # Another attempt that stops at another place (another report since its checkpoint) is ended.
+    w.pids = {r: 900 + r for r in range(4)}
+    w.at(32.0).ping("a", {0: (1.0, 0), 1: (1.0, 0)}).ping("b", {2: (1.0, 0), 3: (1.0, 0)})
+    w.check()
+    w.answers = {n: {r: (12.0, 7) for r in ranks} for n, ranks in SILENT.items()}
+    w.at(50.0).ping("a", {0: (12.0, 7), 1: (12.0, 7)}).ping("b", {2: (12.0, 7), 3: (12.0, 7)})
+    assert w.check() == ["Hang: ranks 0-3 stopped"] and len(w.ended) == 2
+
+
+def test_a_rank_that_finished_is_progress_and_a_rank_that_failed_is_not() -> None:
+    w = watched()
+    w.answers = SILENT
+    w.at(11.0).ping("a", SILENT["a"]).ping("b", SILENT["b"])
+    assert w.check() == ["Hang: ranks 0-3 stopped"]
+    w.watch.finished = frozenset()  # ranks 2-3 failed (Train's poll: not running, with an error)
+    assert w.at(12.0).check() == []
+    w.watch.finished = frozenset({2, 3})  # they returned from their train function
+    assert w.check() == ["Hang over: ranks 2-3 progress again"]
+    assert w.notices[-1].text == "Progress resumed 1 s after hang 1 was raised: ranks 2-3 finished training."
+
+
+@pytest.mark.parametrize(
+    ("on_hang", "then", "closing"),
+    [
+        # The run ends with the hang open and no rank moved: closed with the run.
+        ("alert", None, ("Hang over: the run ended",
+                         "The run ended 9 s after hang 1 was raised, with no progress of ranks 0-3 since.")),
+        # Its ranks returned (progress no ping saw: the run ended first): "progress again".
+        ("alert", frozenset({0, 1, 2, 3}),
+         ("Hang over: ranks 0-3 progress again",
+          "Progress resumed 9 s after hang 1 was raised: ranks 0-3 finished training.")),
+        # The attempt was ended (on_hang="restart"): that closed it, as a restart does.
+        ("restart", None, None),
+    ],
+)  # fmt: skip
+def test_the_runs_end_closes_an_open_hang_before_the_primary_finishes(
+    on_hang: str, then: frozenset[int] | None, closing: tuple[str, str] | None
+) -> None:
+    w = watched(on_hang)
+    w.answers = SILENT
+    w.at(11.0).ping("a", SILENT["a"]).ping("b", SILENT["b"])
+    assert w.check() == ["Hang: ranks 0-3 stopped"]
+    if then is not None:
+        w.watch.finished = then
+    w.at(20.0).watch.close(w.target, w.pool, w.notices.append)  # type: ignore[arg-type]
+    assert [(n.title, n.text) for n in w.notices[1:]] == ([closing] if closing else [])
+    assert not w.watch.open
+    w.watch.close(w.target, w.pool, w.notices.append)  # type: ignore[arg-type]
+    assert len(w.notices) == (2 if closing else 1)  # once
 
 
 def test_a_hang_needs_its_limit_and_ages_grow_with_the_pings_age() -> None:
@@ -144,8 +386,8 @@ def test_the_notice_names_the_stopped_ranks_their_node_gpu_and_when() -> None:
 
 
 def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_again() -> None:
-    watch = HangWatch(HangTimeout(seconds=10), on_hang="alert")
     target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
+    watch = HangWatch(HangTimeout(seconds=10), on_hang="alert", clock=lambda: pool.clock)
     notices: list[HangNotice] = []
 
     def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
@@ -163,8 +405,9 @@ def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_agai
         }
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR"] and not watch.open
-    for handle in pool.handles.values():
-        handle.progress = {"run-1": tuple(progress(p.rank, 40.0) for p in handle.progress["run-1"])}
+    pool.clock = 40.0  # pings after the restart: the new attempt stopped too
+    for n, handle in pool.handles.items():
+        pool.ping(n, tuple(progress(p.rank, 40.0) for p in handle.progress["run-1"]))
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR", "ERROR"] and notices[1].episode == 2
 

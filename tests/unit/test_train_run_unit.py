@@ -95,3 +95,83 @@ def test_an_aborts_warning_names_each_pending_checkpoint_once() -> None:
         "if W&B has not finished it"
     )
     assert "dropped" not in abort_uploads_warning(3.0, [], "checkpoint-r")
+
+
+# the ranks that finished training, to the hang watch ---------------------------------------------
+def poll(**statuses: tuple[bool, Exception | None]) -> Any:
+    """Train's ``WorkerGroupPollStatus``: rank -> (running, error)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        worker_statuses={int(r[1:]): SimpleNamespace(running=run, error=err) for r, (run, err) in statuses.items()}
+    )
+
+
+def test_a_rank_finished_when_its_train_function_returned_not_when_it_failed() -> None:
+    from ray_wandb_nodes._ray import finished_ranks
+
+    status = poll(r0=(False, None), r1=(False, RuntimeError("HangError")), r2=(True, None), r3=(True, TimeoutError()))
+    assert finished_ranks(status) == frozenset({0})
+
+
+def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes import _handoff, train
+    from ray_wandb_nodes._fleet.commands import RanksFinished
+    from ray_wandb_nodes._train_run import TrainRun
+    from ray_wandb_nodes._warn import Warner
+
+    # A Train run of its own: a command on the fleet's queue when the set changes, none otherwise.
+    sent: list[Any] = []
+    run = object.__new__(TrainRun)  # no Ray: only what the hook reaches
+    run.hang_run, run._finished_ranks = "run-1", frozenset()
+    run.fleet = SimpleNamespace(ranks_finished=lambda run_id, ranks: sent.append(RanksFinished(run_id, ranks)))  # type: ignore[assignment]
+    callback = SimpleNamespace(_hang_run="run-1", _run=run, _relay=None, _warner=Warner())
+    for status in (poll(r0=(True, None), r1=(True, None)), poll(r0=(False, None), r1=(True, None))):
+        train._ranks_finished(callback, status)  # type: ignore[arg-type]
+        train._ranks_finished(callback, status)  # type: ignore[arg-type]
+    restarted = poll(r0=(True, None), r1=(True, None))  # a new worker group: none finished
+    train._ranks_finished(callback, restarted)  # type: ignore[arg-type]
+    assert sent == [RanksFinished("run-1", frozenset({0})), RanksFinished("run-1", frozenset())]
+    # Its reports: a checkpoint's tells the watch where a hang's place counts from.
+    checkpoints: list[tuple[str, int]] = []
+    run.fleet.checkpointed = lambda run_id, reports: checkpoints.append((run_id, reports))  # type: ignore[attr-defined]
+    run.options, run.sessions, run._reports = SimpleNamespace(upload_checkpoints=False), {}, 0  # type: ignore[assignment]
+    run.report([{"loss": 1.0}], None)
+    run.report([{"loss": 0.5}], object())
+    assert checkpoints == [("run-1", 2)]
+
+    # Inside a Tune trial: through the hand-off, in order, off the event loop, with where the
+    # attempt last checkpointed (its reports then; 0 as it starts).
+    written: list[tuple[str, Any]] = []
+    done = threading.Event()
+
+    def publish(trial_id: str, state: Any) -> None:
+        written.append((trial_id, state))
+        if len(written) == 3:
+            done.set()
+
+    monkeypatch.setattr(_handoff, "publish_attempt", publish)
+    monkeypatch.setattr(_handoff, "publish_workers", lambda trial_id, placements: None)
+    monkeypatch.setattr(_handoff, "publish_hang", lambda trial_id, setting: None)
+    relay = train.TrialRelay("trial-1", Warner())
+    start = SimpleNamespace(pg_timeout_s=1800.0)
+    monkeypatch.setattr(train._ray, "train_start", lambda ctx: start)
+    options = SimpleNamespace(hang_timeout_s=SimpleNamespace(enabled=True, seconds=4.0, auto=False), on_hang="alert")
+    assert relay.hangs({"run_id": "trial-run"}, options, None) == "trial-run"
+    relay.placed([])
+    callback = SimpleNamespace(_hang_run="trial-run", _run=None, _relay=relay, _warner=Warner())
+    relay.reported(checkpoint=False)
+    relay.reported(checkpoint=True)
+    for status in (poll(r0=(False, None), r1=(True, None)),) * 2 + (poll(r0=(False, None), r1=(False, None)),):
+        train._ranks_finished(callback, status)  # type: ignore[arg-type]
+    assert done.wait(5)
+    assert written == [
+        ("trial-1", _handoff.AttemptState(frozenset(), 2)),  # placed: 0 as it was; then the checkpoint
+        ("trial-1", _handoff.AttemptState(frozenset({0}), 2)),
+        ("trial-1", _handoff.AttemptState(frozenset({0, 1}), 2)),
+    ]

@@ -247,6 +247,7 @@ def test_a_trials_mark_is_cleared_off_the_hook_and_a_retried_trial_keeps_its_new
 
 
 def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
+    import threading
     from types import SimpleNamespace
 
     from ray_wandb_nodes._tune_run import TuneRuns
@@ -254,19 +255,21 @@ def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
     class Session:
         finishing = False
         codes: list[int] = []
+        retired = threading.Event()  # set by the fleet once it has taken the run's end
+        finish_timeout_s = 1.0
 
         def finish(self, exit_code: int) -> None:
             self.finishing = True
             self.codes.append(exit_code)
 
-    cleared: list[str] = []
+    cleared: list[tuple[str, threading.Event | None]] = []
     runs = object.__new__(TuneRuns)  # no Ray: only the bookkeeping of ends
     runs.sessions = {"t1": Session()}  # type: ignore[dict-item]
-    runs.marks = SimpleNamespace(clear=cleared.append)  # type: ignore[assignment]
+    runs.marks = SimpleNamespace(clear=lambda trial_id, after, within: cleared.append((trial_id, after)))  # type: ignore[assignment]
     runs.end("t1", 1)
     runs.end("t1", 0)  # the experiment's end after the trial's error: the first end counts
     runs.end("gone", 0)
-    assert Session.codes == [1] and cleared == ["t1"]
+    assert Session.codes == [1] and cleared == [("t1", Session.retired)]  # the mark outlives the run's end
 
 
 def test_a_trials_rows_send_only_the_config_that_changed() -> None:
@@ -333,3 +336,44 @@ def test_a_writers_finish_wakes_the_fleet_at_once() -> None:
     assert woken == [1]
     refs[1].fut.set_exception(RuntimeError("the logger died"))  # a failed finish wakes it too
     assert woken == [1, 1]
+
+
+def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_the_runs_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from ray_wandb_nodes import _handoff
+    from ray_wandb_nodes._tune_run import TrialMarks, relayed_nodes
+    from ray_wandb_nodes._warn import Warner
+
+    monkeypatch.setattr(_handoff, "worker_ranks", lambda trial_id: {"n1": (0,), "n2": (1,)})
+    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
+    monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
+    target = SimpleNamespace(hangs=None)
+    assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
+    assert target.hangs is not None and target.hangs.finished == frozenset({1})
+    assert target.hangs.checkpoint_reports == 3
+    assert target.hangs.ranks == {"n1": (0,), "n2": (1,)}
+
+    cleared: list[str] = []
+    monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, run_id: None)
+    monkeypatch.setattr(_handoff, "clear_trial", cleared.append)
+    marks = TrialMarks(Warner())
+    retired = threading.Event()
+    marks.clear("t1", after=retired, within=30.0)  # the fleet has not taken the run's end yet
+    marks.clear("t2", after=threading.Event(), within=0.0)  # bounded: cleared when its time is up
+    assert not retired.wait(0.3) and cleared == []
+    retired.set()
+    marks.close(5)
+    assert cleared == ["t1", "t2"]
+
+
+def test_the_attempts_state_crosses_the_hand_off_as_one_typed_value() -> None:
+    from ray_wandb_nodes._handoff import AttemptState
+
+    state = AttemptState(frozenset({3, 1}), 7)
+    assert AttemptState.from_json(state.to_json()) == state
+    assert state.to_json() == b'{"finished": [1, 3], "checkpoint_reports": 7}'
+    assert AttemptState.from_json(None) == AttemptState() == AttemptState(frozenset(), 0)
