@@ -9,6 +9,24 @@ write is under way) lets the reader retry instead of seeing a torn write.
 Times are ``CLOCK_MONOTONIC`` nanoseconds, which only mean something on the host that took them:
 the reader compares them with its own monotonic clock on the same node, and only ages (seconds
 since progress) leave the node (:func:`progress_of`).
+
+The slot, version 2, is 512 bytes (little-endian):
+
+======  =====================================================================================
+bytes   what
+======  =====================================================================================
+0       hang detection's sequence counter (u64): odd while the rank writes bytes 8-255
+8       magic, version, phase, dump signal, pid, rank, process start (ticks), slot start (ns)
+40      reports, steps, last progress (ns), thread of the last progress, phase since (ns)
+80      the cadence: :data:`CADENCE_BUCKETS` pairs (bucket index, slowest interval ns in it),
+        bucket ``i`` at ``80 + 16 * (i % CADENCE_BUCKETS)``; see :class:`Beacon`
+176     free, hang detection's
+256     RESERVED for another subsystem of the rank (the per-rank step anatomy): its own
+        sequence counter (u64) at 256, odd while its writer writes, and its data at 264-511.
+        Hang detection never writes there; :attr:`Beacon.extension` gives a writer the
+        region, and :func:`read_slot` hands it back raw as :attr:`BeaconSlot.extension`,
+        read only when both counters read the same, even, before and after.
+======  =====================================================================================
 """
 
 from __future__ import annotations
@@ -21,23 +39,27 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 MAGIC = 0x52574E42  # "RWNB"
-VERSION = 1
-SLOT_SIZE = 128
+VERSION = 2
+SLOT_SIZE = 512
+EXTENSION_AT = 256  # bytes 256..511: another subsystem's (its own seqlock at 256), never hang detection's
 SUFFIX = ".slot"
+# The cadence's window: the slowest interval of each bucket of ten minutes, the last six buckets
+# (the current one and five before: 50 to 60 minutes). Why: ``policy``'s module docstring.
+CADENCE_BUCKET_NS = 600 * 10**9
+CADENCE_BUCKETS = 6
 
-_SEQ = struct.Struct("<Q")  # offset 0
+_SEQ = struct.Struct("<Q")  # offset 0 (hang detection's) and EXTENSION_AT (the extension's)
 _HEADER = struct.Struct("<IHBBiiQQ")  # offset 8: magic, version, phase, dump signal, pid, rank, proc start, start ns
-_PROGRESS = struct.Struct(
-    "<QQQQQQ"
-)  # offset 40: reports, steps, last progress ns, max interval ns, thread, phase since
-_STEP = struct.Struct("<QQQQ")  # offset 48: steps, last progress ns, max interval ns, thread
-_HEADER_AT, _PROGRESS_AT, _STEP_AT = 8, 40, 48
+_PROGRESS = struct.Struct("<QQQQQ")  # offset 40: reports, steps, last progress ns, thread, phase since
+_STEP = struct.Struct("<QQQ")  # offset 48: steps, last progress ns, thread
+_BUCKET = struct.Struct("<QQ")  # bucket index, slowest interval ns of the bucket
+_HEADER_AT, _PROGRESS_AT, _STEP_AT, _CADENCE_AT = 8, 40, 48, 80
 _READ_TRIES = 50
 
 
@@ -49,9 +71,11 @@ class Phase(enum.IntEnum):
     EVALUATING = 2
     IN_REPORT = 3  # inside ``ray.train.report`` (Ray's report barrier)
     STARTING = 4  # armed, its train function not started yet (Ray's worker group start): not judged
+    PREPARING = 5  # the user's own long preparation: a download, tokenisation, a compilation
 
 
-LONG_PHASES = frozenset({Phase.CHECKPOINTING, Phase.EVALUATING})  # allowed longer than a step
+# Allowed longer than a step: a save, an evaluation, a preparation of the user's own.
+LONG_PHASES = frozenset({Phase.CHECKPOINTING, Phase.EVALUATING, Phase.PREPARING})
 
 
 @dataclass(frozen=True)
@@ -67,14 +91,29 @@ class BeaconSlot:
     reports: int
     steps: int
     last_progress_ns: int  # 0 until the first report or step
-    max_interval_ns: int  # the slowest interval between two progress stamps, phases excluded
     thread_ident: int  # ``threading.get_ident()`` of the thread that last stamped progress
     phase_since_ns: int
+    # (bucket index, slowest interval ns of the bucket) of the buckets written, oldest first:
+    # intervals between progress, long phases and resolved hangs left out (see ``Beacon``)
+    slow_intervals: tuple[tuple[int, int], ...] = ()
+    extension: bytes = b""  # bytes 256..511 of the slot, raw: another subsystem's (module docstring)
 
     @property
     def started(self) -> bool:
         """Whether the rank has made any progress (a report or an optimizer step) yet."""
         return self.last_progress_ns > 0
+
+    def slowest_recent_ns(self, now_ns: int) -> int:
+        """The slowest interval of the cadence's window at ``now_ns`` (a monotonic time of this
+        host): the buckets of the last ``CADENCE_BUCKETS`` ten minutes; 0 where none."""
+        return recent_slowest_ns(self.slow_intervals, now_ns)
+
+
+def recent_slowest_ns(buckets: Iterable[tuple[int, int]], now_ns: int) -> int:
+    """The slowest interval of ``buckets`` ((index, slowest ns) pairs) still in the window at
+    ``now_ns``: the current bucket and the ``CADENCE_BUCKETS - 1`` before it; 0 where none."""
+    oldest = now_ns // CADENCE_BUCKET_NS - CADENCE_BUCKETS + 1
+    return max((slowest for index, slowest in buckets if index >= oldest), default=0)
 
 
 @dataclass(frozen=True)
@@ -89,13 +128,16 @@ class RankProgress:
     age_s: float  # seconds since the last progress (since the slot was created, before any)
     phase: Phase
     phase_age_s: float
-    slowest_interval_s: float | None  # None until two progress stamps were seen
+    # The slowest interval between progress of the last hour (the beacon's window), long phases
+    # and resolved hangs left out; None where there is none (``"auto"``'s cadence, see ``policy``).
+    slowest_interval_s: float | None
     dump_signal: int
 
 
 def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
     """Ages of ``slot`` against ``now_ns``, a monotonic time taken on the slot's own host."""
     since = slot.last_progress_ns if slot.started else slot.start_ns
+    slowest = slot.slowest_recent_ns(now_ns)
     return RankProgress(
         rank=slot.rank,
         pid=slot.pid,
@@ -105,7 +147,7 @@ def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
         age_s=max(0.0, (now_ns - since) / 1e9),
         phase=slot.phase,
         phase_age_s=max(0.0, (now_ns - slot.phase_since_ns) / 1e9),
-        slowest_interval_s=slot.max_interval_ns / 1e9 if slot.max_interval_ns else None,
+        slowest_interval_s=slowest / 1e9 if slowest else None,
         dump_signal=slot.dump_signal,
     )
 
@@ -136,9 +178,31 @@ def _proc_start(pid: int) -> int:
 
 class Beacon:
     """A rank's writer. ``step()``, ``report()`` and ``phase()`` cost well under 2 us each
-    (``bench/beacon_cost.py``): a monotonic clock read and three ``pack_into`` on the mmap."""
+    (``bench/beacon_cost.py``): a monotonic clock read and three ``pack_into`` on the mmap.
 
-    def __init__(self, directory: Path, rank: int, phase: Phase = Phase.RUNNING) -> None:
+    **The cadence** that ``hang_timeout_s="auto"`` follows: an interval between progress runs
+    from a step or a report to the next step, report or phase change (the work before a save, an
+    evaluation or Ray's report barrier counts; the time inside those, and the first interval
+    after one or after the train function's start, do not: they have limits of their own). Each
+    interval raises the slowest interval of its ten-minute bucket, and the slot keeps the last
+    :data:`CADENCE_BUCKETS` buckets: the reader takes the slowest still in the window
+    (:meth:`BeaconSlot.slowest_recent_ns`), so a slow interval is forgotten an hour after it.
+    An interval longer than ``hang_limit_s`` gives for the rank's own recent cadence (the
+    running limit in force, policy's) was a hang, judged or not: it is left out. The hot path
+    pays one comparison for it; a bucket is written only when its slowest interval grows.
+
+    ``clock`` is the monotonic clock in nanoseconds (the readers compare with
+    ``time.monotonic_ns`` on the same host; tests give a controlled one)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        rank: int,
+        phase: Phase = Phase.RUNNING,
+        *,
+        hang_limit_s: Callable[[float | None], float] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"rank must be an int >= 0, got {rank!r}")
         self.directory = Path(directory)
@@ -153,33 +217,38 @@ class Beacon:
         finally:
             os.close(fd)  # the mapping keeps the file
         self._seq = 0
-        self._reports = self._steps = self._last = self._max = 0
+        self._reports = self._steps = self._last = 0
         self._count_next = False  # the first interval (start to first progress) is not a cadence
         self._phase = Phase(phase)
         self._signal = 0
-        self._start = self._phase_since = time.monotonic_ns()
-        self._proc_start = _proc_start(self.pid)
+        self._hang_limit_s = hang_limit_s
+        # The cadence's current bucket: its index, where it ends, its slowest interval; the
+        # buckets written (index, slowest), at most CADENCE_BUCKETS, for the rank's own limit.
+        self._bucket = self._bucket_end = self._bucket_slowest = 0
+        self._buckets: dict[int, int] = {}
         # Bound once: the hot path looks up no attribute chain.
+        self._now = clock
         self._pack_seq = _SEQ.pack_into
         self._pack_step = _STEP.pack_into
-        self._now = time.monotonic_ns
         self._ident = threading.get_ident
-        self._last_ident = self._ident()  # the thread that stamped progress last (the training thread)
+        self._start = self._phase_since = clock()
+        self._proc_start = _proc_start(self.pid)
+        self._last_ident = self._created_ident = self._ident()  # the thread that stamped progress last
         self._write_all(self._last_ident)
 
     def step(self, *_args: Any) -> None:
         """One optimizer step (the signature takes the hook's arguments and ignores them)."""
         now = self._now()
         self._steps += 1
-        if self._count_next and now - self._last > self._max:
-            self._max = now - self._last
+        if self._count_next and (now - self._last > self._bucket_slowest or now >= self._bucket_end):
+            self._interval(now)  # rare: the slowest of its bucket so far, or a new bucket
         self._count_next = True
         self._last = now
         self._last_ident = ident = self._ident()
         seq = self._seq + 1
         m = self._map
         self._pack_seq(m, 0, seq)
-        self._pack_step(m, _STEP_AT, self._steps, now, self._max, ident)
+        self._pack_step(m, _STEP_AT, self._steps, now, ident)
         self._seq = seq + 1
         self._pack_seq(m, 0, seq + 1)
 
@@ -187,25 +256,31 @@ class Beacon:
         """One ``ray.train.report`` returned (or a framework's report the plugin sees)."""
         now = self._now()
         self._reports += 1
-        if self._count_next and now - self._last > self._max:
-            self._max = now - self._last
+        if self._count_next and (now - self._last > self._bucket_slowest or now >= self._bucket_end):
+            self._interval(now)
         self._count_next = True
         self._last = now
         self._last_ident = self._ident()
         self._write_all(self._last_ident)
 
     def phase(self, phase: Phase) -> None:
-        """Enter ``phase``; the stamp counts as progress, and the interval that spans a long phase
-        is left out of the slowest cadence (the policy allows phases their own limit).
+        """Enter ``phase``. Once the rank has made progress, the stamp counts as progress, the
+        work before it is an interval of the cadence, and the time inside the phase (and up to
+        the next step or report) is not (the policy allows phases their own limit).
 
-        Before the rank's first progress, entering or leaving a long phase is not progress: the
-        time before the first progress counts again from the stamp, so that an evaluation before
-        the first step (Lightning's sanity check) leaves the first step the first step's limit."""
+        Before the rank's first progress no phase change is progress: the rank keeps the first
+        step's limit. Entering or leaving a long phase then counts the time before the first
+        progress again from the stamp, so that an evaluation before the first step (Lightning's
+        sanity check) leaves the first step the first step's limit; Ray's report phase leaves
+        that time as it is (a report entered before any step is no step)."""
         now = self._now()
         phase = Phase(phase)
-        if self._last == 0 and (phase in LONG_PHASES or self._phase in LONG_PHASES):
-            self._start = now
+        if self._last == 0:
+            if phase in LONG_PHASES or self._phase in LONG_PHASES:
+                self._start = now
         else:
+            if self._count_next:
+                self._interval(now)
             self._last = now
         self._phase = phase
         self._phase_since = now
@@ -233,6 +308,21 @@ class Beacon:
     def current_phase(self) -> Phase:
         return self._phase
 
+    def on_training_thread(self) -> bool:
+        """Whether the calling thread is the rank's training thread as far as the beacon knows:
+        the thread that stamped progress or a phase last, or any thread while the last stamp is
+        still the one of the thread that created the beacon (before the train function's first)."""
+        last = self._last_ident
+        return last == self._created_ident or last == self._ident()
+
+    @property
+    def extension(self) -> memoryview:
+        """Bytes 256..511 of the slot, for another subsystem's writer in this process (hang
+        detection never writes there). Its first 8 bytes are that writer's own sequence counter,
+        odd while it writes (:func:`read_slot` returns the region only when it reads even and the
+        same before and after). Release the view before :meth:`close`."""
+        return memoryview(self._map)[EXTENSION_AT:SLOT_SIZE]
+
     def set_dump_signal(self, signum: int) -> None:
         """Record that faulthandler is registered on ``signum`` (0: not registered)."""
         self._signal = signum
@@ -246,6 +336,34 @@ class Beacon:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
+    def _interval(self, now: int) -> None:
+        """The interval that ends ``now`` (it began at the last step or report): the slowest of
+        its bucket unless a slower one came before it in the bucket or it was a hang."""
+        if now >= self._bucket_end:
+            self._bucket = now // CADENCE_BUCKET_NS
+            self._bucket_end = (self._bucket + 1) * CADENCE_BUCKET_NS
+            self._bucket_slowest = 0
+        interval = now - self._last
+        if interval <= self._bucket_slowest or interval > self._limit_ns(now):
+            return
+        self._bucket_slowest = interval
+        oldest = self._bucket - CADENCE_BUCKETS + 1
+        self._buckets = {i: v for i, v in self._buckets.items() if i >= oldest}
+        self._buckets[self._bucket] = interval
+        seq = self._seq + 1
+        m = self._map
+        self._pack_seq(m, 0, seq)
+        _BUCKET.pack_into(m, _CADENCE_AT + _BUCKET.size * (self._bucket % CADENCE_BUCKETS), self._bucket, interval)
+        self._seq = seq + 1
+        self._pack_seq(m, 0, seq + 1)
+
+    def _limit_ns(self, now: int) -> float:
+        """The running limit in force for this rank's recent cadence; an interval past it was a hang."""
+        if self._hang_limit_s is None:
+            return float("inf")
+        slowest = recent_slowest_ns(self._buckets.items(), now)
+        return self._hang_limit_s(slowest / 1e9 if slowest else None) * 1e9
+
     def _write_all(self, ident: int) -> None:
         seq = self._seq + 1
         m = self._map
@@ -254,9 +372,7 @@ class Beacon:
             m, _HEADER_AT, MAGIC, VERSION, int(self._phase), self._signal, self.pid, self.rank,
             self._proc_start, self._start,
         )  # fmt: skip
-        _PROGRESS.pack_into(
-            m, _PROGRESS_AT, self._reports, self._steps, self._last, self._max, ident, self._phase_since
-        )
+        _PROGRESS.pack_into(m, _PROGRESS_AT, self._reports, self._steps, self._last, ident, self._phase_since)
         self._seq = seq + 1
         self._pack_seq(m, 0, seq + 1)
 
@@ -273,39 +389,47 @@ def _alive(pid: int, proc_start: int) -> bool:
 
 def read_slot(path: Path) -> BeaconSlot | None:
     """One slot, consistent (retried while a write is under way); None for a file that is not a
-    slot of this version, a slot still torn after retries, or one whose process is gone."""
+    slot of this version, a slot still torn after retries, or one whose process is gone. The
+    extension region (bytes 256..511) comes with it when its own counter read consistent too,
+    else as ``b""``: another subsystem's writes never keep a rank from being read."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
+        whole: bytes | None = None  # hang detection's part consistent, the extension's not (yet)
         for _ in range(_READ_TRIES):
-            before = os.pread(fd, SLOT_SIZE, 0)
-            if len(before) < SLOT_SIZE:
+            raw = os.pread(fd, SLOT_SIZE, 0)
+            if len(raw) < SLOT_SIZE:
                 return None
-            (seq,) = _SEQ.unpack_from(before, 0)
+            (seq,) = _SEQ.unpack_from(raw, 0)
+            (ext,) = _SEQ.unpack_from(raw, EXTENSION_AT)
             (after,) = _SEQ.unpack(os.pread(fd, 8, 0))
+            (ext_after,) = _SEQ.unpack(os.pread(fd, 8, EXTENSION_AT))
             if seq % 2 == 0 and seq == after:
-                return _decode(Path(path), before)
+                if ext % 2 == 0 and ext == ext_after:
+                    return _decode(Path(path), raw, raw[EXTENSION_AT:])
+                whole = raw
             time.sleep(0)
-        return None
+        return _decode(Path(path), whole, b"") if whole is not None else None
     finally:
         os.close(fd)
 
 
-def _decode(path: Path, raw: bytes) -> BeaconSlot | None:
+def _decode(path: Path, raw: bytes, extension: bytes) -> BeaconSlot | None:
     magic, version, phase, signum, pid, rank, proc_start, start_ns = _HEADER.unpack_from(raw, _HEADER_AT)
     if magic != MAGIC or version != VERSION or not _alive(pid, proc_start):
         return None
-    reports, steps, last, max_iv, ident, phase_since = _PROGRESS.unpack_from(raw, _PROGRESS_AT)
+    reports, steps, last, ident, phase_since = _PROGRESS.unpack_from(raw, _PROGRESS_AT)
     try:
         phase_value = Phase(phase)
     except ValueError:
         return None
+    buckets = (_BUCKET.unpack_from(raw, _CADENCE_AT + _BUCKET.size * i) for i in range(CADENCE_BUCKETS))
     return BeaconSlot(
         path=path, pid=pid, rank=rank, phase=phase_value, dump_signal=signum, start_ns=start_ns,
-        reports=reports, steps=steps, last_progress_ns=last, max_interval_ns=max_iv,
-        thread_ident=ident, phase_since_ns=phase_since,
+        reports=reports, steps=steps, last_progress_ns=last, thread_ident=ident, phase_since_ns=phase_since,
+        slow_intervals=tuple(sorted((i, v) for i, v in buckets if v)), extension=extension,
     )  # fmt: skip
 
 
