@@ -24,8 +24,28 @@ from .ending import HangError
 from .evidence import RankEvidence, arm, disarm
 from .flight import Collective, FlightRecord, flight_recorder_env
 from .native import PYSPY_TIMEOUT_S, native_dumps
-from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
-from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts
+from .policy import (
+    HangTimeout,
+    auto_running_limit_s,
+    hung_ranks,
+    job_cadence_s,
+    job_hung,
+    limit_s,
+    parse_hang_timeout,
+)
+from .rank import (
+    ArmedRank,
+    arm_rank,
+    armed_rank,
+    disarm_rank,
+    enter_phase,
+    hook_steps,
+    in_phase,
+    in_report,
+    leave_phase,
+    run_dir,
+    train_starts,
+)
 from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
@@ -53,9 +73,11 @@ __all__ = [
     "arm",
     "arm_rank",
     "armed_rank",
+    "auto_running_limit_s",
     "default_root",
     "disarm",
     "disarm_rank",
+    "enter_phase",
     "evidence_from_dumps",
     "evidence_text",
     "flight_recorder_env",
@@ -69,6 +91,7 @@ __all__ = [
     "job_cadence_s",
     "job_hung",
     "judge",
+    "leave_phase",
     "limit_s",
     "native_dumps",
     "parse_faulthandler",
