@@ -204,15 +204,17 @@ def checkpointing(save: Callable[..., Any]) -> Callable[..., Any]:
     objects (``torch.save`` of a tensor): a plain function, no context manager, and nothing but
     one call and a global's read where no rank is armed (``bench/save_wrapper_cost.py``)."""
 
+    enter, leave, phase = enter_phase, leave_phase, Phase.CHECKPOINTING  # bound once: no lookups a call
+
     @functools.wraps(save)
     def in_checkpoint(*args: Any, **kwargs: Any) -> Any:
-        entered = enter_phase(Phase.CHECKPOINTING)
+        entered = enter(phase)
         if entered is None:
             return save(*args, **kwargs)
         try:
             return save(*args, **kwargs)
         finally:
-            leave_phase(entered)
+            leave(entered)
 
     setattr(in_checkpoint, MARK, True)
     return in_checkpoint

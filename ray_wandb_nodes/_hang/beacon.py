@@ -274,7 +274,8 @@ class Beacon:
         sanity check) leaves the first step the first step's limit; Ray's report phase leaves
         that time as it is (a report entered before any step is no step)."""
         now = self._now()
-        phase = Phase(phase)
+        if type(phase) is not Phase:
+            phase = Phase(phase)  # an int (Phase's call costs more than the rest of this method)
         if self._last == 0:
             if phase in LONG_PHASES or self._phase in LONG_PHASES:
                 self._start = now

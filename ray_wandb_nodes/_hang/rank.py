@@ -140,6 +140,9 @@ def in_phase(phase: Phase) -> Iterator[None]:
         armed.beacon.phase(before)
 
 
+_NOT_FOR_SAVES = LONG_PHASES | {Phase.STARTING}
+
+
 def enter_phase(phase: Phase) -> tuple[Beacon, Phase] | None:
     """For a wrapper around a framework's save (called often, on any thread): enter ``phase`` on
     an armed rank's training thread where the rank is running or in a report, and return what
@@ -153,7 +156,7 @@ def enter_phase(phase: Phase) -> tuple[Beacon, Phase] | None:
     try:
         beacon = armed.beacon
         before = beacon.current_phase
-        if before in LONG_PHASES or before is Phase.STARTING or not beacon.on_training_thread():
+        if before in _NOT_FOR_SAVES or not beacon.on_training_thread():
             return None
         beacon.phase(phase)
     except Exception:  # noqa: BLE001 - a beacon closed under us: the save goes on, unwatched
@@ -164,5 +167,7 @@ def enter_phase(phase: Phase) -> tuple[Beacon, Phase] | None:
 def leave_phase(entered: tuple[Beacon, Phase]) -> None:
     """Hand back the phase :func:`enter_phase` interrupted. Never raises."""
     beacon, before = entered
-    with contextlib.suppress(Exception):
+    try:
         beacon.phase(before)
+    except Exception:  # noqa: BLE001 - a beacon closed under us: the save's outcome stands
+        pass

@@ -398,8 +398,8 @@ def test_a_save_longer_than_the_running_limit_before_its_report_is_no_hang_and_r
 
     run = run_of(backend, name)
     print(*(f"{a['severity']} {a['title']}\n{a['text']}\n" for a in run.alerts), sep="\n")
-    assert (tmp_path / "save-phase").read_text() == "CHECKPOINTING"
     assert [a["title"] for a in run.alerts if "Hang" in a["title"]] == []
+    assert (tmp_path / "save-phase").read_text() == "CHECKPOINTING"
     # One attempt: a restart (no checkpoint to resume from) would report from step 0 again.
     assert [row["step"] for row in run.history if "step" in row] == list(range(SAVES))
     assert run.exit_codes == [0]
