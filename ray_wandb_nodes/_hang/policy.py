@@ -60,7 +60,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .beacon import LONG_PHASES, Phase, RankProgress
+from .slot import LONG_PHASES, Phase, RankProgress
 
 AUTO = "auto"
 AUTO_FLOOR_S = 120.0
