@@ -40,7 +40,7 @@ force when it ended, which was a hang whether it was judged one or not. Why a wi
   five times as long.
 - An hour, because the slow events that make a job's rhythm recur within it in nearly every
   job (100 steps of up to half a minute, an epoch of a small data set); a rhythm slower than
-  that, forgotten between two occurrences, is judged as a new job's is, against the floor, and
+  that is forgotten between two occurrences, and each occurrence is judged as the first one was,
   never worse. Buckets of ten minutes bound what the window costs and how coarsely it forgets.
 - Each rank decides what was a hang with its own cadence, which in data-parallel training (the
   ranks step together) is the job's; the job's cadence is the slowest of its ranks'.
