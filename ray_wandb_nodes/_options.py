@@ -160,8 +160,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "hang_timeout_s", "auto", "float | str | None", c.HANG_TIMEOUT, (TRAIN,), "hangs",
         "seconds without progress (a report or an optimizer step) after which a rank is hung and every rank's "
-        "evidence is taken; ``auto``: max(120 s, 5 x the slowest interval seen), longer for the first step and "
-        "checkpoints, always below the process-group timeout; None: off",
+        "evidence is taken; ``auto``: max(120 s, 5 x the slowest interval of the last hour), 3 x in the first "
+        "step, saves and evaluations, always below the process-group timeout; None: off",
     ),
     Option(
         "on_hang", "alert", "str", c.choice("alert", "restart"), (TRAIN,), "hangs",

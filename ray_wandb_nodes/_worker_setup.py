@@ -1,9 +1,11 @@
 """On the train workers: what the plugin sets up in each worker process before the train
 function starts. Hang detection's side of a rank (``_hang``): armed as soon as the worker exists
 (before Train sets up torch's process group, so the flight recorder's variable is read), then
-its reports wrap in the beacon's report phase once the train context exists, and the frameworks'
-evaluation loops in its evaluating phase (``_phases``). The frameworks' own W&B runs are quieted
-in the same call (``_frameworks``)."""
+its reports wrap in the beacon's report phase once the train context exists, the frameworks'
+evaluation loops in its evaluating phase and the saves in its checkpointing phase (``_phases``:
+the saves' patches are awaited from arming on, so that a module that imports ``save_file`` by
+name during Ray's set-up gets the wrapped one). The frameworks' own W&B runs are quieted in the
+same call (``_frameworks``)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ def arm(rank: int, run_id: str) -> None:
     global _arm_failure
     try:
         arm_rank(run_id, rank)
+        _phases.hook_saves()  # saves: the checkpointing phase (imports nothing)
         _arm_failure = ""
     except Exception as e:  # noqa: BLE001 - hang detection off on this rank, training goes on
         _arm_failure = describe(e)
@@ -57,7 +60,7 @@ class ReportHook:
 
 def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
     """Once the worker's train context exists, before the train function: quiet the frameworks'
-    own W&B runs, and hook this rank's reports and the frameworks' evaluation loops to its beacon
+    own W&B runs, and hook this rank's reports, evaluation loops and saves to its beacon
     (armed by :func:`arm`, or now where that did not run: then the flight recorder may miss a
     process group already made)."""
     _frameworks.quiet_frameworks(rank, run_id)
@@ -69,6 +72,7 @@ def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
             return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
     hook_steps()  # torch is imported by now where Train set up its process group
     _phases.hook_evaluation()  # HF's and Lightning's evaluation loops: the evaluating phase
+    _phases.hook_saves()  # the frameworks', torch's and safetensors' saves: the checkpointing phase
     train_starts()
     try:
         hooked = _ray.add_report_hook(ReportHook())

@@ -97,8 +97,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         alerts: W&B alerts when a node becomes a straggler, recovers or is lost (the ``nodes`` table, the
             warnings and ``nodes/stragglers`` stay without)
         hang_timeout_s: seconds without progress (a report or an optimizer step) after which a rank is hung and
-            every rank's evidence is taken; ``auto``: max(120 s, 5 x the slowest interval seen), longer for the
-            first step and checkpoints, always below the process-group timeout; None: off
+            every rank's evidence is taken; ``auto``: max(120 s, 5 x the slowest interval of the last hour), 3 x
+            in the first step, saves and evaluations, always below the process-group timeout; None: off
         on_hang: what a hang does: ``alert`` (an ERROR alert, the ``hangs`` table and every rank's stacks in the
             run) or ``restart`` (the same, then the hung attempt is ended so that ``FailureConfig`` restarts it
             from the last checkpoint)

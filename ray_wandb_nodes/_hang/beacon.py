@@ -1,113 +1,73 @@
-"""The progress beacon: one small shared-memory file per rank that the rank stamps on every
-report, optimizer step and phase change, and that the node's logger reads from outside.
+"""The progress beacon: the rank's writer of its slot (``slot``), stamped on every report,
+optimizer step and phase change, and read by the node's logger from outside.
 
-The rank mmaps its slot and writes it with ``struct.pack_into`` (no syscall, no lock, no thread);
-a reader reads it with ``pread`` (a file read: it needs nothing from the rank's process, so a
-rank whose Python cannot run is read like any other). A sequence counter (a seqlock: odd while a
-write is under way) lets the reader retry instead of seeing a torn write.
-
-Times are ``CLOCK_MONOTONIC`` nanoseconds, which only mean something on the host that took them:
-the reader compares them with its own monotonic clock on the same node, and only ages (seconds
-since progress) leave the node (:func:`progress_of`).
+The rank mmaps its slot and writes it with ``struct.pack_into`` (no syscall, no lock, no thread):
+see :class:`Beacon` for what it costs and for the cadence it keeps. The slot's layout and its
+readers are ``slot``'s; their names are exported here as well.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import mmap
 import os
-import struct
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MAGIC = 0x52574E42  # "RWNB"
-VERSION = 1
-SLOT_SIZE = 128
-SUFFIX = ".slot"
+from .slot import (
+    BUCKET,
+    CADENCE_AT,
+    CADENCE_BUCKET_NS,
+    CADENCE_BUCKETS,
+    EXTENSION_AT,
+    HEADER,
+    HEADER_AT,
+    LONG_PHASES,
+    MAGIC,
+    PROGRESS,
+    PROGRESS_AT,
+    SEQ,
+    SLOT_SIZE,
+    STEP,
+    STEP_AT,
+    SUFFIX,
+    VERSION,
+    BeaconSlot,
+    Phase,
+    RankProgress,
+    process_start,
+    progress_of,
+    read_slot,
+    read_slots,
+    recent_slowest_ns,
+    slot_path,
+)
 
-_SEQ = struct.Struct("<Q")  # offset 0
-_HEADER = struct.Struct("<IHBBiiQQ")  # offset 8: magic, version, phase, dump signal, pid, rank, proc start, start ns
-_PROGRESS = struct.Struct(
-    "<QQQQQQ"
-)  # offset 40: reports, steps, last progress ns, max interval ns, thread, phase since
-_STEP = struct.Struct("<QQQQ")  # offset 48: steps, last progress ns, max interval ns, thread
-_HEADER_AT, _PROGRESS_AT, _STEP_AT = 8, 40, 48
-_READ_TRIES = 50
-
-
-class Phase(enum.IntEnum):
-    """What a rank is doing between two stamps; a long phase is allowed longer (see ``policy``)."""
-
-    RUNNING = 0
-    CHECKPOINTING = 1
-    EVALUATING = 2
-    IN_REPORT = 3  # inside ``ray.train.report`` (Ray's report barrier)
-    STARTING = 4  # armed, its train function not started yet (Ray's worker group start): not judged
-
-
-LONG_PHASES = frozenset({Phase.CHECKPOINTING, Phase.EVALUATING})  # allowed longer than a step
-
-
-@dataclass(frozen=True)
-class BeaconSlot:
-    """One rank's slot as read on its node. Times are this host's monotonic nanoseconds."""
-
-    path: Path
-    pid: int
-    rank: int
-    phase: Phase
-    dump_signal: int  # the signal the rank registered faulthandler on; 0: none (never signal it)
-    start_ns: int  # when the slot was created
-    reports: int
-    steps: int
-    last_progress_ns: int  # 0 until the first report or step
-    max_interval_ns: int  # the slowest interval between two progress stamps, phases excluded
-    thread_ident: int  # ``threading.get_ident()`` of the thread that last stamped progress
-    phase_since_ns: int
-
-    @property
-    def started(self) -> bool:
-        """Whether the rank has made any progress (a report or an optimizer step) yet."""
-        return self.last_progress_ns > 0
-
-
-@dataclass(frozen=True)
-class RankProgress:
-    """What leaves the node about one rank's progress: counts and ages, never raw clock values."""
-
-    rank: int
-    pid: int
-    reports: int
-    steps: int
-    started: bool
-    age_s: float  # seconds since the last progress (since the slot was created, before any)
-    phase: Phase
-    phase_age_s: float
-    slowest_interval_s: float | None  # None until two progress stamps were seen
-    dump_signal: int
-
-
-def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
-    """Ages of ``slot`` against ``now_ns``, a monotonic time taken on the slot's own host."""
-    since = slot.last_progress_ns if slot.started else slot.start_ns
-    return RankProgress(
-        rank=slot.rank,
-        pid=slot.pid,
-        reports=slot.reports,
-        steps=slot.steps,
-        started=slot.started,
-        age_s=max(0.0, (now_ns - since) / 1e9),
-        phase=slot.phase,
-        phase_age_s=max(0.0, (now_ns - slot.phase_since_ns) / 1e9),
-        slowest_interval_s=slot.max_interval_ns / 1e9 if slot.max_interval_ns else None,
-        dump_signal=slot.dump_signal,
-    )
+__all__ = [
+    "CADENCE_BUCKETS",
+    "CADENCE_BUCKET_NS",
+    "EXTENSION_AT",
+    "LONG_PHASES",
+    "MAGIC",
+    "SLOT_SIZE",
+    "SUFFIX",
+    "VERSION",
+    "Beacon",
+    "BeaconSlot",
+    "Phase",
+    "RankProgress",
+    "default_root",
+    "install_step_hook",
+    "progress_of",
+    "read_slot",
+    "read_slots",
+    "recent_slowest_ns",
+    "slot_path",
+]
 
 
 def default_root() -> Path:
@@ -119,26 +79,33 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def slot_path(directory: Path, rank: int, pid: int) -> Path:
-    """The slot file of ``rank`` in process ``pid``; the other per-rank files share its stem."""
-    return Path(directory) / f"rank-{rank}.{pid}{SUFFIX}"
-
-
-def _proc_start(pid: int) -> int:
-    """The process's start time in clock ticks (``/proc/<pid>/stat`` field 22), 0 where unknown:
-    tells a live process from a later one that reuses a dead rank's pid."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(text.rsplit(")", 1)[1].split()[19])
-
-
 class Beacon:
     """A rank's writer. ``step()``, ``report()`` and ``phase()`` cost well under 2 us each
-    (``bench/beacon_cost.py``): a monotonic clock read and three ``pack_into`` on the mmap."""
+    (``bench/beacon_cost.py``): a monotonic clock read and three ``pack_into`` on the mmap.
 
-    def __init__(self, directory: Path, rank: int, phase: Phase = Phase.RUNNING) -> None:
+    **The cadence** that ``hang_timeout_s="auto"`` follows: an interval between progress runs
+    from a step or a report to the next step, report or phase change (the work before a save, an
+    evaluation or Ray's report barrier counts; the time inside those, and the first interval
+    after one or after the train function's start, do not: they have limits of their own). Each
+    interval raises the slowest interval of its ten-minute bucket, and the slot keeps the last
+    :data:`CADENCE_BUCKETS` buckets: the reader takes the slowest still in the window
+    (:meth:`BeaconSlot.slowest_recent_ns`), so a slow interval is forgotten an hour after it.
+    An interval longer than ``hang_limit_s`` gives for the rank's own recent cadence (the
+    running limit in force, policy's) was a hang, judged or not: it is left out. The hot path
+    pays one comparison for it; a bucket is written only when its slowest interval grows.
+
+    ``clock`` is the monotonic clock in nanoseconds (the readers compare with
+    ``time.monotonic_ns`` on the same host; tests give a controlled one)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        rank: int,
+        phase: Phase = Phase.RUNNING,
+        *,
+        hang_limit_s: Callable[[float | None], float] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"rank must be an int >= 0, got {rank!r}")
         self.directory = Path(directory)
@@ -153,17 +120,23 @@ class Beacon:
         finally:
             os.close(fd)  # the mapping keeps the file
         self._seq = 0
-        self._reports = self._steps = self._last = self._max = 0
+        self._reports = self._steps = self._last = 0
         self._count_next = False  # the first interval (start to first progress) is not a cadence
         self._phase = Phase(phase)
         self._signal = 0
-        self._start = self._phase_since = time.monotonic_ns()
-        self._proc_start = _proc_start(self.pid)
+        self._hang_limit_s = hang_limit_s
+        # The cadence's current bucket: its index, where it ends, its slowest interval; the
+        # buckets written (index, slowest), at most CADENCE_BUCKETS, for the rank's own limit.
+        self._bucket = self._bucket_end = self._bucket_slowest = 0
+        self._buckets: dict[int, int] = {}
         # Bound once: the hot path looks up no attribute chain.
-        self._pack_seq = _SEQ.pack_into
-        self._pack_step = _STEP.pack_into
-        self._now = time.monotonic_ns
+        self._now = clock
+        self._pack_seq = SEQ.pack_into
+        self._pack_step = STEP.pack_into
         self._ident = threading.get_ident
+        self._start = self._phase_since = clock()
+        self._proc_start = process_start(self.pid)
+        self._created_ident = self._ident()
         # The thread that stamped progress last (the training thread); 0 until one has: the thread
         # that arms a rank is Ray's worker thread, not Train's TrainingThread, which the evidence
         # then finds by its name.
@@ -174,15 +147,15 @@ class Beacon:
         """One optimizer step (the signature takes the hook's arguments and ignores them)."""
         now = self._now()
         self._steps += 1
-        if self._count_next and now - self._last > self._max:
-            self._max = now - self._last
+        if self._count_next and (now - self._last > self._bucket_slowest or now >= self._bucket_end):
+            self._interval(now)  # rare: the slowest of its bucket so far, or a new bucket
         self._count_next = True
         self._last = now
         self._last_ident = ident = self._ident()
         seq = self._seq + 1
         m = self._map
         self._pack_seq(m, 0, seq)
-        self._pack_step(m, _STEP_AT, self._steps, now, self._max, ident)
+        self._pack_step(m, STEP_AT, self._steps, now, ident)
         self._seq = seq + 1
         self._pack_seq(m, 0, seq + 1)
 
@@ -190,25 +163,32 @@ class Beacon:
         """One ``ray.train.report`` returned (or a framework's report the plugin sees)."""
         now = self._now()
         self._reports += 1
-        if self._count_next and now - self._last > self._max:
-            self._max = now - self._last
+        if self._count_next and (now - self._last > self._bucket_slowest or now >= self._bucket_end):
+            self._interval(now)
         self._count_next = True
         self._last = now
         self._last_ident = self._ident()
         self._write_all(self._last_ident)
 
     def phase(self, phase: Phase) -> None:
-        """Enter ``phase``; the stamp counts as progress, and the interval that spans a long phase
-        is left out of the slowest cadence (the policy allows phases their own limit).
+        """Enter ``phase``. Once the rank has made progress, the stamp counts as progress, the
+        work before it is an interval of the cadence, and the time inside the phase (and up to
+        the next step or report) is not (the policy allows phases their own limit).
 
-        Before the rank's first progress, entering or leaving a long phase is not progress: the
-        time before the first progress counts again from the stamp, so that an evaluation before
-        the first step (Lightning's sanity check) leaves the first step the first step's limit."""
+        Before the rank's first progress no phase change is progress: the rank keeps the first
+        step's limit. Entering or leaving a long phase then counts the time before the first
+        progress again from the stamp, so that an evaluation before the first step (Lightning's
+        sanity check) leaves the first step the first step's limit; Ray's report phase leaves
+        that time as it is (a report entered before any step is no step)."""
         now = self._now()
-        phase = Phase(phase)
-        if self._last == 0 and (phase in LONG_PHASES or self._phase in LONG_PHASES):
-            self._start = now
+        if type(phase) is not Phase:
+            phase = Phase(phase)  # an int (Phase's call costs more than the rest of this method)
+        if self._last == 0:
+            if phase in LONG_PHASES or self._phase in LONG_PHASES:
+                self._start = now
         else:
+            if self._count_next:
+                self._interval(now)
             self._last = now
         self._phase = phase
         self._phase_since = now
@@ -236,6 +216,21 @@ class Beacon:
     def current_phase(self) -> Phase:
         return self._phase
 
+    def on_training_thread(self) -> bool:
+        """Whether the calling thread is the rank's training thread as far as the beacon knows:
+        the thread that stamped progress or a phase last, or any thread while no thread has stamped
+        one yet or the last stamp is the creating thread's (before the train function's first)."""
+        last = self._last_ident
+        return last in (0, self._created_ident) or last == self._ident()
+
+    @property
+    def extension(self) -> memoryview:
+        """Bytes 256..511 of the slot, for another subsystem's writer in this process (hang
+        detection never writes there). Its first 8 bytes are that writer's own sequence counter,
+        odd while it writes (:func:`read_slot` returns the region only when it reads even and the
+        same before and after). Release the view before :meth:`close`."""
+        return memoryview(self._map)[EXTENSION_AT:SLOT_SIZE]
+
     def set_dump_signal(self, signum: int) -> None:
         """Record that faulthandler is registered on ``signum`` (0: not registered)."""
         self._signal = signum
@@ -249,78 +244,45 @@ class Beacon:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
+    def _interval(self, now: int) -> None:
+        """The interval that ends ``now`` (it began at the last step or report): the slowest of
+        its bucket unless a slower one came before it in the bucket or it was a hang."""
+        if now >= self._bucket_end:
+            self._bucket = now // CADENCE_BUCKET_NS
+            self._bucket_end = (self._bucket + 1) * CADENCE_BUCKET_NS
+            self._bucket_slowest = 0
+        interval = now - self._last
+        if interval <= self._bucket_slowest or interval > self._limit_ns(now):
+            return
+        self._bucket_slowest = interval
+        oldest = self._bucket - CADENCE_BUCKETS + 1
+        self._buckets = {i: v for i, v in self._buckets.items() if i >= oldest}
+        self._buckets[self._bucket] = interval
+        seq = self._seq + 1
+        m = self._map
+        self._pack_seq(m, 0, seq)
+        BUCKET.pack_into(m, CADENCE_AT + BUCKET.size * (self._bucket % CADENCE_BUCKETS), self._bucket, interval)
+        self._seq = seq + 1
+        self._pack_seq(m, 0, seq + 1)
+
+    def _limit_ns(self, now: int) -> float:
+        """The running limit in force for this rank's recent cadence; an interval past it was a hang."""
+        if self._hang_limit_s is None:
+            return float("inf")
+        slowest = recent_slowest_ns(self._buckets.items(), now)
+        return self._hang_limit_s(slowest / 1e9 if slowest else None) * 1e9
+
     def _write_all(self, ident: int) -> None:
         seq = self._seq + 1
         m = self._map
         self._pack_seq(m, 0, seq)
-        _HEADER.pack_into(
-            m, _HEADER_AT, MAGIC, VERSION, int(self._phase), self._signal, self.pid, self.rank,
+        HEADER.pack_into(
+            m, HEADER_AT, MAGIC, VERSION, int(self._phase), self._signal, self.pid, self.rank,
             self._proc_start, self._start,
         )  # fmt: skip
-        _PROGRESS.pack_into(
-            m, _PROGRESS_AT, self._reports, self._steps, self._last, self._max, ident, self._phase_since
-        )
+        PROGRESS.pack_into(m, PROGRESS_AT, self._reports, self._steps, self._last, ident, self._phase_since)
         self._seq = seq + 1
         self._pack_seq(m, 0, seq + 1)
-
-
-def _alive(pid: int, proc_start: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
-    return proc_start == 0 or _proc_start(pid) in (0, proc_start)
-
-
-def read_slot(path: Path) -> BeaconSlot | None:
-    """One slot, consistent (retried while a write is under way); None for a file that is not a
-    slot of this version, a slot still torn after retries, or one whose process is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        for _ in range(_READ_TRIES):
-            before = os.pread(fd, SLOT_SIZE, 0)
-            if len(before) < SLOT_SIZE:
-                return None
-            (seq,) = _SEQ.unpack_from(before, 0)
-            (after,) = _SEQ.unpack(os.pread(fd, 8, 0))
-            if seq % 2 == 0 and seq == after:
-                return _decode(Path(path), before)
-            time.sleep(0)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _decode(path: Path, raw: bytes) -> BeaconSlot | None:
-    magic, version, phase, signum, pid, rank, proc_start, start_ns = _HEADER.unpack_from(raw, _HEADER_AT)
-    if magic != MAGIC or version != VERSION or not _alive(pid, proc_start):
-        return None
-    reports, steps, last, max_iv, ident, phase_since = _PROGRESS.unpack_from(raw, _PROGRESS_AT)
-    try:
-        phase_value = Phase(phase)
-    except ValueError:
-        return None
-    return BeaconSlot(
-        path=path, pid=pid, rank=rank, phase=phase_value, dump_signal=signum, start_ns=start_ns,
-        reports=reports, steps=steps, last_progress_ns=last, max_interval_ns=max_iv,
-        thread_ident=ident, phase_since_ns=phase_since,
-    )  # fmt: skip
-
-
-def read_slots(directory: Path) -> list[BeaconSlot]:
-    """Every live rank's slot under ``directory``, by rank; slots of dead processes, other
-    versions and files that are not slots are skipped. Needs nothing from the ranks' processes."""
-    try:
-        paths = sorted(Path(directory).glob(f"*{SUFFIX}"))
-    except OSError:
-        return []
-    slots = [slot for slot in map(read_slot, paths) if slot is not None]
-    return sorted(slots, key=lambda s: (s.rank, s.pid))
 
 
 def install_step_hook(beacon: Beacon) -> Callable[[], None] | None:

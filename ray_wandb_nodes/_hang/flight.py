@@ -85,17 +85,13 @@ def flight_recorder_env(
 ) -> dict[str, str]:
     """The variables that arm the flight recorder, for the worker group's environment.
 
-    ``torch_version`` is the workers' torch (default: this process's, where installed); where it
-    is unknown both names are set. A variable already in ``environ`` (the user's own) is kept."""
+    ``torch_version`` is the workers' torch (default: this process's, where installed, found
+    without importing it); where it is unknown both names are set. A variable already in
+    ``environ`` (the user's own) is kept."""
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size <= 0:
         raise ValueError(f"buffer_size must be an int > 0 (entries per process group), got {buffer_size!r}")
     if torch_version is None:
-        try:
-            import torch
-
-            torch_version = str(torch.__version__)
-        except ImportError:
-            torch_version = None
+        torch_version = installed_torch()
     version = _version(torch_version) if torch_version else None
     if version is None:
         names = ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"]
@@ -103,6 +99,21 @@ def flight_recorder_env(
         names = ["TORCH_FR_BUFFER_SIZE"] if version >= _FR_SINCE else ["TORCH_NCCL_TRACE_BUFFER_SIZE"]
     environ = environ or {}
     return {name: str(buffer_size) for name in names if name not in environ}
+
+
+def installed_torch() -> str | None:
+    """This process's torch version without importing torch (a worker of XGBoost or JAX that
+    has torch installed must not load it: seconds and hundreds of MB): the imported module's
+    where it is imported, else the installed distribution's; None where neither is found."""
+    module = sys.modules.get("torch")
+    if module is not None:
+        return str(getattr(module, "__version__", "")) or None
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
 
 
 def dump_flight_recorder() -> str | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from .beacon import LONG_PHASES, Beacon, Phase, default_root, install_step_hook
 from .evidence import Armed, arm, disarm
 from .flight import flight_recorder_env
+from .policy import auto_running_limit_s
 
 FLIGHT_BUFFER = 2000  # entries a process group: a few minutes of steps of a large model
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -49,7 +50,7 @@ def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
 
     Sets the flight recorder's variable unless the user set it, creates the beacon and arms the
     evidence dumps. Optimizer steps are hooked by :func:`hook_steps` once torch is imported (this
-    never imports it: a job without torch pays nothing)."""
+    never imports it: a job without torch, XGBoost's or JAX's, pays nothing and loads nothing)."""
     global _current
     if _current is not None and _current.rank == rank:
         return _current
@@ -58,7 +59,9 @@ def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
     os.environ.update(flight_recorder_env(FLIGHT_BUFFER, environ=os.environ))
     directory = run_dir(run_id, root)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    beacon = Beacon(directory, rank, Phase.STARTING)  # not judged until its train function starts
+    # Not judged until its train function starts; an interval past "auto"'s running limit was a hang
+    # and stays out of the cadence (under a fixed limit the cadence is not used).
+    beacon = Beacon(directory, rank, Phase.STARTING, hang_limit_s=auto_running_limit_s)
     armed = arm(directory, rank, beacon)
     _current = ArmedRank(rank, beacon, armed, None)
     hook_steps()
@@ -135,3 +138,36 @@ def in_phase(phase: Phase) -> Iterator[None]:
         yield
     finally:
         armed.beacon.phase(before)
+
+
+_NOT_FOR_SAVES = LONG_PHASES | {Phase.STARTING}
+
+
+def enter_phase(phase: Phase) -> tuple[Beacon, Phase] | None:
+    """For a wrapper around a framework's save (called often, on any thread): enter ``phase`` on
+    an armed rank's training thread where the rank is running or in a report, and return what
+    :func:`leave_phase` needs; None, having done nothing, anywhere else: no rank armed, another
+    thread (an asynchronous save beside training: the rank's steps go on), a rank already in a
+    long phase (a ``torch.save`` inside a framework's save, or inside an evaluation: the outer
+    phase stays) or not started. Never raises."""
+    armed = _current
+    if armed is None:
+        return None
+    try:
+        beacon = armed.beacon
+        before = beacon.current_phase
+        if before in _NOT_FOR_SAVES or not beacon.on_training_thread():
+            return None
+        beacon.phase(phase)
+    except Exception:  # noqa: BLE001 - a beacon closed under us: the save goes on, unwatched
+        return None
+    return beacon, before
+
+
+def leave_phase(entered: tuple[Beacon, Phase]) -> None:
+    """Hand back the phase :func:`enter_phase` interrupted. Never raises."""
+    beacon, before = entered
+    try:
+        beacon.phase(before)
+    except Exception:  # noqa: BLE001 - a beacon closed under us: the save's outcome stands
+        pass

@@ -8,11 +8,11 @@ sees the job's run and no other.
 
 Tiny models built from a config here (nothing downloaded), a few steps, two reports each, and an
 evaluation pass in each fit: the ranks are armed for hangs, and the frameworks' evaluation loops
-run in the beacon's evaluating phase with no user code (each rank notes the phase its node reads
-from its slot while it evaluates). Lightning's first validation lasts longer than a fixed
-``hang_timeout_s`` and raises no hang alert. One cluster for the module: a head with no CPU (the
-driver and the Train controller) and two one-CPU worker nodes, one train worker each. The
-README's recipes are these train functions.
+run in the beacon's evaluating phase and their checkpoint saves in its checkpointing phase with no
+user code (each rank notes the phase its node reads from its slot while it evaluates or saves).
+Lightning's first validation lasts longer than a fixed ``hang_timeout_s`` and raises no hang
+alert. One cluster for the module: a head with no CPU (the driver and the Train controller) and
+two one-CPU worker nodes, one train worker each. The README's recipes are these train functions.
 """
 
 from __future__ import annotations
@@ -97,11 +97,16 @@ def hf_loop(config: dict[str, Any]) -> None:
         def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             note_phase(config.get("dir"), "eval", started)  # inside HF's evaluation loop
 
+    class NotedModel(GPT2LMHeadModel):  # type: ignore[misc]
+        def save_pretrained(self, *args: Any, **kwargs: Any) -> Any:
+            note_phase(config.get("dir"), "save", started)  # inside HF's checkpoint save (rank 0 writes)
+            return super().save_pretrained(*args, **kwargs)
+
     if config.get("env_at_start"):  # the job's runtime_env gave this process the W&B settings at its start
         assert os.environ.get("WANDB_PROJECT") == config["env_at_start"], "the runtime_env did not reach the worker"
     os.environ.update(config.get("worker_env") or {})  # W&B reachable from the workers, as on a user's cluster
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    model = NotedModel(GPT2Config(vocab_size=32, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     tokens = torch.randint(0, 32, (16, 8))
     data = [{"input_ids": t, "labels": t} for t in tokens]
     args = TrainingArguments(
@@ -153,6 +158,10 @@ def lightning_loop(config: dict[str, Any]) -> None:
                 note_phase(config.get("dir"), "validation-0-end", started)
             x, y = batch
             return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            # inside Lightning's Trainer.save_checkpoint, which Ray's report callback calls each epoch
+            note_phase(config.get("dir"), f"save-{self.current_epoch}", started)
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -244,8 +253,10 @@ def test_hf_trainer_values_checkpoints_every_node_and_its_own_wandb_logging_make
         env, hf_loop, name, callback, str(tmp_path), report_to="wandb", env_at_start=own, dir=str(tmp_path)
     )
     assert result.error is None
-    for rank in (0, 1):  # HF's evaluation (each save's) in the evaluating phase, its steps running
-        assert phases_seen(tmp_path, rank) == {"step": "RUNNING", "eval": "EVALUATING"}, rank
+    # HF's evaluation (each save's) in the evaluating phase, its save (rank 0 writes) in the
+    # checkpointing phase, its steps running.
+    assert phases_seen(tmp_path, 0) == {"step": "RUNNING", "eval": "EVALUATING", "save": "CHECKPOINTING"}
+    assert phases_seen(tmp_path, 1) == {"step": "RUNNING", "eval": "EVALUATING"}
     run = run_of(backend, name)
     assert_the_only_new_run(backend, before, run)
     rows = user_rows(run)
@@ -295,6 +306,8 @@ def test_lightning_trainer_values_checkpoints_every_node_and_its_wandb_logger_ma
             "step-2": "RUNNING",
             "step-3": "RUNNING",
             "validation-1": "EVALUATING",
+            "save-0": "CHECKPOINTING",  # Trainer.save_checkpoint, each epoch's end (Ray's report callback)
+            "save-1": "CHECKPOINTING",
         }, rank
     run = run_of(backend, name)
     assert_the_only_new_run(backend, before, run)

@@ -5,10 +5,13 @@ in all_reduce; a rank stuck in native code that holds the GIL; every rank stuck 
 rank that skips a report while the others wait in Ray's report barrier. Around them, slow phases
 that are not hangs: a long first step and a checkpoint upload ten times a step. The node loggers
 read the beacons, the evidence is taken out of band, and the alerts, the ``hangs`` table and the
-stack files reach the test backend through the real wandb client."""
+stack files reach the test backend through the real wandb client. With ``on_hang="restart"``: a
+hung attempt ended and restarted from its checkpoint, the run ended when no failure is left, and
+a save longer than the running limit before its report that is no hang and restarts nothing."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -349,6 +352,78 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
     assert cli.main(["report", str(folder)]) == 0
     text = capsys.readouterr().out
     assert "ERROR Hang: rank 1 stopped: rank 0 wait in Ray Train's report barrier" in text, text
+    assert_nothing_left()
+
+
+# Rank 0's save before its report (a model to a slow network file system, ``torch.save`` with no
+# user code around it): past the running limit plus the two sampling intervals an alert may take
+# (with the save judged as running, a hang raised and the attempt restarted), within the
+# checkpointing phase's limit (3 x) by 2 s. Rank 1 waits for it in Ray's report barrier.
+SAVE_S = HANG_TIMEOUT_S + 2 * SAMPLING_S + 2.0
+SAVES = 4
+
+
+class StalledFile(io.BytesIO):
+    """A file on a network file system under load: its first write stalls ``SAVE_S``. Notes, in
+    ``folder``, the phase the rank's node reads from its slot while the save runs."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder, self.stalled = folder, False
+
+    def write(self, data: Any) -> int:
+        if not self.stalled:
+            self.stalled = True
+            from ray_wandb_nodes._hang import armed_rank, read_slots
+
+            armed = armed_rank()
+            slots = [s for s in read_slots(armed.beacon.directory) if s.pid == os.getpid()] if armed else []
+            Path(self.folder, "save-phase").write_text(slots[0].phase.name if slots else "not armed")
+            time.sleep(SAVE_S)  # <stalled_write>
+        return super().write(data)
+
+
+def saving_loop(config: dict[str, Any]) -> None:
+    """Reports a step at a time; at step 1 rank 0 saves its model first, to a stalled file."""
+    import ray.train
+    import torch
+
+    rank = ray.train.get_context().get_world_rank()
+    model = torch.nn.Linear(64, 64)
+    for step in range(SAVES):
+        if step == 1 and rank == 0:
+            torch.save(model.state_dict(), StalledFile(config["dir"]))
+        ray.train.report({"step": step})
+
+
+def test_a_save_longer_than_the_running_limit_before_its_report_is_no_hang_and_restarts_nothing(
+    cluster: Any, backend: WandbTestBackend, tmp_path: Path
+) -> None:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+
+    name = unique("hang-save")
+    callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, on_hang="restart", sampling_interval_s=SAMPLING_S)
+    result = trainer(
+        saving_loop,
+        torch=False,  # torch imported by the train function, after the plugin's set-up: torch.save wrapped then
+        train_loop_config={"dir": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(tmp_path / "storage"),
+            callbacks=[callback],
+            failure_config=FailureConfig(max_failures=1),  # a false hang would restart the attempt
+        ),
+    ).fit()
+    assert result.error is None
+
+    run = run_of(backend, name)
+    print(*(f"{a['severity']} {a['title']}\n{a['text']}\n" for a in run.alerts), sep="\n")
+    assert [a["title"] for a in run.alerts if "Hang" in a["title"]] == []
+    assert (tmp_path / "save-phase").read_text() == "CHECKPOINTING"
+    # One attempt: a restart (no checkpoint to resume from) would report from step 0 again.
+    assert [row["step"] for row in run.history if "step" in row] == list(range(SAVES))
+    assert run.exit_codes == [0]
     assert_nothing_left()
 
 

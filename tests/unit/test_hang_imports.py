@@ -41,3 +41,35 @@ def test_importing_it_loads_none_of_the_forbidden() -> None:
         env={**os.environ, "PYTHONPATH": str(REPO)},
     ).stdout.strip()  # fmt: skip
     assert out == "[]"
+
+
+def test_arming_a_rank_loads_no_torch(tmp_path: Path) -> None:
+    """A worker of XGBoost or JAX, with torch installed: arming it (the beacon, the evidence, the
+    flight recorder's variable, the evaluation and save patches) loads no torch, and still names
+    the flight recorder's variable of the installed torch's version."""
+    code = f"""
+import os, sys
+import ray_wandb_nodes._worker_setup
+from ray_wandb_nodes import _phases
+from ray_wandb_nodes._hang import arm_rank, disarm_rank, hook_steps, train_starts
+arm_rank("no-torch", 0, root={str(tmp_path)!r})
+_phases.hook_saves()
+_phases.hook_evaluation()
+hook_steps()
+train_starts()
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print(loaded, sorted(k for k in os.environ if k.startswith("TORCH_")))
+disarm_rank()
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**env, "PYTHONPATH": str(REPO)},
+    ).stdout.strip()  # fmt: skip
+    from importlib.util import find_spec
+
+    # torch 2.8 and later (the test extra's) read TORCH_FR_BUFFER_SIZE; without torch both are set.
+    names = (
+        "['TORCH_FR_BUFFER_SIZE']" if find_spec("torch") else "['TORCH_FR_BUFFER_SIZE', 'TORCH_NCCL_TRACE_BUFFER_SIZE']"
+    )
+    assert out == f"[] {names}"

@@ -9,6 +9,7 @@ import pytest
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.policy import (
     HangTimeout,
+    auto_running_limit_s,
     evidence_margin_s,
     hung_ranks,
     job_cadence_s,
@@ -55,6 +56,7 @@ LIMITS: list[tuple[str, HangTimeout, float | None, bool, Phase, float | None, fl
     ("auto, first step: ten minutes at least", AUTO, None, False, Phase.RUNNING, None, 600.0),
     ("auto, checkpointing, fast job: ten minutes", AUTO, 0.2, True, Phase.CHECKPOINTING, None, 600.0),
     ("auto, evaluating, slow job: three times running", AUTO, 60.0, True, Phase.EVALUATING, None, 900.0),
+    ("auto, preparing (long_phase): ten minutes", AUTO, 0.2, True, Phase.PREPARING, None, 600.0),
     ("auto under Ray's default pg timeout: 1800 - 180", AUTO, 500.0, True, Phase.RUNNING, 1800.0, 1620.0),
     ("auto, slow phase, capped by the pg timeout", AUTO, 200.0, True, Phase.CHECKPOINTING, 1800.0, 1620.0),
     ("auto, a short pg timeout: 60 s margin", AUTO, 1.0, True, Phase.RUNNING, 300.0, 120.0),
@@ -62,6 +64,16 @@ LIMITS: list[tuple[str, HangTimeout, float | None, bool, Phase, float | None, fl
     ("fixed: as given", HangTimeout(seconds=5.0), 60.0, True, Phase.RUNNING, None, 5.0),
     ("fixed, first step: three times", HangTimeout(seconds=5.0), None, False, Phase.RUNNING, None, 15.0),
     ("fixed, checkpointing: three times", HangTimeout(seconds=5.0), None, True, Phase.CHECKPOINTING, None, 15.0),
+    ("fixed, preparing: three times", HangTimeout(seconds=5.0), None, True, Phase.PREPARING, None, 15.0),
+    (
+        "fixed, in a report before any progress: the first step's",
+        HangTimeout(seconds=5.0),
+        None,
+        False,
+        Phase.IN_REPORT,
+        None,
+        15.0,
+    ),
     ("fixed above the pg timeout: capped", HangTimeout(seconds=3000.0), None, True, Phase.RUNNING, 1800.0, 1620.0),
 ]
 
@@ -97,16 +109,17 @@ def test_hung_ranks_use_the_job_cadence_of_all_ranks() -> None:
     assert job_cadence_s([]) is None
 
 
-def test_a_rank_checkpointing_within_its_limit_holds_the_others_silence() -> None:
+@pytest.mark.parametrize("long", [Phase.CHECKPOINTING, Phase.EVALUATING, Phase.PREPARING])
+def test_a_rank_in_a_long_phase_within_its_limit_holds_the_others_silence(long: Phase) -> None:
     from ray_wandb_nodes._hang.policy import job_hung
 
     fixed = HangTimeout(seconds=10)
     waiting = [_rank(r, 25.0, None) for r in (1, 2, 3)]  # past 10 s: in the barrier, waiting on rank 0
-    saving = _rank(0, 25.0, None, phase=Phase.CHECKPOINTING)  # within 3 x 10 s
+    saving = _rank(0, 25.0, None, phase=long)  # within 3 x 10 s
     assert [r.rank for r in hung_ranks(fixed, [saving, *waiting])] == [1, 2, 3]
     assert job_hung(fixed, [saving, *waiting]) == []
     # Past its own limit too: the job hangs, every silent rank named.
-    late = _rank(0, 31.0, None, phase=Phase.CHECKPOINTING)
+    late = _rank(0, 31.0, None, phase=long)
     assert [r.rank for r in job_hung(fixed, [late, *waiting])] == [0, 1, 2, 3]
     # No long phase: the running ranks past the limit hang as before.
     assert [r.rank for r in job_hung(fixed, [_rank(0, 5.0, None), *waiting])] == [1, 2, 3]
@@ -117,3 +130,11 @@ def test_a_rank_whose_train_function_has_not_started_is_not_judged() -> None:
         assert limit_s(setting, cadence_s=1.0, started=False, phase=Phase.STARTING) is None
     starting = [_rank(r, 3600.0, None, started=False, phase=Phase.STARTING) for r in range(4)]
     assert hung_ranks(HangTimeout(seconds=4), starting) == []
+
+
+def test_autos_running_limit_is_also_what_a_beacon_leaves_out_as_a_hang() -> None:
+    assert auto_running_limit_s(None) == 120.0
+    assert auto_running_limit_s(1.0) == 120.0
+    assert auto_running_limit_s(60.0) == 300.0
+    for cadence in (None, 1.0, 60.0, 400.0):
+        assert limit_s(AUTO, cadence_s=cadence, started=True, phase=Phase.RUNNING) == auto_running_limit_s(cadence)
