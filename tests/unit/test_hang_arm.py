@@ -170,7 +170,8 @@ def test_a_dump_thread_slow_to_be_scheduled_is_not_signalled_and_answers_its_req
     with armed_rank(tmp_path, 6) as (armed, slot):
         [evidence] = request_dumps([slot], timeout_s=1.0, grace_s=0.2)
         assert evidence.python == () and evidence.native == () and armed.paths.stacks.stat().st_size == 0
-        assert any(n.startswith("not signalled: its dump thread woke 0 times waiting for the GIL") for n in evidence.notes)
+        woke = "not signalled: its dump thread woke 0 times waiting for the GIL"
+        assert any(n.startswith(woke) for n in evidence.notes), evidence.notes
         release.set()
         wait_until(armed.paths.python.exists, 10, "the answer to the request left in the FIFO")
         assert request_dump(slot, timeout_s=10).python  # and the next one is answered, as usual

@@ -83,13 +83,14 @@ def nccl_dump(entries: list[tuple[int, str, str, int, str, bool]], status: dict[
             "version": "2.10",
             "pg_config": {n: {"name": n, "desc": d, "ranks": r} for n, d, r in names.values()},
             "pg_status": {
-                k: {"last_enqueued_collective": str(e), "last_started_collective": str(s), "last_completed_collective": str(c)}
-                for k, (e, s, c) in status.items()
+                k: dict(zip(("last_enqueued_collective", "last_started_collective", "last_completed_collective"),
+                            map(str, numbers), strict=True))
+                for k, numbers in status.items()
             },
             "entries": [
-                {"record_id": i, "pg_id": int(pg_id), "process_group": [name, names[pg_id][1]], "collective_seq_id": seq,
-                 "p2p_seq_id": i if p2p else 0, "is_p2p": p2p, "profiling_name": f"nccl:{op}", "state": state,
-                 "retired": state == "completed"}
+                {"record_id": i, "pg_id": int(pg_id), "process_group": [name, names[pg_id][1]],
+                 "collective_seq_id": seq, "p2p_seq_id": i if p2p else 0, "is_p2p": p2p,
+                 "profiling_name": f"nccl:{op}", "state": state, "retired": state == "completed"}
                 for i, (pg_id, name, op, seq, state, p2p) in enumerate(entries)
             ],
         }

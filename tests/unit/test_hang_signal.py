@@ -111,4 +111,3 @@ def test_a_rank_running_python_answers_and_is_never_signalled(tmp_path: Path) ->
         [evidence] = request_dumps([slot], timeout_s=5, grace_s=0.3)
         assert evidence.python and evidence.native == () and evidence.notes == ()
         assert proc.poll() is None
-

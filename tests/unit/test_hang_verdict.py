@@ -18,11 +18,11 @@ from ray_wandb_nodes._hang.verdict import (
     HangRow,
     Kind,
     RankFacts,
+    _what,
     format_stack_groups,
     is_library,
     judge,
     position,
-    _what,
     rank_ranges,
 )
 from tests.unit.hang_fixtures import capture, filled_ring, many
@@ -264,11 +264,13 @@ GROUP_CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, .
     (
         "one name for two TP groups (split_group), told apart by NCCL's ranks: the other pair is not behind",
         [
-            *(rank(r, ALL_REDUCE, groups(("3", 12, None), ("0", 10, "all_reduce"), ranks={"3": (0, 1)}))
-              for r in (0, 1)),
+            *(
+                rank(r, ALL_REDUCE, groups(("3", 12, None), ("0", 10, "all_reduce"), ranks={"3": (0, 1)}))
+                for r in (0, 1)
+            ),
             rank(2, PAIR_REDUCE, groups(("0", 9, None), ("3", 13, "all_reduce"), ranks={"3": (2, 3)})),
             rank(3, SHARD, groups(("0", 9, None), ("3", 12, None), ranks={"3": (2, 3)}), age=90),
-        ],  # fmt: skip
+        ],
         "ranks 0-1 wait in all_reduce #10 of default_pg (train.py:88); rank 2 waits in all_reduce #13 of mesh_tp "
         "(train.py:84); rank 3 never entered all_reduce #13 of mesh_tp: in load_next_shard (train.py:71), "
         "no progress for 90 s",
@@ -289,13 +291,17 @@ GROUP_CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, .
     (
         "NCCL: a rank waits in its oldest collective not completed, not in the newest it enqueued",
         [
-            rank(0, BACKWARD, FlightRecord(
-                (*fr(40, "all_reduce").collectives, Collective(41, "all_reduce", "scheduled", "0", 50)),
-                (PgStatus("0", 41, 40, 39, "default_pg"),),
-            )),
+            rank(
+                0,
+                BACKWARD,
+                FlightRecord(
+                    (*fr(40, "all_reduce").collectives, Collective(41, "all_reduce", "scheduled", "0", 50)),
+                    (PgStatus("0", 41, 40, 39, "default_pg"),),
+                ),
+            ),
             *(rank(r, BACKWARD, fr(40, "all_reduce")) for r in (1, 2)),
             rank(3, SHARD, fr(39), age=90),
-        ],  # fmt: skip
+        ],
         "ranks 0-2 wait in all_reduce #40 (train.py:86); rank 3 never entered it: in load_next_shard (train.py:71), "
         "no progress for 90 s",
         (3,),
@@ -329,12 +335,17 @@ GROUP_CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, .
         "pipeline stages: a rank in a recv from a stopped stage (a send's number is not the group's)",
         [
             rank(0, SHARD, fr(11), age=90),
-            rank(1, RECV_FROM_STAGE, FlightRecord(
-                (*fr(11).collectives, Collective(11, "recv", "scheduled", "0", 20, p2p=True)),
-                (PgStatus("0", 11, -1, 11, "default_pg"),),
-            )),
-        ],  # fmt: skip
-        "rank 1 waits in recv (train.py:60); rank 0 is not in it: in load_next_shard (train.py:71), no progress for 90 s",
+            rank(
+                1,
+                RECV_FROM_STAGE,
+                FlightRecord(
+                    (*fr(11).collectives, Collective(11, "recv", "scheduled", "0", 20, p2p=True)),
+                    (PgStatus("0", 11, -1, 11, "default_pg"),),
+                ),
+            ),
+        ],
+        "rank 1 waits in recv (train.py:60); rank 0 is not in it: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
         (0,),
         (1,),
     ),
@@ -417,22 +428,36 @@ HF = f"{SITE}/transformers/trainer.py"
     ("frames", "where"),
     [
         (  # torchtitan installed with pip: its train step is where the rank waits, not the launcher's call
-            (Frame(C10D, 3252, "all_reduce"), WRAPPER, Frame(TITAN, 412, "train_step"), Frame(TITAN, 520, "train"),
-             Frame(USER, 12, "train_func")),
+            (
+                Frame(C10D, 3252, "all_reduce"),
+                WRAPPER,
+                Frame(TITAN, 412, "train_step"),
+                Frame(TITAN, 520, "train"),
+                Frame(USER, 12, "train_func"),
+            ),
             "all_reduce #12 (train.py:412)",
         ),
         (  # NeMo's data module under Lightning's loop: NeMo's frame is the user's, Lightning's is library
-            (Frame("/usr/lib/python3.11/threading.py", 320, "wait"), Frame(NEMO, 88, "next_batch"),
-             Frame(f"{LIGHTNING}/fit_loop.py", 455, "advance"), Frame(f"{LIGHTNING}/fit_loop.py", 216, "run"),
-             Frame(USER, 40, "train_func")),
+            (
+                Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+                Frame(NEMO, 88, "next_batch"),
+                Frame(f"{LIGHTNING}/fit_loop.py", 455, "advance"),
+                Frame(f"{LIGHTNING}/fit_loop.py", 216, "run"),
+                Frame(USER, 40, "train_func"),
+            ),
             "wait (threading.py:320) called from next_batch (pre_training.py:88)",
         ),
         (  # Hugging Face's Trainer with nothing of the user's below it: the user's call of train()
-            (Frame(C10D, 3252, "all_reduce"), WRAPPER, Frame(HF, 2480, "_inner_training_loop"),
-             Frame(HF, 2100, "train"), Frame(USER, 30, "train_func")),
+            (
+                Frame(C10D, 3252, "all_reduce"),
+                WRAPPER,
+                Frame(HF, 2480, "_inner_training_loop"),
+                Frame(HF, 2100, "train"),
+                Frame(USER, 30, "train_func"),
+            ),
             "all_reduce #12 (train.py:30)",
         ),
-    ],  # fmt: skip
+    ],
     ids=["torchtitan", "nemo-under-lightning", "transformers"],
 )
 def test_where_is_the_innermost_frame_of_user_code_installed_or_not(frames: tuple[Frame, ...], where: str) -> None:
