@@ -140,13 +140,13 @@ def simulate(n: int, minutes: float, sampling_s: float, gpus: int = GPUS) -> dic
     verdict: dict[str, float] = {}
     update, judge = gpus.update, gpus.judge
 
-    def counted_update(node_id: str, summary: NodeSummary) -> None:
+    def counted_update(node_id: str, summary: NodeSummary, arrived: float | None = None) -> None:
         seen = received.setdefault(node_id, [])
         newest[node_id] = max(newest.get(node_id, 0.0), summary.t)
         for batch in summary.gpu_ints:
             if not seen or batch.t > seen[-1][0]:  # the rules take each block once (newer only)
                 seen.append((batch.t, clock.now))  # type: ignore[arg-type]
-        update(node_id, summary)
+        update(node_id, summary, arrived)
 
     def timed_judge(live: set[str]) -> Any:
         events = judge(live)

@@ -154,7 +154,7 @@ class SharedSession(RunSession):
         health = self.target.health
         if self._finishing or health is None:
             return
-        now = time.time()
+        now = time.time()  # the monitor's clock: a node's samples are placed on it by their ages (_health/gpus.py)
         if health.options.metric is not None:
             self.fleet.rank_report(self.run_id, metrics, checkpoint, at=now)
         elif checkpoint or self._first or health.awaits_report:

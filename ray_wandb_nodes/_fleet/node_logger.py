@@ -338,8 +338,9 @@ def rank_evidence(run_id: str, root: Any = None, ranks: list[int] | None = None)
     ``/dev/shm`` (Ray nodes in containers sharing it, or a test's simulated cluster) see each
     other's beacons, and a rank asked by two nodes at once would answer one of them."""
     slots = [s for s in read_slots(run_dir(run_id, root)) if ranks is None or s.rank in ranks]
-    # A dump thread that has not taken its request within the grace is signalled instead (its
-    # request taken back); one that took it is waited for until the timeout.
+    # Past the grace, a rank that gave no Python-level dump is signalled once its Python provably
+    # cannot run (``dumps``: its dump thread waking for a GIL nobody hands over, its handler still
+    # caught); one whose dump thread took its request is waited for until the timeout.
     evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S, native_frames=True)
     now = time.monotonic_ns()
     return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))

@@ -1,7 +1,40 @@
 """The node's side of a hang's evidence: every rank's dumps asked for at once, in two rounds
-(the dump threads first, faulthandler's signal only for a rank whose Python cannot run), read
-back into :class:`RankEvidence`; and an end request delivered to a rank's dump thread. The rank's
-side (what :func:`~.evidence.arm` sets up) is in ``evidence``."""
+(the dump threads first, faulthandler's signal only for a rank whose Python provably cannot run),
+read back into :class:`RankEvidence`; and an end request delivered to a rank's dump thread. The
+rank's side (what :func:`~.evidence.arm` sets up) is in ``evidence``.
+
+**When a rank is signalled.** faulthandler's handler walks every thread's frames without the GIL:
+with a thread of the process running Python meanwhile, the walk can crash it (a SIGSEGV in
+``PyCode_Addr2Line`` killed a live rank in this project's tests), and the default action of
+SIGUSR1/SIGUSR2 ends a process that no longer catches it. A rank that gave no Python-level dump
+is signalled only when, from outside and without ptrace, all of these hold:
+
+1. its dump thread was woken and has since woken from its wait for the GIL at least
+   :data:`MIN_GIL_WAITS` times (its ``voluntary_ctxt_switches`` in
+   ``/proc/<pid>/task/<tid>/status``, the thread id being what the dump thread recorded at its
+   start), its process not stopped. CPython's ``take_gil`` waits on a condition for the switch
+   interval (5 ms by default) and, each time it expires, asks the holder to drop the GIL; a
+   thread running bytecode drops it at its next eval-breaker check and hands it over. So every
+   such wake is a moment at which the dump thread ran and no thread of the process was running
+   Python: the GIL is held by native code (a C call, a CUDA or NCCL wait that keeps it, a C
+   extension's long loop), and the frames faulthandler reads do not move;
+2. its request is then still unread, and is taken back out of the FIFO (a pipe read is atomic:
+   either this reader or the dump thread has it), so the dump thread never answers it while
+   faulthandler walks;
+3. its slot records a signal, and ``/proc/<pid>/status``'s ``SigCgt`` still has that signal
+   caught, read right before the signal: ``signal.getsignal`` in the rank sees only Python's
+   handlers, and a library can reset the signal in C after arming.
+
+Time alone proves nothing: a rank on a throttled pod (its CFS quota spent) or a busy node, or a
+stopped one, is slow to be scheduled, and its dump thread does not wake either, so it is not
+signalled. Nor is a process's CPU time a proof: a C call that holds the GIL while it sleeps in
+the kernel takes none. A rank not proven within the wait says "no answer" with the reason in its
+notes, and is asked again at the next request (the request stays in its FIFO meanwhile, so a late
+Python-level dump still counts). A switch interval raised by the user (``sys.setswitchinterval``)
+slows the wakes: a rank whose dump thread wakes fewer than :data:`MIN_GIL_WAITS` times in the
+wait is not signalled. The whole round is bounded by the caller's ``timeout_s``; no signal is
+sent in its last :data:`SIGNAL_MARGIN_S`, the time faulthandler's dump needs to be written.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +58,11 @@ from .stacks import ThreadStack, parse_faulthandler, stack_from_data
 
 _POLL_S = 0.02
 _STABLE_POLLS = 3  # faulthandler writes in pieces: a size that stays put this many polls is a whole dump
+# The dump thread's wakes from its wait for the GIL that prove no thread runs Python (see above):
+# 20 switch intervals is 0.1 s of the dump thread asking, and a second's wait holds about 200.
+MIN_GIL_WAITS = 20
+SIGNAL_MARGIN_S = 0.5  # no signal later than this before the wait's end: its dump must be written
+_WITHDRAWN = "its dump thread did not take the request in time (Python could not run)"
 _request_ids = itertools.count(int(time.time() * 1000) % 1_000_000_000 * 1000)
 
 
@@ -68,6 +106,9 @@ class _Pending:
     notes: list[str]
     signalled: bool = False
     woken: bool = False
+    thread: int = 0  # the dump thread's native id (0: unknown)
+    waits_at_wake: int | None = None  # its wakes (voluntary context switches) when its request was written
+    not_signalled: str = ""  # why, when it gave no Python-level dump and was not signalled
     native_text: str | None = None
     last_size: int = -1
     stable: int = 0
@@ -87,26 +128,22 @@ def request_dumps(
     slots: Iterable[BeaconSlot], timeout_s: float = 3.0, grace_s: float = 1.0, native_frames: bool = False
 ) -> list[RankEvidence]:
     """Every rank's evidence at once, in two rounds. First every rank's dump thread is woken and
-    the Python-level dumps (named stacks, the flight recorder) waited for together, at most
-    ``grace_s``. Then only the ranks that gave none (their Python cannot run: native code holds
-    the GIL) are signalled for faulthandler's dump, waited for until ``timeout_s`` in all.
-
-    faulthandler walks every thread's frames from a signal handler without the GIL: with another
-    thread of the process running Python meanwhile (the dump thread answering, say) that walk can
-    crash the process (a SIGSEGV in ``PyCode_Addr2Line`` was seen on a live rank). A process
-    whose Python cannot run has no thread changing its frames; one whose Python can answered the
-    first round, or has its dump thread answering: before signalling, the request is taken back
-    out of the rank's FIFO (:func:`_withdraw`), and a rank whose dump thread took it already is
-    waited for, never signalled. Only a process whose slot records a registered signal is
-    signalled; a rank that gave nothing says why in ``notes``. With ``native_frames``, a rank
-    that gave no Python-level dump gets ``py-spy dump --native`` too (``native.py``), after the
-    rounds and bounded on its own."""
+    the Python-level dumps (named stacks, the flight recorder) waited for together, at least
+    ``grace_s``. Then a rank that gave none is signalled for faulthandler's dump once its Python
+    provably cannot run (the module's rules: its dump thread keeps waking for a GIL no Python
+    thread hands over, its request is still unread and taken back, its handler still caught),
+    checked at each poll until ``timeout_s`` less :data:`SIGNAL_MARGIN_S`; a rank whose dump
+    thread took its request is waited for, never signalled. A rank that gave nothing says why in
+    ``notes``. With ``native_frames``, a rank that gave no Python-level dump gets ``py-spy dump
+    --native`` too (``native.py``), after the rounds and bounded on its own."""
     started = time.monotonic()
     pending = []
     for slot in slots:
         paths = EvidencePaths.of(slot.path.parent, slot.rank, slot.pid)
         item = _Pending(slot, paths, next(_request_ids), _size(paths.stacks), [])
         if _is_fifo(paths.request):
+            item.thread = _thread_id(paths)
+            item.waits_at_wake = _wakes(slot.pid, item.thread)  # before the wake: every later one counts
             try:
                 wake(paths.request, item.request_id)
                 item.woken = True
@@ -116,22 +153,122 @@ def request_dumps(
             item.notes.append("no dump thread (not armed)")
         pending.append(item)
     _wait(pending, started + min(grace_s, timeout_s))
+    last_signal = started + max(min(grace_s, timeout_s), timeout_s - SIGNAL_MARGIN_S)
+    while True:
+        for item in pending:
+            _poll(item)
+            if not item.signalled and item.python_data is None and time.monotonic() <= last_signal:
+                _signal_if_stuck(item)
+        if all(item.done() for item in pending) or time.monotonic() >= started + timeout_s:
+            break
+        time.sleep(_POLL_S)
     for item in pending:
-        if item.python_data is not None or _acked(item):
-            continue  # answered, or answering: its Python runs
-        if item.woken and not _withdraw(item):
-            continue  # its dump thread took the request (it runs Python): its dump is waited for
-        if not item.slot.dump_signal:
-            item.notes.append("faulthandler not registered: not signalled")
-            continue
-        try:
-            os.kill(item.slot.pid, item.slot.dump_signal)
-            item.signalled = True
-        except OSError as err:
-            item.notes.append(f"could not signal pid {item.slot.pid}: {err.strerror or err}")
-    _wait(pending, started + timeout_s)
+        if item.python_data is None and not item.signalled and item.not_signalled:
+            item.notes.append(f"not signalled: {item.not_signalled}")
     frames = native_dumps([i.slot.pid for i in pending if i.python_data is None]) if native_frames else {}
     return [_evidence(item, *frames.get(item.slot.pid, ("", ""))) for item in pending]
+
+
+def _signal_if_stuck(item: _Pending) -> None:
+    """Signal ``item``'s rank for faulthandler's dump where its Python provably cannot run (the
+    module's rules, in order); else say why not in ``item.not_signalled``, for this round."""
+    if _acked(item):
+        item.not_signalled = ""
+        return  # its dump thread is answering: its Python runs
+    why = _why_not_stuck(item)
+    if why:
+        item.not_signalled = why
+        return
+    if item.woken and not _withdraw(item):
+        item.not_signalled = ""
+        return  # its dump thread took the request (it runs Python): its dump is waited for
+    if not _caught(item.slot.pid, item.slot.dump_signal):
+        item.not_signalled = f"signal {item.slot.dump_signal} is no longer caught in the process (SigCgt)"
+        _rewake(item)
+        return
+    try:
+        os.kill(item.slot.pid, item.slot.dump_signal)
+        item.signalled = True
+    except OSError as err:
+        item.notes.append(f"could not signal pid {item.slot.pid}: {err.strerror or err}")
+        _rewake(item)
+
+
+def _why_not_stuck(item: _Pending) -> str:
+    """Why ``item``'s rank is not shown unable to run Python ("": it is, rule 1 of the module)."""
+    if not item.slot.dump_signal:
+        return "faulthandler not registered"
+    if not item.woken:
+        return "no dump thread to show that its Python cannot run"
+    if not item.thread or item.waits_at_wake is None:
+        return "its dump thread's id is unknown, so it cannot be shown that its Python cannot run"
+    if _stopped(item.slot.pid, item.thread):
+        return "the process is stopped (SIGSTOP, or a debugger)"
+    if not _ack(item)[1]:  # its GIL waits are then those of a thread that runs Python
+        return "its dump thread is still answering an earlier request (its Python runs)"
+    now = _wakes(item.slot.pid, item.thread)
+    waits = -1 if now is None else now - item.waits_at_wake
+    if waits < MIN_GIL_WAITS:
+        return (
+            f"its dump thread woke {max(waits, 0)} times waiting for the GIL, not the {MIN_GIL_WAITS} that show "
+            "no thread runs Python (a throttled or busy node is slow to schedule it)"
+        )
+    return ""
+
+
+def _thread_id(paths: EvidencePaths) -> int:
+    try:
+        return int(paths.thread.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def _task_status(pid: int, tid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _field(status: str, name: str) -> str:
+    for line in status.splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _wakes(pid: int, tid: int) -> int | None:
+    """How many times thread ``tid`` of ``pid`` has gone to sleep of its own accord (None: unknown)."""
+    try:
+        return int(_field(_task_status(pid, tid), "voluntary_ctxt_switches"))
+    except ValueError:
+        return None
+
+
+def _stopped(pid: int, tid: int) -> bool:
+    return _field(_task_status(pid, tid), "State")[:1] in ("T", "t")
+
+
+def _caught(pid: int, signum: int) -> bool:
+    """Whether ``pid`` still catches ``signum`` (``SigCgt`` of ``/proc/<pid>/status``): a C-level
+    handler, which faulthandler's is. False where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = int(_field(f.read(), "SigCgt"), 16)
+    except (OSError, ValueError):
+        return False
+    return signum > 0 and bool(mask >> (signum - 1) & 1)
+
+
+def _rewake(item: _Pending) -> None:
+    """Put a withdrawn request back: the rank is not signalled, and its dump thread may yet answer."""
+    if item.woken:
+        return
+    with contextlib.suppress(OSError):
+        wake(item.paths.request, item.request_id)
+        item.woken = True
+        item.notes = [n for n in item.notes if n != _WITHDRAWN]
 
 
 def _withdraw(item: _Pending) -> bool:
@@ -159,16 +296,22 @@ def _withdraw(item: _Pending) -> bool:
             wake(item.paths.request, other)
     if item.request_id in ids:
         item.woken = False  # no Python-level dump will come
-        item.notes.append("its dump thread did not take the request in time (Python could not run)")
+        item.notes.append(_WITHDRAWN)
         return True
     return False
 
 
-def _acked(item: _Pending) -> bool:
+def _ack(item: _Pending) -> tuple[int, bool]:
+    """The request the dump thread took last, and whether it has answered it (0: none yet)."""
     try:
-        return int(item.paths.ack.read_text() or 0) == item.request_id
-    except (OSError, ValueError):
-        return False
+        words = item.paths.ack.read_text().split()
+        return int(words[0]), words[1:] == ["done"]
+    except (OSError, ValueError, IndexError):
+        return 0, True
+
+
+def _acked(item: _Pending) -> bool:
+    return _ack(item)[0] == item.request_id
 
 
 def _wait(pending: list[_Pending], deadline: float) -> None:

@@ -8,9 +8,10 @@ dump thread that sleeps in a select on a FIFO (no wake-up a step) and, when woke
 every thread's Python stack with names and the flight recorder's collectives.
 
 The node's logger calls :func:`request_dumps` with the slots it read: it wakes each dump thread,
-signals each process whose slot says it registered (the default action of SIGUSR1/SIGUSR2 ends
-a process, so no other is signalled), and waits a bounded time for the files. A rank whose
-Python cannot run yields the faulthandler dump only; one that can yields both.
+signals only a process whose Python provably cannot run and that still catches the signal it
+registered (the default action of SIGUSR1/SIGUSR2 ends a process; ``dumps`` says what the proof
+is), and waits a bounded time for the files. A rank whose Python cannot run yields the
+faulthandler dump only; one that can yields the dump thread's.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ class EvidencePaths:
     python: Path  # the dump thread's JSON (named Python stacks and the flight recorder)
     end: Path  # an end request's JSON: the training thread to raise in, and the message
     ack: Path  # the id of the request the dump thread is answering (its Python runs: never signal it)
+    thread: Path  # the dump thread's native thread id (the node reads its scheduling in /proc)
 
     @classmethod
     def of(cls, directory: Path, rank: int, pid: int) -> EvidencePaths:
         slot = slot_path(directory, rank, pid)
         stem = slot.name[: -len(SUFFIX)]  # "rank-3.1234": the pid is part of the stem
-        ends = (".stacks", ".req", ".evidence.json", ".end.json", ".ack")
+        ends = (".stacks", ".req", ".evidence.json", ".end.json", ".ack", ".thread")
         return cls(*(slot.with_name(stem + end) for end in ends))
 
 
@@ -164,6 +166,8 @@ def _dump_loop(armed: Armed) -> None:
         fd = os.open(armed.paths.request, os.O_RDWR | os.O_NONBLOCK)
     except OSError:
         return
+    with contextlib.suppress(OSError):  # without it, the node never signals this process
+        armed.paths.thread.write_text(str(threading.get_native_id()))
     armed.listening.set()
     try:
         while not armed.stop.is_set():
@@ -180,9 +184,13 @@ def _dump_loop(armed: Armed) -> None:
                     raise_in_training_thread(armed.paths.end)
                 ids = [i for i in ids if i != END_REQUEST]
             if ids:
-                with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
-                    armed.paths.ack.write_text(str(max(ids)))  # Python runs here: the node will not signal
-                    _write_python_evidence(armed.paths.python, max(ids))
+                try:
+                    with contextlib.suppress(OSError, ValueError, TypeError):  # a failed dump is no evidence
+                        armed.paths.ack.write_text(str(max(ids)))  # Python runs here: the node will not signal
+                        _write_python_evidence(armed.paths.python, max(ids))
+                finally:  # answered: its GIL waits from here on are a later request's
+                    with contextlib.suppress(OSError):
+                        armed.paths.ack.write_text(f"{max(ids)} done")
     except OSError:
         return
     finally:

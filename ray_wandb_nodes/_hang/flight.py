@@ -27,7 +27,9 @@ class Collective:
     seq: int  # the process group's collective sequence number (same on every rank of the group)
     op: str  # ``all_reduce``, ``broadcast``, ``barrier``, ...
     state: str  # ``completed``, or the recorder's state while in flight (``scheduled``, ``started``)
-    pg: str  # the process group's name (``default_pg``) or id
+    pg: str  # the process group's name, the same on each of its ranks (``0``: the default group)
+    record: int = -1  # the recorder's id of the entry: the order of this rank's collectives across groups
+    p2p: bool = False  # a send or recv: ``seq`` is then the group's last collective's, not its own
 
     @property
     def in_flight(self) -> bool:
@@ -36,12 +38,14 @@ class Collective:
 
 @dataclass(frozen=True)
 class PgStatus:
-    """A process group's last collective sequence numbers on one rank (-1: none)."""
+    """A process group this rank is in, with its last collective sequence numbers here (-1: none)."""
 
-    pg: str
+    pg: str  # its name, as :attr:`Collective.pg`
     last_enqueued: int
     last_started: int
     last_completed: int
+    desc: str = ""  # torch's description (``default_pg``, ``mesh_tp``, the user's ``group_desc``)
+    ranks: tuple[int, ...] = ()  # its global ranks where the recorder has them (NCCL; gloo leaves them out)
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,45 @@ class FlightRecord:
     def in_flight(self) -> list[Collective]:
         return [c for c in self.collectives if c.in_flight]
 
+    def pending(self) -> list[Collective]:
+        """The collective each group is stuck in on this rank: its oldest not completed (with
+        NCCL a rank enqueues more behind it, and the newest is not the one that waits), the
+        oldest group's first. Sends and receives are left out: their numbers are not the group's."""
+        oldest: dict[str, Collective] = {}
+        for c in self.collectives:
+            if c.in_flight and not c.p2p and (c.pg not in oldest or c.seq < oldest[c.pg].seq):
+                oldest[c.pg] = c
+        return sorted(oldest.values(), key=lambda c: (c.record, c.seq))
+
+    def group(self, pg: str) -> PgStatus | None:
+        return next((g for g in self.groups if g.pg == pg), None)
+
+    def knows(self, pg: str) -> bool:
+        """Whether this rank is in ``pg`` as far as its recorder tells (a collective, a status)."""
+        return self.group(pg) is not None or any(c.pg == pg for c in self.collectives)
+
     def last_seq(self, pg: str) -> int:
         """The highest sequence number this rank enqueued in ``pg`` (-1: none)."""
-        seqs = [c.seq for c in self.collectives if c.pg == pg] + [g.last_enqueued for g in self.groups if g.pg == pg]
+        seqs = [c.seq for c in self.collectives if c.pg == pg and not c.p2p]
+        seqs += [g.last_enqueued for g in self.groups if g.pg == pg]
+        return max(seqs, default=-1)
+
+    def last_completed(self, pg: str) -> int:
+        """The highest sequence number of ``pg`` completed on this rank (-1: none). A collective
+        completes on a rank only once every rank of its group entered it."""
+        seqs = [c.seq for c in self.collectives if c.pg == pg and not c.p2p and not c.in_flight]
+        seqs += [g.last_completed for g in self.groups if g.pg == pg]
         return max(seqs, default=-1)
 
     def trimmed(self) -> FlightRecord:
         """What the verdict and the run's files read: the collectives in flight and each group's
-        newest one (so :meth:`in_flight` and :meth:`last_seq` are unchanged). The node trims
-        before its answer crosses: a full ring of 2,000 collectives a group made 0.6 MB a node of
-        8 ranks, and 262 MiB held by the driver at 64 nodes (``bench/hang_evidence.py``)."""
+        newest one (so :meth:`in_flight`, :meth:`pending`, :meth:`knows` and :meth:`last_seq` are
+        unchanged; :meth:`last_completed` then rests on the group's status). The node trims
+        before its answer crosses: a full ring of 2,000 collectives a group made 0.6 MB a node
+        of 8 ranks, and 262 MiB held by the driver at 64 nodes (``bench/hang_evidence.py``)."""
         newest: dict[str, Collective] = {}
-        for c in self.collectives:
-            if c.pg not in newest or c.seq > newest[c.pg].seq:
+        for c in self.collectives:  # of a send and a collective at one number, the collective
+            if c.pg not in newest or (c.seq, not c.p2p) > (newest[c.pg].seq, not newest[c.pg].p2p):
                 newest[c.pg] = c
         keep = {id(c) for c in newest.values()}
         return FlightRecord(tuple(c for c in self.collectives if c.in_flight or id(c) in keep), self.groups)
@@ -143,31 +173,73 @@ def _int(value: Any, default: int = -1) -> int:
         return default
 
 
+def _ranks(text: Any) -> tuple[int, ...]:
+    """``"[0, 1, 2]"`` (pg_config's form) as ranks; () for anything else."""
+    if isinstance(text, list):
+        values: Any = text
+    else:
+        try:
+            values = json.loads(str(text))
+        except json.JSONDecodeError:
+            return ()
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return ()
+    return tuple(values)
+
+
 def parse_flight_recorder(text: str) -> FlightRecord:
-    """A dump's text as typed records; a ``ValueError`` for text that is not a recorder dump."""
+    """A dump's text as typed records; a ``ValueError`` for text that is not a recorder dump.
+
+    A group is known by its name, which every rank of it shares: an entry's ``process_group``
+    is (name, description). ``pg_status`` is keyed by the recorder's own id of the group in this
+    process (``pg_id``), which differs from rank to rank: with ``pair_0_1`` and ``pair_2_3``
+    created in that order, both are ``pg_id`` 1 on their ranks, named ``1`` and ``2``. The
+    entries map one to the other; a status whose group has no entry left in the ring is dropped.
+    ``pg_config`` gives each group's ranks where the backend records them (NCCL; gloo, torch 2.13,
+    records one group named ``""``, left out)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"not a flight-recorder dump: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"not a flight-recorder dump: a JSON {type(data).__name__}")
-    groups = {}
+    names: dict[str, tuple[str, str]] = {}  # the recorder's pg_id -> (name, description)
+    raw = []
+    for entry in data.get("entries") or []:
+        pg = entry.get("process_group") or [entry.get("pg_id", "")]
+        name = str(pg[0]) if pg else str(entry.get("pg_id", ""))
+        desc = str(pg[1]) if len(pg) > 1 else ""
+        names.setdefault(str(entry.get("pg_id", name)), (name, desc))
+        raw.append((entry, name))
+    config: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for key, info in (data.get("pg_config") or {}).items():
+        if key and isinstance(info, dict) and _ranks(info.get("ranks")):
+            config[str(key)] = (str(info.get("desc") or ""), _ranks(info.get("ranks")))
+    groups: dict[str, PgStatus] = {}
     for pg_id, status in (data.get("pg_status") or {}).items():
-        groups[str(pg_id)] = PgStatus(
-            str(pg_id),
+        if str(pg_id) not in names:
+            continue
+        name, desc = names[str(pg_id)]
+        groups[name] = PgStatus(
+            name,
             _int(status.get("last_enqueued_collective")),
             _int(status.get("last_started_collective")),
             _int(status.get("last_completed_collective")),
+            desc,
+            config.get(name, ("", ()))[1],
         )
+    for name, (desc, ranks) in config.items():  # a group of this rank's with no collective yet
+        groups.setdefault(name, PgStatus(name, -1, -1, -1, desc, ranks))
     collectives = []
-    for entry in data.get("entries") or []:
-        pg = entry.get("process_group") or [entry.get("pg_id", "")]
-        pg_id = str(pg[0]) if pg else str(entry.get("pg_id", ""))
+    for entry, name in raw:
         seq = _int(entry.get("collective_seq_id"))
-        status = groups.get(pg_id)
-        done = bool(entry.get("retired")) or (status is not None and seq <= status.last_completed)
+        p2p = bool(entry.get("is_p2p"))
+        status = groups.get(name)
+        # gloo leaves ``state`` at ``scheduled`` and marks a completed entry ``retired``; its
+        # status's last completed can lag one behind
+        done = bool(entry.get("retired")) or (not p2p and status is not None and seq <= status.last_completed)
         state = "completed" if done or entry.get("state") == "completed" else str(entry.get("state") or "scheduled")
         op = str(entry.get("profiling_name") or "?").rsplit(":", 1)[-1]
-        collectives.append(Collective(seq=seq, op=op, state=state, pg=pg_id))
-    collectives.sort(key=lambda c: (c.pg, c.seq))
+        collectives.append(Collective(seq, op, state, name, _int(entry.get("record_id")), p2p))
+    collectives.sort(key=lambda c: (c.pg, c.seq, c.record))
     return FlightRecord(tuple(collectives), tuple(groups[k] for k in sorted(groups)))

@@ -18,6 +18,7 @@ LIST_LIMIT = 40
 RANK_FILES_LIMIT = 64
 HANG_COLUMNS = (
     "rank", "node", "gpus", "last_step", "reports", "seconds_since_progress", "state", "where", "collective", "seq",
+    "group",
 )  # fmt: skip
 
 
@@ -42,7 +43,7 @@ class HangNotice:
     def table(self) -> list[list[object]]:
         return [
             [r.rank, r.node, r.gpus, r.last_step, r.reports, round(r.seconds_since_progress, 1), r.state, r.where,
-             r.collective, r.seq if r.seq is not None else -1]
+             r.collective, r.seq if r.seq is not None else -1, r.group]
             for r in self.rows
         ]  # fmt: skip
 

@@ -7,18 +7,21 @@ Where a rank is comes from its training thread (the beacon's thread, else Ray Tr
 ``TrainingThread``): in a torch collective (a frame of ``torch/distributed`` named for one, with the
 sequence number from the flight recorder), in Ray Train's report barrier (a frame of ``ray/train``
 named ``report``, or the beacon's ``IN_REPORT`` phase), or elsewhere (its innermost frame of user
-code, that is outside the standard library, site-packages and this package).
+code, see :func:`is_library`). Who waits on whom across process groups is ``waits``'.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .beacon import Phase, RankProgress
 from .evidence import RankEvidence
+from .flight import Collective
 from .stacks import Frame, ThreadStack, training_thread
+from .waits import DEFAULT_GROUP, Block, How, Seat, blocks
 
 COLLECTIVES = frozenset(
     "all_reduce all_gather all_gather_into_tensor all_gather_object all_to_all all_to_all_single barrier "
@@ -27,7 +30,20 @@ COLLECTIVES = frozenset(
 )
 RAY_BARRIERS = {"report": "Ray Train's report barrier", "barrier": "ray.train.collective.barrier",
                 "broadcast_from_rank_zero": "ray.train.collective.broadcast_from_rank_zero"}  # fmt: skip
-_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/ray_wandb_nodes/")
+P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+# Installed packages whose frames are library for the "where" of a rank: torch and its own
+# packages, Ray, this plugin, and the frameworks' step loop machinery (the trainer that calls the
+# user's code and the engines it drives), with the numeric and logging libraries every job calls.
+# A user's code is what it would change: a training package installed with pip (torchtitan,
+# NeMo, Megatron, an in-house one) is user code, and so is any package not named here. Where in
+# doubt, user code: a library frame taken for the user's shows its own true file and line, but a
+# user's frame taken for a library's hides the place the user must look at.
+LIBRARY_PACKAGES = frozenset(
+    "torch torchvision torchaudio torchdata functorch triton ray ray_wandb_nodes transformers accelerate "
+    "deepspeed lightning pytorch_lightning lightning_fabric numpy wandb".split()
+)
+_INSTALLED = re.compile(r"/(?:site|dist)-packages/([^/]+)")
+_STDLIB = re.compile(r"/lib/python3(?:\.\d+)?/")
 
 
 class Kind(enum.Enum):
@@ -57,9 +73,11 @@ class Position:
     where: Frame | None  # the innermost frame of user code (the call site of a wait)
     inner: Frame | None  # the innermost frame of all, where it is not ``where``
     op: str = ""  # the collective or barrier
-    seq: int | None = None  # the collective's sequence number
-    pg: str = ""
+    seq: int | None = None  # the collective's sequence number in its process group
+    pg: str = ""  # the collective's process group (its name)
     stack: tuple[Frame, ...] = ()
+    group: str = ""  # the process group as the sentence names it (``default_pg``, ``mesh_tp``, ``group 3``)
+    pending: tuple[Collective, ...] = ()  # every collective it waits in, one a group (``FlightRecord.pending``)
 
     def place(self) -> str:
         """``load_next_shard (train.py:71)``; a library frame inside it named first."""
@@ -84,10 +102,11 @@ class HangRow:
     last_step: int
     reports: int
     seconds_since_progress: float
-    state: str  # "waits", "stopped" or "stuck" (every rank in one place)
+    state: str  # "waits", "stopped" or "stuck" (every rank in one place, or waiting on each other)
     where: str
     collective: str
-    seq: int | None
+    seq: int | None  # in the collective's process group
+    group: str = ""  # the collective's process group, as the sentence names it
 
 
 @dataclass(frozen=True)
@@ -100,8 +119,16 @@ class Verdict:
 
 
 def is_library(file: str) -> bool:
-    """Whether ``file`` is the standard library, an installed package, frozen, or this plugin."""
-    return file.startswith("<") or any(mark in file for mark in _LIBRARY_MARKS)
+    """Whether ``file`` is library code for a rank's "where": frozen, the standard library, this
+    plugin, or an installed package of :data:`LIBRARY_PACKAGES`; any other installed package is
+    user code."""
+    if file.startswith("<"):
+        return True
+    installed = _INSTALLED.search(file)
+    if installed is not None:
+        top = installed.group(1)
+        return (top[:-3] if top.endswith(".py") else top) in LIBRARY_PACKAGES
+    return bool(_STDLIB.search(file)) or "/ray_wandb_nodes/" in file
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
@@ -122,6 +149,16 @@ def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
 
 
+def _wait(ranks: Sequence[int]) -> str:
+    return f"{_ranks(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in "
+
+
+def group_label(pg: str, desc: str) -> str:
+    """A process group as the sentence names it: torch's description where it has one that
+    says something (``default_pg``, ``mesh_tp``, the user's ``group_desc``), else ``group <name>``."""
+    return desc if desc and desc != "undefined" else f"group {pg}"
+
+
 def position(facts: RankFacts) -> Position:
     """Where one rank is, from its training thread's stack and its flight recorder."""
     evidence = facts.evidence
@@ -138,38 +175,52 @@ def position(facts: RankFacts) -> Position:
     where = frames[user_at] if user_at is not None else None
     inner = frames[0] if user_at != 0 else None
     outer_lib = frames[: user_at if user_at is not None else len(frames)]
+    record = evidence.flight if evidence is not None else None
+    pending = tuple(record.pending()) if record is not None else ()
     for frame in reversed(outer_lib):  # the outermost library call names the wait
         if "/torch/distributed/" in frame.file and frame.function in COLLECTIVES:
-            seq, pg = _seq_in_flight(evidence, frame.function)
-            return Position(Kind.COLLECTIVE, where, None, frame.function, seq, pg, frames)
+            if frame.function in P2P:  # a send or recv: its number is not the group's
+                return Position(Kind.COLLECTIVE, where, None, frame.function, stack=frames)
+            # The collective it waits in: of each group's oldest not completed, the one the frame
+            # names (a barrier is recorded as an all_reduce: else the oldest of all).
+            now = next((c for c in pending if c.op == frame.function), pending[0] if pending else None)
+            return _in_collective(facts, where, frame.function, now, frames, pending)
         if "/ray/train/" in frame.file and frame.function in RAY_BARRIERS:
-            return Position(Kind.RAY_BARRIER, where, None, frame.function, None, "", frames)
+            return Position(Kind.RAY_BARRIER, where, None, frame.function, stack=frames)
     if facts.progress.phase is Phase.IN_REPORT:
-        return Position(Kind.RAY_BARRIER, where, None, "report", None, "", frames)
+        return Position(Kind.RAY_BARRIER, where, None, "report", stack=frames)
     # A collective in flight with no frame named for it: launched from C++ (DDP's reducer inside
     # backward) or async and waited on elsewhere. A rank with one in flight entered it and waits.
-    flying = evidence.flight.in_flight() if evidence is not None and evidence.flight is not None else []
-    if flying:
-        last = max(flying, key=lambda c: c.seq)
-        return Position(Kind.COLLECTIVE, where, None, last.op, last.seq, last.pg, frames)
-    return Position(Kind.ELSEWHERE, where, inner, "", None, "", frames)
+    if pending:
+        return _in_collective(facts, where, pending[0].op, pending[0], frames, pending)
+    p2p = [c for c in record.in_flight() if c.p2p] if record is not None else []
+    if p2p:
+        return Position(Kind.COLLECTIVE, where, None, p2p[0].op, stack=frames)
+    return Position(Kind.ELSEWHERE, where, inner, stack=frames)
 
 
-def _seq_in_flight(evidence: RankEvidence | None, op: str) -> tuple[int | None, str]:
-    if evidence is None or evidence.flight is None:
-        return None, ""
-    flying = evidence.flight.in_flight()
-    match = [c for c in flying if c.op == op] or flying
-    if not match:
-        return None, ""
-    last = max(match, key=lambda c: c.seq)
-    return last.seq, last.pg
+def _in_collective(
+    facts: RankFacts,
+    where: Frame | None,
+    op: str,
+    now: Collective | None,
+    frames: tuple[Frame, ...],
+    pending: tuple[Collective, ...],
+) -> Position:
+    if now is None:
+        return Position(Kind.COLLECTIVE, where, None, op, stack=frames)
+    record = facts.evidence.flight if facts.evidence is not None else None
+    status = record.group(now.pg) if record is not None else None
+    label = group_label(now.pg, status.desc if status is not None else "")
+    return Position(Kind.COLLECTIVE, where, None, op, now.seq, now.pg, frames, label, pending)
 
 
-def _what(pos: Position) -> str:
-    """``all_reduce #12 (train.py:88)`` / ``Ray Train's report barrier (train.py:95)``."""
+def _what(pos: Position, groups: bool = False) -> str:
+    """``all_reduce #12 (train.py:88)`` / ``Ray Train's report barrier (train.py:95)``; with
+    ``groups``, the collective's process group too (``all_reduce #12 of mesh_tp (...)``)."""
     if pos.kind is Kind.COLLECTIVE:
         head = pos.op + (f" #{pos.seq}" if pos.seq is not None else "")
+        head += f" of {pos.group}" if groups and pos.group else ""
     elif pos.kind is Kind.RAY_BARRIER:
         head = RAY_BARRIERS.get(pos.op, "Ray Train's report barrier")
     else:
@@ -177,13 +228,8 @@ def _what(pos: Position) -> str:
     return head + (f" ({pos.where.place})" if pos.where is not None else "")
 
 
-def _same_wait(pos: Position, front: Position) -> bool:
-    """``pos`` is a wait in ``front``'s collective, its sequence number unknown."""
-    return pos.kind is Kind.COLLECTIVE and pos.seq is None and (pos.op, pos.where) == (front.op, front.where)
-
-
 def _key(pos: Position) -> tuple[object, ...]:
-    return (pos.kind, pos.op, pos.seq, pos.where, pos.inner if pos.kind is Kind.ELSEWHERE else None)
+    return (pos.kind, pos.op, pos.pg, pos.seq, pos.where, pos.inner if pos.kind is Kind.ELSEWHERE else None)
 
 
 def _age(facts: Sequence[RankFacts]) -> str:
@@ -191,108 +237,152 @@ def _age(facts: Sequence[RankFacts]) -> str:
 
 
 def judge(ranks: Iterable[RankFacts]) -> Verdict:
-    """Who stopped and who waits, across ``ranks`` (every rank of the job, hung or not)."""
+    """Who stopped and who waits, across ``ranks`` (every rank of the job, hung or not).
+
+    The ranks in Ray Train's report barrier wait; so does a rank in a collective that another
+    rank holds up (``waits.blocks``: in its process group and not yet at its number, or in no
+    collective). The others stopped, and the sentence says what each holds up."""
     facts = sorted(ranks, key=lambda f: f.progress.rank)
     if not facts:
         return Verdict("no ranks to judge", (), (), (), ())
     positions = {f.progress.rank: position(f) for f in facts}
-    groups: dict[tuple[object, ...], list[RankFacts]] = {}
-    for f in facts:
-        groups.setdefault(_key(positions[f.progress.rank]), []).append(f)
-    waiting_kind = next(
-        (k for k in (Kind.RAY_BARRIER, Kind.COLLECTIVE) if any(p.kind is k for p in positions.values())), None
-    )
-    waiters: list[RankFacts] = []
-    wait_ranks: set[int] = set()  # by rank: asking a list whether it holds a rank's facts is quadratic
-    if len(groups) == 1:
-        only = positions[facts[0].progress.rank]
-        verb = "waits in" if only.kind in (Kind.COLLECTIVE, Kind.RAY_BARRIER) else "is in"
-        every = f"every rank ({rank_ranges(f.progress.rank for f in facts)})"
-        if len(facts) == 1:
-            every = f"rank {facts[0].progress.rank}"
-        if only.kind is Kind.UNKNOWN:
-            sentence = f"{every}: no stack came back, {_age(facts)}"
-        else:
-            sentence = f"{every} {verb} {_what(only)}, {_age(facts)}"
-        if only.kind is Kind.COLLECTIVE:
-            sentence += ": none is behind, the collective itself does not complete"
-        stopped = [f.progress.rank for f in facts]
-        state = "stuck"
+    places = _places(facts, positions)
+    if len(places) == 1:
+        return _one_place(facts, positions)
+    held = blocks(_seat(f, positions[f.progress.rank]) for f in facts)
+    wait_ranks = {r for r, p in positions.items() if p.kind is Kind.RAY_BARRIER} | {r for r, b in held.items() if b}
+    waiters = [f for f in facts if f.progress.rank in wait_ranks]
+    others = [f for f in facts if f.progress.rank not in wait_ranks]
+    groups = any(p.pg not in ("", DEFAULT_GROUP) for p in positions.values())
+    waiting_places = _waiting_places(waiters, positions)
+    clauses = [f"{_wait(ranks)}{_what(positions[ranks[0]], groups)}" for ranks in waiting_places]
+    state = {r: "waits" for r in wait_ranks}
+    if waiters and not others:
+        # Every rank waits on another: each group's collectives were issued in a different order.
+        sentence = "; ".join(clauses) + f", {_age(facts)}: each waits on another rank's collective"
+        stopped = [f.progress.rank for f in waiters if positions[f.progress.rank].kind is Kind.COLLECTIVE]
+        state.update(dict.fromkeys(stopped, "stuck"))
     else:
-        if waiting_kind is Kind.RAY_BARRIER:
-            waiters = [f for f in facts if positions[f.progress.rank].kind is Kind.RAY_BARRIER]
-        elif waiting_kind is Kind.COLLECTIVE:
-            # The front: the furthest collective, and of several at one number the most ranks'.
-            waiters = max(
-                (g for g in groups.values() if positions[g[0].progress.rank].kind is Kind.COLLECTIVE),
-                key=lambda g: (positions[g[0].progress.rank].seq or -1, len(g)),
-            )
-            # A rank in the same collective at the same line whose flight recorder did not come
-            # back (its dump was late) waits there too: nothing says it is behind.
-            front = positions[waiters[0].progress.rank]
-            wait_ranks = {f.progress.rank for f in waiters}
-            waiters = waiters + [
-                f for f in facts
-                if f.progress.rank not in wait_ranks and _same_wait(positions[f.progress.rank], front)
-            ]  # fmt: skip
-            waiters.sort(key=lambda f: f.progress.rank)
-        wait_ranks = {f.progress.rank for f in waiters}
-        others = [f for f in facts if f.progress.rank not in wait_ranks]
-        clauses = []
-        if waiters:
-            head = positions[waiters[0].progress.rank]
-            clauses.append(f"{_ranks([f.progress.rank for f in waiters])} wait in {_what(head)}")
-        for group in _groups(others, positions):
+        head = positions[waiting_places[0][0]] if len(waiting_places) == 1 else None
+        for group in _places(others, positions).values():
             pos = positions[group[0].progress.rank]
+            relation = _relation(group, pos, head, held, positions, groups)
             clauses.append(
-                f"{_ranks([f.progress.rank for f in group])}{_relation(group, pos, waiters, positions)}"
-                f"{'in ' if pos.kind is not Kind.UNKNOWN else ''}{_what(pos)}, {_age(group)}"
+                f"{_ranks([f.progress.rank for f in group])}{relation}"
+                f"{'in ' if pos.kind is not Kind.UNKNOWN else ''}{_what(pos, groups)}, {_age(group)}"
             )
         sentence = "; ".join(clauses)
         if not waiters:
             sentence = "no rank waits on another: " + sentence
         stopped = [f.progress.rank for f in others]
-        state = ""
-    rows = tuple(
-        _row(f, positions[f.progress.rank], state or ("waits" if f.progress.rank in wait_ranks else "stopped"))
-        for f in facts
-    )
     return Verdict(
         sentence=sentence,
         stopped=tuple(stopped),
         waiting=tuple(f.progress.rank for f in waiters),
-        rows=rows,
+        rows=tuple(_row(f, positions[f.progress.rank], state.get(f.progress.rank, "stopped"), groups) for f in facts),
         stack_groups=_stack_groups(positions),
     )
 
 
-def _groups(facts: Sequence[RankFacts], positions: dict[int, Position]) -> list[list[RankFacts]]:
+def _one_place(facts: Sequence[RankFacts], positions: dict[int, Position]) -> Verdict:
+    """Every rank in one place: none is behind another."""
+    only = positions[facts[0].progress.rank]
+    verb = "waits in" if only.kind in (Kind.COLLECTIVE, Kind.RAY_BARRIER) else "is in"
+    every = f"every rank ({rank_ranges(f.progress.rank for f in facts)})"
+    if len(facts) == 1:
+        every = f"rank {facts[0].progress.rank}"
+    groups = only.pg not in ("", DEFAULT_GROUP)
+    if only.kind is Kind.UNKNOWN:
+        sentence = f"{every}: no stack came back, {_age(facts)}"
+    else:
+        sentence = f"{every} {verb} {_what(only, groups)}, {_age(facts)}"
+    if only.kind is Kind.COLLECTIVE:
+        sentence += ": none is behind, the collective itself does not complete"
+    return Verdict(
+        sentence=sentence,
+        stopped=tuple(f.progress.rank for f in facts),
+        waiting=(),
+        rows=tuple(_row(f, positions[f.progress.rank], "stuck", groups) for f in facts),
+        stack_groups=_stack_groups(positions),
+    )
+
+
+def _seat(facts: RankFacts, pos: Position) -> Seat:
+    return Seat(
+        rank=facts.progress.rank,
+        in_collective=pos.kind is Kind.COLLECTIVE,
+        in_barrier=pos.kind is Kind.RAY_BARRIER,
+        pending=pos.pending,
+        record=facts.evidence.flight if facts.evidence is not None else None,
+        wait=(pos.op, pos.where),
+    )
+
+
+def _places(facts: Sequence[RankFacts], positions: dict[int, Position]) -> dict[tuple[object, ...], list[RankFacts]]:
     out: dict[tuple[object, ...], list[RankFacts]] = {}
     for f in facts:
         out.setdefault(_key(positions[f.progress.rank]), []).append(f)
-    return list(out.values())
+    return out
+
+
+def _waiting_places(waiters: Sequence[RankFacts], positions: dict[int, Position]) -> list[list[int]]:
+    """The waiters' ranks by place, a place's lowest rank first. A waiter in a collective whose
+    number is unknown (its flight recorder did not come back) joins the biggest place in the same
+    collective at the same line: nothing says it is elsewhere."""
+    places: dict[tuple[object, ...], list[int]] = {}
+    for f in waiters:
+        places.setdefault(_key(positions[f.progress.rank]), []).append(f.progress.rank)
+    for key, ranks in list(places.items()):
+        pos = positions[ranks[0]]
+        if pos.kind is not Kind.COLLECTIVE or pos.seq is not None:
+            continue
+        same = [k for k in places if k != key and positions[places[k][0]].seq is not None and k[1] == key[1]
+                and k[4] == key[4]]  # fmt: skip
+        if same:
+            biggest = max(same, key=lambda k: len(places[k]))
+            places[biggest] = sorted(places[biggest] + places.pop(key))
+    return sorted(places.values())
 
 
 def _relation(
-    group: Sequence[RankFacts], pos: Position, waiters: Sequence[RankFacts], positions: dict[int, Position]
+    group: Sequence[RankFacts],
+    pos: Position,
+    head: Position | None,
+    held: dict[int, list[Block]],
+    positions: dict[int, Position],
+    groups: bool,
 ) -> str:
-    """What a stopped group did not do that the waiters wait for."""
-    if not waiters:
+    """What a stopped group holds up. ``head`` is the waiters' one place, which the sentence then
+    calls "it" (None: several places, and the collective it holds up most directly is named)."""
+    ranks = {f.progress.rank for f in group}
+    mine = [(w, b) for w, found in held.items() for b in found if b.rank in ranks]
+    if not mine:
+        if any(p.kind is Kind.RAY_BARRIER for p in positions.values()):
+            reports, steps = max(f.progress.reports for f in group), max(f.progress.steps for f in group)
+            barrier = "it" if head is not None else "Ray Train's report barrier"
+            return f" did not reach {barrier} ({reports} reports, {steps} steps): "
+        if head is not None:
+            return " is not in it: " if len(group) == 1 else " are not in it: "
         return " "
-    front = positions[waiters[0].progress.rank]
-    if front.kind is Kind.RAY_BARRIER:
-        reports = max(f.progress.reports for f in group)
-        return f" did not reach it ({reports} reports, {max(f.progress.steps for f in group)} steps): "
-    if front.seq is not None:
-        seen = [f.evidence.flight.last_seq(front.pg) for f in group if f.evidence and f.evidence.flight]
-        if seen and max(seen) < front.seq:
-            return " never entered it: "
-        if pos.kind is Kind.COLLECTIVE and pos.seq == front.seq and pos.op != front.op:
-            return " entered another collective at that number: "
-    return " is not in it: " if len(group) == 1 else " are not in it: "
+    # The wait it holds up with the fewest others: the one that waits on it most directly.
+    waiter, block = min(mine, key=lambda wb: (sum(b.waits == wb[1].waits for b in held[wb[0]]), wb[0]))
+    hows = {b.how for w, b in mine if w == waiter and b.waits == block.waits}
+    c = block.waits
+    if head is not None and (c is None or (c.pg, c.seq) == (head.pg, head.seq)):
+        it = "it"
+    elif c is None:
+        it = _what(positions[waiter], groups)
+    else:
+        label = next((p.group for p in positions.values() if p.pg == c.pg and p.group), group_label(c.pg, ""))
+        it = f"{c.op} #{c.seq}" + (f" of {label}" if groups else "")
+    if hows == {How.NEVER_ENTERED}:
+        return f" never entered {it}: "
+    if hows == {How.OTHER_OP}:
+        return f" entered another collective at {'that number' if it == 'it' else it}: "
+    return f" {'is' if len(group) == 1 else 'are'} not in {it}: "
 
 
-def _row(facts: RankFacts, pos: Position, state: str) -> HangRow:
+def _row(facts: RankFacts, pos: Position, state: str, groups: bool) -> HangRow:
     return HangRow(
         rank=facts.progress.rank,
         node=facts.node,
@@ -304,6 +394,7 @@ def _row(facts: RankFacts, pos: Position, state: str) -> HangRow:
         where=pos.place(),
         collective=pos.op if pos.kind is Kind.COLLECTIVE else ("report" if pos.kind is Kind.RAY_BARRIER else ""),
         seq=pos.seq,
+        group=pos.group,
     )
 
 

@@ -13,7 +13,12 @@ Ray's slots there (``GpuSlots``), named by the node's Ray GPU ids once its reade
 
 The idle rule waits for the run's reports: no idle verdict on samples taken before a node's
 ranks first reported (set-up: data, model download), nor during a checkpoint save the run's
-reports show (from the report before the one carrying a checkpoint to that one).
+reports show (from the report before the one carrying a checkpoint to that one). Reports are
+timed on this process's clock and samples on their node's: a sample is placed on this clock by
+its age, a duration on the node's clock (its summary's ``age_s`` when sent, plus how much older
+than the summary's newest sample it is), counted back from the summary's arrival here. Two
+hosts' clocks are never set against each other, so a node whose clock is off by minutes is
+judged as one in step (a summary's time in transit places its samples that much later).
 
 The rules judge sample times, the node's own clock, never the driver's: the integer series come
 a transaction-log block late, in batches, and a batch spanning the window is judged as such.
@@ -115,6 +120,9 @@ class _NodeGpus:
     rank_ids: dict[int, RankGpus | None] = field(default_factory=dict)  # rank -> Ray's GPU ids or slots
     unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
     first_report: float | None = None  # when its ranks (as they are now) first reported
+    # What places its sample times on this clock: its latest summary's arrival here, less that
+    # summary's newest sample's age when it arrived (a duration on the node's clock) and time.
+    to_here: float = 0.0
     order: int = 0  # when first seen, among the run's nodes: its GPUs' verdicts come in this order
     version: int = 0  # counts the changes to its GPUs (what the node rule reads of them)
 
@@ -153,10 +161,14 @@ class GpuHealth:
             self._saves = [*self._saves[-(SAVES_KEPT - 1) :], (self._last_report, at)]
         self._last_report, self.awaits_report = at, False
 
-    def update(self, node_id: str, summary: NodeSummary) -> None:
-        """A node's new summary: its GPUs' fresh values become batches to judge."""
+    def update(self, node_id: str, summary: NodeSummary, arrived: float | None = None) -> None:
+        """A node's new summary: its GPUs' fresh values become batches to judge. ``arrived``: when,
+        on the clock the reports are timed on (with the summary's ``age_s``, it places the
+        node's samples on that clock; without, they are taken as on it: this host's own writer)."""
         node = self._node(node_id)
         node.version += 1
+        if arrived is not None and summary.age_s is not None:
+            node.to_here = arrived - (summary.t + summary.age_s)
         self._dirty.add(node_id)
         info = summary.gpu_info
         if info is not None and info.uuids and (info.uuids, info.ray_ids) != (node.uuids, node.ray_ids):
@@ -274,9 +286,11 @@ class GpuHealth:
         return events
 
     def _waited(self, gpu: Gpu, start: float, end: float) -> bool:
-        """Whether samples from ``start`` to ``end`` were taken before the GPU's node's ranks first
-        reported, or overlap a checkpoint save the reports show."""
-        first = self._nodes[gpu.node_id].first_report
+        """Whether samples from ``start`` to ``end`` (the node's clock) were taken before the GPU's
+        node's ranks first reported, or overlap a checkpoint save the reports show (this clock)."""
+        node = self._nodes[gpu.node_id]
+        start, end = start + node.to_here, end + node.to_here
+        first = node.first_report
         return first is None or start < first or any(start < e and end > s for s, e in self._saves)
 
     # what the node rule and the tables read -------------------------------------------------------

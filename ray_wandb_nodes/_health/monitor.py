@@ -137,7 +137,7 @@ class HealthMonitor:
         if before is not None and t == before.t and ints_t == node.ints_t:
             return
         node.ints_t = ints_t
-        self.gpus.update(node_id, summary)
+        self.gpus.update(node_id, summary, self._clock())
         node.summary, node.summaries = summary, node.summaries + 1
         if before is not None and t == before.t:
             return  # new integer GPU samples only: no new interval

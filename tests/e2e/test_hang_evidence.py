@@ -40,19 +40,19 @@ def line_of(marker: str) -> int:
 
 
 @contextlib.contextmanager
-def ranks(mode: str, lib: str = "") -> Iterator[Path]:
-    """``WORLD`` rank processes in ``mode``, killed (each by its pid) when the test ends."""
+def ranks(mode: str, lib: str = "", world: int = WORLD, stuck: int = STUCK) -> Iterator[Path]:
+    """``world`` rank processes in ``mode``, killed (each by its pid) when the test ends."""
     directory = Path(tempfile.mkdtemp(dir=default_root(), prefix="rwn-hang-test-"))
     try:
-        with rank_processes(directory, mode, WORLD, STUCK, AT, lib):
+        with rank_processes(directory, mode, world, stuck, AT, lib):
             yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def settled(directory: Path) -> list[BeaconSlot]:
+def settled(directory: Path, world: int = WORLD) -> list[BeaconSlot]:
     """The slots once every rank reached step ``AT`` and has been silent a second."""
-    return settle_ranks(directory, WORLD, AT)
+    return settle_ranks(directory, world, AT)
 
 
 def facts_of(slots: list[BeaconSlot], evidence: list[RankEvidence]) -> list[RankFacts]:

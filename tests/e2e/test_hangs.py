@@ -2,7 +2,10 @@
 the plugin with no user code. One fit goes through every kind of hang in turn, each released by
 the test (or by itself) once its alert is in the run: a rank stuck in Python while the others wait
 in all_reduce; a rank stuck in native code that holds the GIL; every rank stuck in one place; a
-rank that skips a report while the others wait in Ray's report barrier. Around them, slow phases
+rank that skips a report while the others wait in Ray's report barrier; with TP pairs under the
+default group (each pair's sequence numbers its own), a rank stopped before its pair's
+all_reduces while its partner waits in the pair's and the other pair in the default group's
+(only it is named). Around them, slow phases
 that are not hangs: a long first step and a checkpoint upload ten times a step. The node loggers
 read the beacons, the evidence is taken out of band, and the alerts, the ``hangs`` table and the
 stack files reach the test backend through the real wandb client. With ``on_hang="restart"``: a
@@ -41,7 +44,12 @@ FIRST_STEP_S = HANG_TIMEOUT_S  # with the optimizer's first use, longer than the
 GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns when released, or by itself after this
 UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
 # step -> (ranks that stop, how): each episode's hang
-EPISODES = {2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report")}
+EPISODES = {
+    2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report"), 9: ((3,), "groups"),
+}  # fmt: skip
+# all_reduces a step in each pair's group: the pairs' and the default group's numbers part (by
+# step 9 ranks 2-3's pair is at #46, the default group at #30, ranks 0-1's pair at #10)
+PAIR_COLLECTIVES = (1, 5)
 CHECKPOINT_STEP = 10
 
 
@@ -84,6 +92,8 @@ def hang_loop(config: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     rank = ray.train.get_context().get_world_rank()
+    # TP pairs under the default group: every rank creates both, in one order (torch's rule)
+    pairs = [dist.new_group([0, 1], group_desc="pair_0_1"), dist.new_group([2, 3], group_desc="pair_2_3")]
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     time.sleep(FIRST_STEP_S)  # a long first step (a model load, a compile): no hang
@@ -96,6 +106,10 @@ def hang_loop(config: dict[str, Any]) -> None:
         for param in model.parameters():
             dist.all_reduce(param.grad)  # <all_reduce>
         optimizer.step()  # each rank's progress, through torch's hook: no user code
+        stop(config, step, rank, "groups")
+        for _ in range(PAIR_COLLECTIVES[rank // 2]):
+            dist.all_reduce(loss.detach(), group=pairs[rank // 2])  # <pair_all_reduce>
+        dist.all_reduce(loss.detach())  # <loss_all_reduce>
         stop(config, step, rank, "report")
         if step == CHECKPOINT_STEP and rank == 0 and config["slow_upload"]:
             with tempfile.TemporaryDirectory() as d:
@@ -186,8 +200,9 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
         "Hang: rank 2 stopped", "Hang over: ranks 0-3 progress again",
         "Hang: ranks 0-3 stopped", "Hang over: ranks 0-3 progress again",
         "Hang: rank 1 stopped", "Hang over: ranks 0-3 progress again",
+        "Hang: rank 3 stopped", "Hang over: ranks 0-3 progress again",
     ], titles  # fmt: skip
-    assert [a["severity"] for a in alerts] == ["ERROR", "INFO"] * 4
+    assert [a["severity"] for a in alerts] == ["ERROR", "INFO"] * 5
     first = [a["text"].splitlines()[0] for a in alerts[::2]]
     shard, reduce = line_of("load_next_shard"), line_of("all_reduce")
     # A waiter's flight recorder comes with its Python-level dump, which a loaded node may not give
@@ -202,19 +217,28 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     assert first[2].startswith(f"every rank (0-3) is in load_next_shard (test_hangs.py:{shard})"), first[2]
     assert first[3].startswith("ranks 0,2-3 wait in Ray Train's report barrier"), first[3]
     assert "rank 1 did not reach it" in first[3] and f"load_next_shard (test_hangs.py:{shard})" in first[3]
+    # Several process groups: only the stopped rank is named; the ranks in the default group's
+    # all_reduce and its partner in the pair's wait (numbers and groups where recorders came back).
+    loss_line, pair_line = line_of("loss_all_reduce"), line_of("pair_all_reduce")
+    assert re.match(
+        rf"ranks 0-1 wait in all_reduce( #\d+ of default_pg| #\d+)? \(test_hangs.py:{loss_line}\); "
+        rf"rank 2 waits in all_reduce( #\d+ of pair_2_3| #\d+)? \(test_hangs.py:{pair_line}\); "
+        rf"rank 3 (never entered|is not in) .*load_next_shard \(test_hangs.py:{shard}\), no progress for \d+ s\.$",
+        first[4],
+    ), first[4]
     labels = set(node_labels().values())
     for a, (ranks, _) in zip(alerts[::2], [EPISODES[s] for s in sorted(EPISODES)], strict=True):
         for r in ranks:
             assert any(f"rank {r} on {label}" in a["text"] for label in labels), a["text"]
     # Each hang is named within its limit and two sampling intervals of the last progress.
-    for episode in range(1, 5):
+    for episode in range(1, 6):
         print(run_of(backend, name).files[f"hangs/hang-{episode}/verdict.txt"].decode().split("\n\n")[0])
     assert all(t < HANG_TIMEOUT_S + 2 * SAMPLING_S for t in late.values()), late
 
     run = run_of(backend, name)
     tables = run.tables("hangs")
     print("hangs table of hang 1:", *tables[0], sep="\n")
-    assert len(tables) == 4
+    assert len(tables) == 5
     rows = {row["rank"]: row for row in tables[0]}
     assert sorted(rows) == list(range(WORLD))
     assert rows[3]["state"] == "stopped" and "load_next_shard" in rows[3]["where"]
@@ -223,7 +247,11 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     }
     assert all(rows[r]["last_step"] == 2 for r in range(WORLD)), rows  # optimizer steps, counted by the hook
     assert {row["state"] for row in tables[2]} == {"stuck"}
-    for episode in range(1, 5):
+    groups = {row["rank"]: row for row in tables[4]}
+    assert [groups[r]["state"] for r in range(WORLD)] == ["waits", "waits", "waits", "stopped"], tables[4]
+    assert {groups[r]["group"] for r in (0, 1) if groups[r]["seq"] != -1} <= {"default_pg"}
+    assert {groups[2]["group"]} <= ({"pair_2_3"} if groups[2]["seq"] != -1 else {"", "pair_2_3"})
+    for episode in range(1, 6):
         files = {f for f in run.files if f.startswith(f"hangs/hang-{episode}/")}
         assert files == {
             f"hangs/hang-{episode}/verdict.txt",
@@ -331,7 +359,7 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("hang-no-failures-left")
-        with pytest.raises(Exception, match=r"hang 1 \(ray_wandb_nodes on_hang='restart'\): rank 0 wait") as err:
+        with pytest.raises(Exception, match=r"hang 1 \(ray_wandb_nodes on_hang='restart'\): rank 0 waits") as err:
             restart_fit(name, tmp_path, failures=0, mode="offline").fit()
         assert "load_next_shard" in str(err.value) and "HangError" in str(err.value)
         assert own_backend.requests == []
@@ -351,7 +379,7 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
     capsys.readouterr()
     assert cli.main(["report", str(folder)]) == 0
     text = capsys.readouterr().out
-    assert "ERROR Hang: rank 1 stopped: rank 0 wait in Ray Train's report barrier" in text, text
+    assert "ERROR Hang: rank 1 stopped: rank 0 waits in Ray Train's report barrier" in text, text
     assert_nothing_left()
 
 

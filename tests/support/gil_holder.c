@@ -2,6 +2,7 @@
    not release the GIL around a call), rwn_hold_gil sleeps in C for the given seconds, resuming
    after signals, so no Python thread of the process can run meanwhile. Built at test time by
    tests/e2e/test_hang_evidence.py. */
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,3 +23,11 @@ void rwn_hold_gil_until(const char *path, double seconds) {
 }
 
 void rwn_hold_gil(double seconds) { rwn_hold_gil_until(0, seconds); }
+
+/* rwn_hold_gil_until, once it has created the empty file `ready`: a test then knows that the GIL
+   is held (Python code before the call still runs). */
+void rwn_hold_gil_ready(const char *ready, const char *path, double seconds) {
+    int fd = open(ready, O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) close(fd);
+    rwn_hold_gil_until(path, seconds);
+}

@@ -3,6 +3,8 @@
 writes each rank's slot counts, faulthandler text and dump-thread JSON as they came.
 
     python -m tests.support.hang_capture MODE OUT.json [GIL_LIB]
+
+``groups`` runs four ranks, rank 3 the stuck one; the other modes three, rank 2 stuck.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from tests.e2e.test_hang_evidence import ranks, settled
 def main() -> None:
     mode, out = sys.argv[1], Path(sys.argv[2])
     lib = sys.argv[3] if len(sys.argv) > 3 else ""
+    world, stuck = (4, 3) if mode == "groups" else (3, 2)
     captured = []
-    with ranks(mode, lib) as directory:
-        slots = settled(directory)
+    with ranks(mode, lib, world, stuck) as directory:
+        slots = settled(directory, world)
         request_dumps(slots, timeout_s=10)
         for slot in slots:
             paths = EvidencePaths.of(directory, slot.rank, slot.pid)

@@ -5,7 +5,13 @@ one all_reduce a step; the rank named ``stuck`` stops before step ``at``'s all_r
 - ``python``: in ``load_next_shard``, a Python loop of ``time.sleep`` (Python can run);
 - ``native``: in ``read_from_device``, a C call that keeps the GIL (``gil_holder.c`` via
   ``ctypes.PyDLL``), so no Python thread of the process runs;
-- ``all``: every rank stops in ``load_next_shard``.
+- ``all``: every rank stops in ``load_next_shard``;
+- ``groups``: four ranks in two process groups besides the default one, ``pair_0_1`` and
+  ``pair_2_3`` (as TP groups under a DP one), each step one all_reduce of the gradients in the
+  default group, then one all_reduce in ``pair_0_1`` or three in ``pair_2_3`` (their sequence
+  numbers part), then one of the loss in the default group; the rank named ``stuck`` stops in
+  ``load_next_shard`` after step ``at``'s gradients, before its pair's all_reduces: its pair
+  partner waits in the pair's, the other pair in the default group's loss all_reduce.
 
     python -m tests.support.hang_rank RANK WORLD STORE DIR MODE STUCK AT [GIL_LIB]
 
@@ -49,9 +55,13 @@ def train_func(rank: int, world: int, store: str, directory: Path, mode: str, st
     dist.init_process_group(
         "gloo", store=file_store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
     )
+    pair = None
+    if mode == "groups":  # every rank creates every group, in one order (torch's rule)
+        groups = [dist.new_group([0, 1], group_desc="pair_0_1"), dist.new_group([2, 3], group_desc="pair_2_3")]
+        pair = groups[rank // 2]
     model = torch.nn.Linear(4, 1)
     for step in range(at + 1):
-        if step == at and (rank == stuck or mode == "all"):
+        if step == at and (rank == stuck or mode == "all") and mode != "groups":
             if mode == "native":
                 read_from_device(lib)
             else:
@@ -61,6 +71,12 @@ def train_func(rank: int, world: int, store: str, directory: Path, mode: str, st
         loss.backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         dist.all_reduce(grads)  # <all_reduce>
+        if pair is not None:
+            if step == at and rank == stuck:
+                load_next_shard()
+            for _ in range(1 if rank < 2 else 3):
+                dist.all_reduce(grads, group=pair)  # <pair_all_reduce>
+            dist.all_reduce(loss.detach())  # <loss_all_reduce>
         with torch.no_grad():
             for param in model.parameters():
                 param.sub_(0.01 * param.grad)  # type: ignore[operator]

@@ -217,6 +217,50 @@ def test_no_idle_verdict_over_a_checkpoint_save_the_reports_show_then_as_before(
     assert [a.title for a in alerts] == ["Idle GPU: node-b-abcdef GPU 0"]
 
 
+def on_node_clock(job: Job, skew: dict[str, float], utils: dict[str, list[float]], t0: float | None = None) -> Any:
+    """One summary of each node timed on its own clock, ``skew[node]`` seconds off the monitor's,
+    sent as its newest sample is taken (``age_s`` 0, as the node measures it): one interval, or
+    the samples since ``t0`` (the monitor's clock) that a late ping brings."""
+    n = 1 if t0 is None else int(job.clock.now - t0)
+    job.seq += n
+    for node, (count, _, _) in job.nodes.items():
+        off = skew.get(node, 0.0)
+        start = None if t0 is None else t0 + off
+        job.m.summary(
+            node,
+            summary(job.clock.now + off, t0=start, n=n, seq=job.seq, cpu=10.0, gpus=gpus(utils[node]),
+                    info=inventory(count, node), age_s=0.0),
+        )  # fmt: skip
+    return job.m.tick()
+
+
+@pytest.mark.parametrize("skew", [3600.0, -3600.0, 7.5], ids=["an-hour-ahead", "an-hour-behind", "seconds-ahead"])
+def test_the_save_window_holds_whatever_a_nodes_clock_says(skew: float) -> None:
+    """Reports are timed on the controller's clock, samples on their node's: the window is placed
+    by the samples' ages, never by setting the two clocks against each other. Node b's clock off by
+    an hour: ahead, its idle samples during the save fell after the window and raised a false
+    "Idle GPU"; behind, every sample fell before the ranks' first report and no idle verdict ever
+    came. Now neither, and the idle alert after the save still comes."""
+    job = idle_job(reported=False)
+    busy = {"a": [96.0, 96.0], "b": [96.0, 96.0]}
+    skewed = {"b": skew}
+    job.clock.now += 1
+    on_node_clock(job, skewed, busy)
+    job.m.report([])  # the ranks' first report
+    for _ in range(3):
+        job.clock.now += 1
+        assert on_node_clock(job, skewed, busy).alerts == []
+    start = job.clock.now
+    job.clock.now += 10  # rank 2 saves a checkpoint for 10 s; its samples come after the report
+    job.m.report([], checkpoint=True)
+    assert on_node_clock(job, skewed, IDLE, t0=start + 1).alerts == []
+    alerts = []
+    for _ in range(6):  # idle after the save: the alert as before
+        job.clock.now += 1
+        alerts += on_node_clock(job, skewed, IDLE).alerts
+    assert [a.title for a in alerts] == ["Idle GPU: node-b-abcdef GPU 0"]
+
+
 def test_the_same_late_idle_span_without_a_checkpoint_is_idle() -> None:
     # the control: the save span, not lateness, keeps the verdict back
     job = idle_job(reported=True)

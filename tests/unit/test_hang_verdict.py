@@ -18,6 +18,7 @@ from ray_wandb_nodes._hang.verdict import (
     HangRow,
     Kind,
     RankFacts,
+    _what,
     format_stack_groups,
     is_library,
     judge,
@@ -57,7 +58,7 @@ def fr(last: int, flying: str | None = None) -> FlightRecord:
     done = [Collective(s, "all_reduce", "completed", "0") for s in range(max(1, last - 3), last + (not flying))]
     if flying:
         done.append(Collective(last, flying, "scheduled", "0"))
-    return FlightRecord(tuple(done), (PgStatus("0", last, -1, last - 1 if flying else last),))
+    return FlightRecord(tuple(done), (PgStatus("0", last, -1, last - 1 if flying else last, "default_pg"),))
 
 
 def rank(
@@ -211,10 +212,162 @@ def test_verdicts(facts: list[RankFacts], sentence: str, stopped: tuple[int, ...
     assert (verdict.stopped, verdict.waiting) == (stopped, waiting)
 
 
+PAIR_REDUCE = (Frame(C10D, 3252, "all_reduce"), WRAPPER, Frame(USER, 84, "train_loop"))
+PAIR_BROADCAST = (Frame(C10D, 2900, "broadcast"), WRAPPER, Frame(USER, 82, "train_loop"))
+RECV_FROM_STAGE = (Frame(C10D, 2500, "recv"), WRAPPER, Frame(USER, 60, "train_loop"))
+DESCS = {"0": "default_pg", "1": "pair_0_1", "2": "pair_2_3", "3": "mesh_tp"}
+
+
+def groups(*spec: tuple[str, int, str | None], ranks: dict[str, tuple[int, ...]] | None = None) -> FlightRecord:
+    """A recorder of several groups: each (name, last enqueued, the op in flight at that number or
+    None), the groups' collectives created in the order given; ``ranks``: each group's ranks, as
+    NCCL's ``pg_config`` gives them."""
+    collectives, statuses = [], []
+    for name, last, flying in spec:
+        record = len(collectives)
+        for seq in range(max(1, last - 2), last + (flying is None)):
+            collectives.append(Collective(seq, "all_reduce", "completed", name, record + seq))
+        if flying:
+            collectives.append(Collective(last, flying, "scheduled", name, record + 100 + last))
+        done = last - 1 if flying else last
+        statuses.append(PgStatus(name, last, -1, done, DESCS.get(name, "undefined"), (ranks or {}).get(name, ())))
+    return FlightRecord(tuple(collectives), tuple(statuses))
+
+
+GROUP_CASES: list[tuple[str, list[RankFacts], str, tuple[int, ...], tuple[int, ...]]] = [
+    (
+        "TP pairs under a default group: rank 3 stopped, its partner waits in the pair, the other pair in the default",
+        [
+            *(rank(r, ALL_REDUCE, groups(("1", 5, None), ("0", 10, "all_reduce"))) for r in (0, 1)),
+            rank(2, PAIR_REDUCE, groups(("0", 9, None), ("2", 13, "all_reduce"))),
+            rank(3, SHARD, groups(("0", 9, None), ("2", 12, None)), age=90),
+        ],
+        "ranks 0-1 wait in all_reduce #10 of default_pg (train.py:88); rank 2 waits in all_reduce #13 of pair_2_3 "
+        "(train.py:84); rank 3 never entered all_reduce #13 of pair_2_3: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "the same with the stopped rank's recorder missing (its Python could not run): it is not in the pair's",
+        [
+            *(rank(r, ALL_REDUCE, groups(("1", 5, None), ("0", 10, "all_reduce"))) for r in (0, 1)),
+            rank(2, PAIR_REDUCE, groups(("0", 9, None), ("2", 13, "all_reduce"))),
+            rank(3, SHARD, None, age=90),
+        ],
+        "ranks 0-1 wait in all_reduce #10 of default_pg (train.py:88); rank 2 waits in all_reduce #13 of pair_2_3 "
+        "(train.py:84); rank 3 is not in all_reduce #13 of pair_2_3: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "one name for two TP groups (split_group), told apart by NCCL's ranks: the other pair is not behind",
+        [
+            *(
+                rank(r, ALL_REDUCE, groups(("3", 12, None), ("0", 10, "all_reduce"), ranks={"3": (0, 1)}))
+                for r in (0, 1)
+            ),
+            rank(2, PAIR_REDUCE, groups(("0", 9, None), ("3", 13, "all_reduce"), ranks={"3": (2, 3)})),
+            rank(3, SHARD, groups(("0", 9, None), ("3", 12, None), ranks={"3": (2, 3)}), age=90),
+        ],
+        "ranks 0-1 wait in all_reduce #10 of default_pg (train.py:88); rank 2 waits in all_reduce #13 of mesh_tp "
+        "(train.py:84); rank 3 never entered all_reduce #13 of mesh_tp: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "one name for two groups without their ranks: a rank behind what the waiter completed there is not in it",
+        [
+            *(rank(r, ALL_REDUCE, groups(("3", 5, None), ("0", 10, "all_reduce"))) for r in (0, 1)),
+            *(rank(r, PAIR_REDUCE, groups(("0", 9, None), ("3", 13, "all_reduce")), age=90) for r in (2, 3)),
+        ],
+        "ranks 0-1 wait in all_reduce #10 of default_pg (train.py:88); ranks 2-3 never entered it: "
+        "in all_reduce #13 of mesh_tp (train.py:84), no progress for 90 s",
+        (2, 3),
+        (0, 1),
+    ),
+    (
+        "NCCL: a rank waits in its oldest collective not completed, not in the newest it enqueued",
+        [
+            rank(
+                0,
+                BACKWARD,
+                FlightRecord(
+                    (*fr(40, "all_reduce").collectives, Collective(41, "all_reduce", "scheduled", "0", 50)),
+                    (PgStatus("0", 41, 40, 39, "default_pg"),),
+                ),
+            ),
+            *(rank(r, BACKWARD, fr(40, "all_reduce")) for r in (1, 2)),
+            rank(3, SHARD, fr(39), age=90),
+        ],
+        "ranks 0-2 wait in all_reduce #40 (train.py:86); rank 3 never entered it: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "Ray's report barrier and a pair: the rank waiting in its pair waits, its stopped partner is named",
+        [
+            *(rank(r, REPORT, groups(("1", 5, None), ("0", 10, None)), reports=8) for r in (0, 1)),
+            rank(2, PAIR_REDUCE, groups(("0", 10, None), ("2", 13, "all_reduce")), reports=7),
+            rank(3, SHARD, groups(("0", 10, None), ("2", 12, None)), reports=7, age=90),
+        ],
+        "ranks 0-1 wait in Ray Train's report barrier (train.py:95); rank 2 waits in all_reduce #13 of pair_2_3 "
+        "(train.py:84); rank 3 never entered all_reduce #13 of pair_2_3: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (3,),
+        (0, 1, 2),
+    ),
+    (
+        "two groups' collectives issued in different orders: each rank waits on the other",
+        [
+            rank(0, PAIR_REDUCE, groups(("2", 2, None), ("1", 5, "all_reduce"))),
+            rank(1, PAIR_BROADCAST, groups(("1", 4, None), ("2", 3, "broadcast"))),
+        ],
+        "rank 0 waits in all_reduce #5 of pair_0_1 (train.py:84); rank 1 waits in broadcast #3 of pair_2_3 "
+        "(train.py:82), no progress for 30 s: each waits on another rank's collective",
+        (0, 1),
+        (0, 1),
+    ),
+    (
+        "pipeline stages: a rank in a recv from a stopped stage (a send's number is not the group's)",
+        [
+            rank(0, SHARD, fr(11), age=90),
+            rank(
+                1,
+                RECV_FROM_STAGE,
+                FlightRecord(
+                    (*fr(11).collectives, Collective(11, "recv", "scheduled", "0", 20, p2p=True)),
+                    (PgStatus("0", 11, -1, 11, "default_pg"),),
+                ),
+            ),
+        ],
+        "rank 1 waits in recv (train.py:60); rank 0 is not in it: in load_next_shard (train.py:71), "
+        "no progress for 90 s",
+        (0,),
+        (1,),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("facts", "sentence", "stopped", "waiting"), [c[1:] for c in GROUP_CASES], ids=[c[0] for c in GROUP_CASES]
+)
+def test_verdicts_with_several_process_groups(
+    facts: list[RankFacts], sentence: str, stopped: tuple[int, ...], waiting: tuple[int, ...]
+) -> None:
+    """Sequence numbers count per process group: a rank is behind only in a group it is in."""
+    verdict = judge(reversed(facts))
+    assert verdict.sentence == sentence
+    assert (verdict.stopped, verdict.waiting) == (stopped, waiting)
+
+
 def test_rows_of_the_hangs_table() -> None:
     verdict = judge(CASES[0][1])
     assert verdict.rows[0] == HangRow(
-        0, "node-0", "0", 12, 3, 30.0, "waits", "train_loop (train.py:88)", "all_reduce", 12
+        0, "node-0", "0", 12, 3, 30.0, "waits", "train_loop (train.py:88)", "all_reduce", 12, "default_pg"
     )
     assert verdict.rows[3] == HangRow(
         3, "node-1", "1", 12, 3, 312.4, "stopped", "load_next_shard (train.py:71)", "", None
@@ -246,11 +399,70 @@ def test_rank_ranges(ranks: list[int], text: str) -> None:
         ("/usr/lib/python3.11/threading.py", True),
         ("<frozen importlib._bootstrap>", True),
         ("/work/ray_wandb_nodes/_hang/evidence.py", True),
-        ("/usr/lib/python3/dist-packages/a.py", True),
+        (f"{SITE}/ray_wandb_nodes/_hang/evidence.py", True),
+        (f"{SITE}/ray/train/v2/api/train_fn_utils.py", True),
+        (f"{SITE}/transformers/trainer.py", True),
+        (f"{SITE}/lightning/pytorch/loops/fit_loop.py", True),
+        (f"{SITE}/pytorch_lightning/trainer/trainer.py", True),
+        (f"{SITE}/numpy/core/numeric.py", True),
+        ("/usr/lib/python3/dist-packages/torch/x.py", True),
+        # A training package installed with pip is the user's code: its lines are where it waits.
+        (f"{SITE}/torchtitan/train.py", False),
+        (f"{SITE}/nemo/collections/llm/gpt/model/base.py", False),
+        (f"{SITE}/acme_trainer/loop.py", False),
+        (f"{SITE}/acme_single_module.py", False),
+        ("/usr/lib/python3/dist-packages/acme_trainer/loop.py", False),
     ],
 )
 def test_library_frames(file: str, library: bool) -> None:
     assert is_library(file) is library
+
+
+TITAN = f"{SITE}/torchtitan/train.py"
+NEMO = f"{SITE}/nemo/collections/llm/gpt/data/pre_training.py"
+LIGHTNING = f"{SITE}/lightning/pytorch/loops"
+HF = f"{SITE}/transformers/trainer.py"
+
+
+@pytest.mark.parametrize(
+    ("frames", "where"),
+    [
+        (  # torchtitan installed with pip: its train step is where the rank waits, not the launcher's call
+            (
+                Frame(C10D, 3252, "all_reduce"),
+                WRAPPER,
+                Frame(TITAN, 412, "train_step"),
+                Frame(TITAN, 520, "train"),
+                Frame(USER, 12, "train_func"),
+            ),
+            "all_reduce #12 (train.py:412)",
+        ),
+        (  # NeMo's data module under Lightning's loop: NeMo's frame is the user's, Lightning's is library
+            (
+                Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+                Frame(NEMO, 88, "next_batch"),
+                Frame(f"{LIGHTNING}/fit_loop.py", 455, "advance"),
+                Frame(f"{LIGHTNING}/fit_loop.py", 216, "run"),
+                Frame(USER, 40, "train_func"),
+            ),
+            "wait (threading.py:320) called from next_batch (pre_training.py:88)",
+        ),
+        (  # Hugging Face's Trainer with nothing of the user's below it: the user's call of train()
+            (
+                Frame(C10D, 3252, "all_reduce"),
+                WRAPPER,
+                Frame(HF, 2480, "_inner_training_loop"),
+                Frame(HF, 2100, "train"),
+                Frame(USER, 30, "train_func"),
+            ),
+            "all_reduce #12 (train.py:30)",
+        ),
+    ],
+    ids=["torchtitan", "nemo-under-lightning", "transformers"],
+)
+def test_where_is_the_innermost_frame_of_user_code_installed_or_not(frames: tuple[Frame, ...], where: str) -> None:
+    flight = fr(12, "all_reduce") if frames[0].file == C10D else fr(11)  # in the collective, or none in flight
+    assert _what(position(rank(0, frames, flight))) == where
 
 
 def test_no_ranks() -> None:
@@ -286,6 +498,45 @@ def test_real_every_rank_in_the_same_function() -> None:
     verdict = judge(captured("all"))
     assert verdict.sentence == "every rank (0-2) is in load_next_shard (hang_rank.py:35), no progress for 30 s"
     assert [ranks for ranks, _ in verdict.stack_groups] == [(0, 1, 2)]
+
+
+def test_real_several_process_groups_name_only_the_stopped_rank() -> None:
+    """Four gloo ranks, in ``pair_0_1`` and ``pair_2_3`` besides the default group, the pairs
+    issuing one and three all_reduces a step; rank 3 stopped before its pair's. Its partner waits
+    in the pair's #13, ranks 0-1 in the default group's #10: the largest number is not the front,
+    and ranks 0-1, in no collective of ``pair_2_3``, are not behind in it (the verdict once said
+    "Hang: ranks 0-1,3 stopped", ranks 0-1 having "never entered" #13)."""
+    facts = captured("groups", {3: 312.0})
+    verdict = judge(facts)
+    assert verdict.sentence == (
+        "ranks 0-1 wait in all_reduce #10 of default_pg (hang_rank.py:79); rank 2 waits in all_reduce #13 of "
+        "pair_2_3 (hang_rank.py:78); rank 3 never entered all_reduce #13 of pair_2_3: in load_next_shard "
+        "(hang_rank.py:41), no progress for 312 s"
+    )
+    assert (verdict.stopped, verdict.waiting) == ((3,), (0, 1, 2))
+    assert [(r.rank, r.state, r.collective, r.seq, r.group) for r in verdict.rows] == [
+        (0, "waits", "all_reduce", 10, "default_pg"),
+        (1, "waits", "all_reduce", 10, "default_pg"),
+        (2, "waits", "all_reduce", 13, "pair_2_3"),
+        (3, "stopped", "", None, ""),
+    ]
+    notice = hang_notice(verdict, facts, 1)
+    assert notice.title == "Hang: rank 3 stopped" and notice.stopped == (3,)
+
+
+@pytest.mark.parametrize("missing", [(3,), (2,), (0, 1), (0, 1, 2, 3)], ids=lambda m: f"no-recorder-{m}")
+def test_real_several_process_groups_without_some_recorders_still_name_only_the_stopped_rank(
+    missing: tuple[int, ...],
+) -> None:
+    """A recorder that did not come back (the rank's Python could not run, or its dump was late)
+    leaves a rank's groups unknown: it never makes a waiting rank stopped."""
+    facts = [
+        dataclasses.replace(f, evidence=dataclasses.replace(f.evidence, flight=None))
+        if f.progress.rank in missing and f.evidence is not None else f
+        for f in captured("groups")
+    ]  # fmt: skip
+    verdict = judge(facts)
+    assert (verdict.stopped, verdict.waiting) == ((3,), (0, 1, 2)), verdict.sentence
 
 
 def test_a_thousand_ranks_are_judged_without_comparing_ranks_facts_whole(monkeypatch: pytest.MonkeyPatch) -> None:
