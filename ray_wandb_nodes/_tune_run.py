@@ -290,8 +290,8 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
 
 def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
     """On the fleet thread, every poll of a trial's run: the nodes of the Train run inside the trial
-    (as it published them), and its ranks and hang setting for the run's hang watch."""
-    ranks = _handoff.worker_ranks(trial_id)
+    (as it published them), and its ranks, their attempt and the hang setting for the run's hang watch."""
+    ranks, attempt = _handoff.published_workers(trial_id)
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
         if setting:
@@ -299,4 +299,5 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
             target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
     if target.hangs is not None:
         target.hangs.ranks = ranks
+        target.attempt = attempt
     return set(ranks)

@@ -18,16 +18,15 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import _handoff, _ray, _worker_setup
+from . import _handoff, _ray
 from ._setup import configure
-from ._strategies import Placement
 from ._train_run import TrainRun
+from ._train_workers import TrainWorkers
 from ._warn import Warner, describe, guarded
 
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
 # callback says which Ray is needed).
 _BASES = _ray.train_callback_bases()
-SETUP_TIMEOUT_S = 10.0  # for every train worker to patch its wandb.init and hook its reports (see _setup_workers)
 
 if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
@@ -155,15 +154,14 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
         self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
         self._relay_trial: str | None = None
-        self._placements: dict[int, Placement] = {}  # rank -> where it runs now
-        self._hang_run: str | None = None  # the run whose ranks are armed for hangs (see _worker_setup)
+        self._workers = TrainWorkers(self._warner)  # where the ranks run, and the attempt they arm in
 
     def __repr__(self) -> str:
         o = self.options
         return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, strategy={o.strategy!r}, nodes={o.nodes!r})"
 
     def __getstate__(self) -> dict[str, Any]:  # runtime state never travels
-        return {**self.__dict__, "_run": None, "_relay_trial": None, "_placements": {}, "_hang_run": None}
+        return {**self.__dict__, "_run": None, "_relay_trial": None}
 
     @property
     def run_id(self) -> str | None:
@@ -180,7 +178,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
             # this callback only tells it where the train workers are, and how to watch them.
             self._relay_trial = self._tune_trial_id
-            self._hang_run = _relay_hangs(self._relay_trial, mark, self.options, train_run_context, self._warner)
+            hang_run = _relay_hangs(self._relay_trial, mark, self.options, train_run_context, self._warner)
+            self._workers.hang_run = hang_run
             return
         import ray
 
@@ -193,7 +192,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             hostname=socket.gethostname(),
             driver_cwd=self._driver_cwd,
         )
-        self._hang_run = self._run.hang_run
+        self._workers.hang_run = self._run.hang_run
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
@@ -217,15 +216,20 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._run.abort()
 
     # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
+    @guarded("before_worker_group_start")
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        """A worker group starts (its first, or a restart; a replaced replica group is no new group
+        and calls no such hook, Ray 2.47 to 2.60): its ranks arm in an attempt of their own."""
+        self._workers.new_group()
+
     def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
         """The earliest moment the workers' nodes are known (their actors exist; the train
-        function has not started): the node writers start joining now."""
+        function has not started): the ranks are armed and the node writers start joining now."""
         try:
-            if self._hang_run:  # armed ahead of Train's own calls there, the process group's included
-                _ray.queue_on_workers(workers, _worker_setup.arm, self._hang_run)
+            self._workers.arm(workers)  # ahead of Train's own calls there, the process group's included
             if self._run is not None or self._relay_trial:
                 # every rank of a worker group, or (2.56+) the ranks of a replaced replica group
-                self._placements.update((p.rank, p) for p in _ray.placements_of(workers))
+                self._workers.placements.update((p.rank, p) for p in _ray.placements_of(workers))
                 self._placed()
         except Exception as e:  # noqa: BLE001 - a raise here fails the run
             self._warner.warn(f"hook:before_init_train_context:{type(e).__name__}", describe(e))
@@ -235,55 +239,36 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
         if self._run is not None or self._relay_trial:
             placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
-            if placements != self._placements:  # before_init_train_context told the fleet already
-                self._placements = placements
+            if placements != self._workers.placements:  # before_init_train_context told the fleet already
+                self._workers.placements = placements
                 self._placed()
         if self._run is not None:
             # Right before Ray launches the train function: hold it (bounded) until every node writer
             # has joined and sampled, so the set-up inside the function is seen on every node.
             self._run.await_writers()
         if self._run is not None or self._relay_trial:  # last: a rank's hang clock starts with its train function
-            self._setup_workers(worker_group)
+            self._workers.setup(worker_group, self.run_id or self._relay_trial)
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
         # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
         # are new, maybe on other nodes; Ray calls no worker-group hook for it.
         if self._run is not None or self._relay_trial:
-            self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
+            self._workers.placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
-            self._setup_workers(replica_group)
-
-    def _setup_workers(self, worker_group: WorkerGroup) -> None:
-        """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF
-        ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks);
-        and each rank's reports stamp its hang beacon (see _worker_setup)."""
-        run_id = self.run_id or self._relay_trial
-        answers = _ray.run_on_workers(
-            worker_group, _worker_setup.setup, run_id, self._hang_run, timeout=SETUP_TIMEOUT_S
-        )
-        if answers is None:
-            self._warner.warn(
-                "frameworks", "the train workers did not answer in time: a framework's own W&B logging stays on there"
-            )
-            return
-        unarmed = [a for a in answers if a.hang not in ("armed", "off")]
-        if unarmed:
-            self._warner.warn(
-                f"hang-arm:{unarmed[0].hang}",
-                f"hang detection sees less of rank(s) {', '.join(str(a.rank) for a in unarmed)}: {unarmed[0].hang}",
-            )
+            self._workers.setup(replica_group, self.run_id or self._relay_trial)
 
     def _placed(self) -> None:
-        placements = [self._placements[rank] for rank in sorted(self._placements)]
+        w = self._workers
+        placements = [w.placements[rank] for rank in sorted(w.placements)]
         if self._relay_trial:
-            trial_id = self._relay_trial
             published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]
             # A GCS write: off the controller's event loop like everything else.
-            threading.Thread(target=_publish, args=(trial_id, published, self._warner), daemon=True).start()
+            args = (self._relay_trial, published, w.attempt, self._warner)
+            threading.Thread(target=_publish, args=args, daemon=True).start()
             return
         assert self._run is not None
-        self._run.workers_placed(placements)
+        self._run.workers_placed(placements, attempt=w.attempt)
 
     after_worker_group_poll_status = _ranks_finished  # a rank done training is not hung
 
@@ -294,9 +279,9 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._run.report(metrics, _ray.report_checkpoint(training_report))
 
 
-def _publish(trial_id: str, placements: list[dict[str, Any]], warner: Warner) -> None:
+def _publish(trial_id: str, placements: list[dict[str, Any]], attempt: str | None, warner: Warner) -> None:
     try:
-        _handoff.publish_workers(trial_id, placements)
+        _handoff.publish_workers(trial_id, placements, attempt)
     except Exception as e:  # noqa: BLE001
         warner.warn("relay", f"could not tell the Tune callback where trial {trial_id}'s workers are ({describe(e)})")
 

@@ -14,22 +14,26 @@ from typing import TYPE_CHECKING, Any
 
 from .._gpu_ids import named
 from .._hang import (
+    DUMPS_TIMEOUT_S,
     PYSPY_TIMEOUT_S,
+    EndAnswer,
     HangNotice,
     HangTimeout,
     RankEvidence,
     RankFacts,
+    RankProcess,
     RankProgress,
+    end_ranks,
     hang_notice,
     job_hung,
     judge,
     progress_of,
+    rank_evidence,
     read_slots,
     resumed_notice,
     run_dir,
 )
 from .._warn import Warner, describe
-from .node_logger import DUMPS_TIMEOUT_S, end_ranks, rank_evidence
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 # past this, a node that has not answered is named in verdict.txt and its ranks are judged from
 # their progress alone, so that one stuck logger does not hold the whole hang's alert.
 EVIDENCE_TIMEOUT_S = DUMPS_TIMEOUT_S + PYSPY_TIMEOUT_S + 5.0
+END_TIMEOUT_S = 10.0  # every node's answer to an end (a control call: answered while its writers are busy)
 
 Evidence = tuple[tuple[RankProgress, RankEvidence], ...]
 
@@ -86,6 +91,8 @@ class HangWatch:
     clock: Callable[[], float] = time.monotonic  # the pool's (a handle's ``progress_at`` is on it)
     # Ranks whose train function returned (Train's poll status, from the controller): silent, not hung.
     finished: frozenset[int] = frozenset()
+    # Each rank's process as the last evidence round read it: an end names these, and no other.
+    judged: dict[int, RankProgress] = field(default_factory=dict)
 
     def check(
         self,
@@ -151,15 +158,19 @@ class HangWatch:
         return hang_notice(verdict, facts, self.episode, self.on_hang, taken=taken), verdict.sentence
 
     def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, tuple[RankProgress, str]]:
-        """The run's ranks now (rank -> its progress and its node), placed ranks only."""
+        """The run's ranks now (rank -> its progress and its node), placed ranks of its current
+        attempt only (their folder: ``target.attempt``; none before its ranks are armed)."""
         out: dict[int, tuple[RankProgress, str]] = {}
+        key = target.attempt
+        if key is None:
+            return out
         for node_id, ranks in (self.ranks if self.ranks is not None else target.ranks).items():
             if node_id == target.covered_node:
                 now = time.monotonic_ns()
-                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
+                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(key)))
             else:
                 handle = pool.get(node_id)
-                seen = aged(handle.progress.get(target.run_id, ()), self.clock() - handle.progress_at) if handle else ()
+                seen = aged(handle.progress.get(key, ()), self.clock() - handle.progress_at) if handle else ()
             for progress in seen:
                 if progress.rank in ranks and progress.rank not in self.finished:
                     out[progress.rank] = (progress, node_id)
@@ -180,13 +191,16 @@ class HangWatch:
         placed: dict[str, list[int]] = {}
         for rank, (_, node) in ranks.items():
             placed.setdefault(node, []).append(rank)
+        key = target.attempt or ""  # set: progress() found its ranks
         actors = [pool.get(n).actor for n in remote]  # type: ignore[union-attr]
-        answers = ask(actors, target.run_id, [sorted(placed[n]) for n in remote]) if remote else []
+        answers = ask(actors, key, [sorted(placed[n]) for n in remote]) if remote else []
         if target.covered_node in nodes:
-            answers.append(rank_evidence(target.run_id, ranks=sorted(placed[target.covered_node])))
+            answers.append(rank_evidence(key, ranks=sorted(placed[target.covered_node])))
         for answer in answers:
             for progress, given in answer or ():
                 got[progress.rank] = (progress, given)
+        # The processes judged: what an end may end (the fresh reading where a node answered).
+        self.judged = {rank: got.get(rank, (progress, None))[0] for rank, (progress, _) in ranks.items()}
         facts = []
         labels = {n: (pool.get(n).node.label if pool.get(n) else "") for n in nodes}  # type: ignore[union-attr]
         if target.covered_node:
@@ -200,29 +214,64 @@ class HangWatch:
         self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
     ) -> None:
         """``on_hang="restart"``: end the stopped ranks (``why`` is the error they raise), so that
-        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run)."""
-        import ray
+        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run).
 
-        by_node: dict[str, list[int]] = {}
+        Each node is told the attempt (its folder) and each rank's process as it was judged (pid
+        and start time): it ends those and refuses anything else, so an end that arrives late
+        (past ``END_TIMEOUT_S``, when this stops waiting) never ends a later attempt's ranks or
+        another job's. Every node is asked at once."""
+        key = target.attempt
+        if key is None:  # no ranks armed, none judged (progress() found none)
+            return
+        named: dict[str, list[RankProcess]] = {}
         for node_id, placed in (self.ranks if self.ranks is not None else target.ranks).items():
-            mine = [r for r in placed if r in ranks]
+            mine = [self.judged[r] for r in placed if r in ranks and r in self.judged]
             if mine:
-                by_node[node_id] = mine
-        for node_id, mine in by_node.items():
+                named[node_id] = [RankProcess(p.rank, p.pid, p.proc_start) for p in mine]
+        pending: dict[Any, tuple[str, list[RankProcess]]] = {}
+        for node_id, processes in named.items():
             try:
                 if node_id == target.covered_node:
-                    end_ranks(target.run_id, mine, why)
-                else:
-                    handle = pool.get(node_id)
-                    if handle is not None:
-                        ray.get(handle.actor.end_ranks.remote(target.run_id, mine, why), timeout=EVIDENCE_TIMEOUT_S)
+                    _refused(end_ranks(key, processes, why), node_id, warner)
+                elif (handle := pool.get(node_id)) is not None:
+                    pending[handle.actor.end_ranks.remote(key, processes, why)] = (node_id, processes)
             except Exception as e:  # noqa: BLE001
-                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {mine} ({describe(e)})")
+                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
+        _await_ends(pending, warner)
         warner.warn(
             f"hang-restart:{target.run_id}:{self.episode}",
             f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
             "FailureConfig decides whether the attempt restarts from its last checkpoint",
         )
+
+
+def _ranks(processes: list[RankProcess]) -> str:
+    return ", ".join(str(p.rank) for p in processes)
+
+
+def _refused(answer: EndAnswer, node_id: str, warner: Warner) -> None:
+    if answer.refused:
+        warner.warn(
+            f"hang-end-refused:{node_id}:{answer.refused}",
+            f"hung rank(s) {', '.join(map(str, answer.refused))} were not ended: their process is no longer "
+            "the one judged (it ended, or the attempt did)",
+        )
+
+
+def _await_ends(pending: dict[Any, tuple[str, list[RankProcess]]], warner: Warner) -> None:
+    """Every node's answer to its end, waited for together (bounded: ``END_TIMEOUT_S``)."""
+    if not pending:
+        return
+    import ray
+
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=END_TIMEOUT_S)
+    for ref, (node_id, processes) in pending.items():
+        try:
+            if ref not in ready:
+                raise TimeoutError(f"no answer in {END_TIMEOUT_S:.0f} s")
+            _refused(ray.get(ref), node_id, warner)
+        except Exception as e:  # noqa: BLE001
+            warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
 
 
 def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:
@@ -232,11 +281,12 @@ def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress,
     return tuple(replace(r, age_s=r.age_s + since_s, phase_age_s=r.phase_age_s + since_s) for r in ranks)
 
 
-def _ask_loggers(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Evidence | None]:
-    """Every node logger asked for its ranks' evidence at once, waited for together (bounded)."""
+def _ask_loggers(actors: list[Any], key: str, ranks: list[list[int]]) -> list[Evidence | None]:
+    """Every node logger asked for its ranks' evidence (of the attempt ``key``) at once, waited for
+    together (bounded)."""
     import ray
 
-    refs = [actor.hang_evidence.remote(run_id, mine) for actor, mine in zip(actors, ranks, strict=True)]
+    refs = [actor.hang_evidence.remote(key, mine) for actor, mine in zip(actors, ranks, strict=True)]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=EVIDENCE_TIMEOUT_S)
     out: list[Evidence | None] = []
     for ref in refs:

@@ -2,10 +2,13 @@
 the verdict across ranks.
 
 ``beacon`` is the per-rank shared-memory slot (written on the hot path, read by the node's
-logger); ``policy`` says when silence is a hang; ``evidence`` arms a rank (faulthandler on a
-signal, the flight recorder, a dump thread) and takes its dumps; ``stacks`` and ``flight`` parse
-what the dumps hold into typed values; ``verdict`` names who stopped and who waits. Nothing here
-imports Ray or wandb: the node loggers, the health monitor and the callbacks drive it.
+logger); ``folders`` names an attempt's folder of slots and dumps and keeps it no longer than its
+processes; ``policy`` says when silence is a hang; ``evidence`` arms a rank (faulthandler on a
+signal, the flight recorder, a dump thread) and ``dumps`` takes its dumps; ``node`` is what a
+node's logger runs (the folders it watches, every rank's evidence, an end); ``stacks`` and
+``flight`` parse what the dumps hold into typed values; ``verdict`` names who stopped and who
+waits. Nothing here imports Ray or wandb: the node loggers, the health monitor and the callbacks
+drive it.
 """
 
 from .beacon import (
@@ -20,17 +23,20 @@ from .beacon import (
     read_slots,
 )
 from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
-from .ending import HangError
+from .ending import EndAnswer, HangError, RankProcess
 from .evidence import RankEvidence, arm, disarm
 from .flight import Collective, FlightRecord, flight_recorder_env
+from .folders import attempt_key, new_token, remove_dead, remove_if_dead, run_dir, touch
 from .native import PYSPY_TIMEOUT_S, native_dumps
+from .node import DUMPS_TIMEOUT_S, NodeWatch, RankAnswers, end_ranks, rank_evidence
 from .policy import HangTimeout, hung_ranks, job_cadence_s, job_hung, limit_s, parse_hang_timeout
-from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, run_dir, train_starts
+from .rank import ArmedRank, arm_rank, armed_rank, disarm_rank, hook_steps, in_phase, in_report, train_starts
 from .report import HANG_COLUMNS, HangNotice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
 from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
 
 __all__ = [
+    "DUMPS_TIMEOUT_S",
     "HANG_COLUMNS",
     "LONG_PHASES",
     "PYSPY_TIMEOUT_S",
@@ -38,24 +44,30 @@ __all__ = [
     "Beacon",
     "BeaconSlot",
     "Collective",
+    "EndAnswer",
     "FlightRecord",
     "Frame",
     "HangError",
     "HangNotice",
     "HangRow",
     "HangTimeout",
+    "NodeWatch",
     "Phase",
+    "RankAnswers",
     "RankEvidence",
     "RankFacts",
+    "RankProcess",
     "RankProgress",
     "ThreadStack",
     "Verdict",
     "arm",
     "arm_rank",
     "armed_rank",
+    "attempt_key",
     "default_root",
     "disarm",
     "disarm_rank",
+    "end_ranks",
     "evidence_from_dumps",
     "evidence_text",
     "flight_recorder_env",
@@ -71,15 +83,20 @@ __all__ = [
     "judge",
     "limit_s",
     "native_dumps",
+    "new_token",
     "parse_faulthandler",
     "parse_hang_timeout",
     "progress_of",
+    "rank_evidence",
     "rank_ranges",
     "read_slots",
+    "remove_dead",
+    "remove_if_dead",
     "request_dump",
     "request_dumps",
     "request_end",
     "resumed_notice",
     "run_dir",
+    "touch",
     "train_starts",
 ]

@@ -70,6 +70,7 @@ class BeaconSlot:
     max_interval_ns: int  # the slowest interval between two progress stamps, phases excluded
     thread_ident: int  # ``threading.get_ident()`` of the thread that last stamped progress
     phase_since_ns: int
+    proc_start: int = 0  # the process's start time (``/proc/<pid>/stat``): tells it from a later one with its pid
 
     @property
     def started(self) -> bool:
@@ -91,6 +92,7 @@ class RankProgress:
     phase_age_s: float
     slowest_interval_s: float | None  # None until two progress stamps were seen
     dump_signal: int
+    proc_start: int = 0  # its process's start time: an end names the process by it (see ``RankProcess``)
 
 
 def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
@@ -107,6 +109,7 @@ def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
         phase_age_s=max(0.0, (now_ns - slot.phase_since_ns) / 1e9),
         slowest_interval_s=slot.max_interval_ns / 1e9 if slot.max_interval_ns else None,
         dump_signal=slot.dump_signal,
+        proc_start=slot.proc_start,
     )
 
 
@@ -305,7 +308,7 @@ def _decode(path: Path, raw: bytes) -> BeaconSlot | None:
     return BeaconSlot(
         path=path, pid=pid, rank=rank, phase=phase_value, dump_signal=signum, start_ns=start_ns,
         reports=reports, steps=steps, last_progress_ns=last, max_interval_ns=max_iv,
-        thread_ident=ident, phase_since_ns=phase_since,
+        thread_ident=ident, phase_since_ns=phase_since, proc_start=proc_start,
     )  # fmt: skip
 
 

@@ -124,6 +124,7 @@ def request_dumps(
         if not item.slot.dump_signal:
             item.notes.append("faulthandler not registered: not signalled")
             continue
+        _empty(item)  # the file holds one dump at most: this one
         try:
             os.kill(item.slot.pid, item.slot.dump_signal)
             item.signalled = True
@@ -132,6 +133,16 @@ def request_dumps(
     _wait(pending, started + timeout_s)
     frames = native_dumps([i.slot.pid for i in pending if i.python_data is None]) if native_frames else {}
     return [_evidence(item, *frames.get(item.slot.pid, ("", ""))) for item in pending]
+
+
+def _empty(item: _Pending) -> None:
+    """Empty the rank's faulthandler file before its signal: faulthandler appends (the rank opened
+    it so), so what it writes next starts the file, and the file never grows past one dump."""
+    try:
+        os.truncate(item.paths.stacks, 0)
+    except OSError:
+        return  # read from where it ended, as before
+    item.offset, item.last_size, item.stable = 0, -1, 0
 
 
 def _withdraw(item: _Pending) -> bool:
