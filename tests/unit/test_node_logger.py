@@ -17,11 +17,15 @@ import ray
 
 from ray_wandb_nodes._fleet import node_logger
 from ray_wandb_nodes._fleet.node_logger import NodeLogger
+from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.plan import observer_key
+from ray_wandb_nodes._fleet.pool import LoggerPool
 from ray_wandb_nodes._hang.beacon import read_slots
 from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.folders import attempt_key, run_dir
+from ray_wandb_nodes._warn import Warner
 from ray_wandb_nodes._writers import WriterSpec
+from tests.support.fakes import logger_status
 from tests.unit.test_hang_folders import rank_process
 
 ATTEMPT = attempt_key("run-1", 1, "0000000c")
@@ -117,3 +121,49 @@ def test_a_status_during_a_join_is_answered_and_names_the_writer_joining(
     run = logger._hosted["run-1"].run
     assert [row["loss"] for row in run.rows] == [1.0, 0.5]
     assert logger.finish("run-1", exit_code=0).runs == () and run.finished
+
+
+class Actors:
+    """The pool's Ray calls: a logger whose join has not answered yet (queued behind another
+    writer's finish, say) and whose pings answer at once, without it."""
+
+    def __init__(self) -> None:
+        self.joins: list[WriterSpec] = []
+        self.join_answered = False
+        logger = SimpleNamespace(
+            add_writer=SimpleNamespace(remote=lambda spec: self.joins.append(spec) or "join"),
+            status=SimpleNamespace(remote=lambda: "ping"),
+        )
+        self.logger = logger
+
+    def group_prefix(self) -> str:
+        return "g-"
+
+    def create(self, node_id: str, name: str) -> tuple[Any, None]:
+        return self.logger, None
+
+    def answered(self, refs: list[Any]) -> set[Any]:
+        return {r for r in refs if r == "ping" or self.join_answered}
+
+    def result(self, ref: Any) -> Any:
+        runs = ("run-1",) if ref == "join" else ()
+        return logger_status("n1", 7, runs)
+
+
+def test_a_ping_answered_before_a_join_it_passed_is_no_restart(caplog: pytest.LogCaptureFixture) -> None:
+    """A ping is a control call: it can answer while the writer's join still waits its turn. The
+    writer is missing from that answer, and it is neither a restart nor a reason to join again."""
+    actors = Actors()
+    pool = LoggerPool(init_timeout_s=60.0, warner=Warner(), ping_s=0.0, actors=actors)  # type: ignore[arg-type]
+    node = NodeInfo("n1", "host-1", "10.0.0.1")
+    pool.start([node])
+    pool.add_writer("n1", spec("run-1"))
+    for _ in range(3):  # pings come and go while the join waits
+        pool.check_joins()
+        pool.check_health(lambda key, node: spec(key))
+    assert len(actors.joins) == 1 and "restarted" not in caplog.text
+    actors.join_answered = True
+    pool.check_joins()
+    pool.check_health(lambda key, node: spec(key))
+    pool.check_health(lambda key, node: spec(key))  # now a ping without it is a writer gone: joined again
+    assert len(actors.joins) == 2 and "restarted; its writers rejoin" in caplog.text
