@@ -39,8 +39,6 @@ import logging
 import os
 import shutil
 import statistics
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -69,7 +67,6 @@ from tests.support.hang_world import rank_processes, settled
 from tests.unit.hang_fixtures import SimRun, sim_run
 
 REPO = Path(__file__).resolve().parents[1]
-GIL_SOURCE = REPO / "tests" / "support" / "gil_holder.c"
 WORLD, STUCK = 4, 2
 RANKS_A_NODE = 8
 TIMEOUT = HangTimeout(seconds=60.0)
@@ -138,13 +135,11 @@ def recorder_ring(directory: Path, slots: list[Any]) -> int:
     return len(json.loads(data["flight_recorder"])["entries"]) if data.get("flight_recorder") else 0
 
 
-def build_gil_lib(out: Path) -> str:
-    """``gil_holder.c`` built with the system compiler (as the e2e test does); "" without one."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return ""
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(GIL_SOURCE)], check=True)
-    return str(out)
+def build_gil_lib() -> str:
+    """``gil_holder.c`` built with the system compiler (as the tests do); "" without one."""
+    from tests.support import clib
+
+    return str(clib.gil_holder()) if clib.compiler() else ""
 
 
 # -- simulated nodes: the driver side --------------------------------------------------------------
@@ -227,19 +222,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.getLogger("ray_wandb_nodes").setLevel(logging.ERROR)  # the hang's warning, once a round
     result: dict[str, Any] = {"real": [], "simulated": []}
     if not args.skip_real:
-        with tempfile.TemporaryDirectory(prefix="rwn-gil-") as build:
-            lib = build_gil_lib(Path(build) / "libgil_holder.so")
-            modes = ("python", "native") if lib else ("python",)
-            for mode, at in itertools.product(modes, args.at):
-                case = real_case(mode, at, args.rounds, lib)
-                result["real"].append(case)
-                dumps = case["request_dumps"]
-                print(
-                    f"4 real ranks, {mode:6s} at step {at:4d} (ring {case['recorder_ring']:4d}): request_dumps "
-                    f"{dumps['median_ms']:7.1f} ms median {dumps['max_ms']:7.1f} max; judge "
-                    f"{case['judge']['median_ms']:.2f} ms; hang_notice {case['hang_notice']['median_ms']:.2f} ms  "
-                    f"({case['sentence']})"
-                )
+        lib = build_gil_lib()
+        modes = ("python", "native") if lib else ("python",)
+        for mode, at in itertools.product(modes, args.at):
+            case = real_case(mode, at, args.rounds, lib)
+            result["real"].append(case)
+            dumps = case["request_dumps"]
+            print(
+                f"4 real ranks, {mode:6s} at step {at:4d} (ring {case['recorder_ring']:4d}): request_dumps "
+                f"{dumps['median_ms']:7.1f} ms median {dumps['max_ms']:7.1f} max; judge "
+                f"{case['judge']['median_ms']:.2f} ms; hang_notice {case['hang_notice']['median_ms']:.2f} ms  "
+                f"({case['sentence']})"
+            )
     for mode, earlier, nodes in itertools.product(args.modes, args.earlier, args.nodes):
         case = sim_case(nodes, mode, args.rounds, earlier)
         result["simulated"].append(case)

@@ -123,7 +123,7 @@ class BeaconNode(SimActor):
 
     def _status(self) -> LoggerStatus:
         ranks = self._hang_sim.ranks.get(self.node_id, ())
-        progress = {self._hang_sim.run_id: tuple(self._hang_sim.job.progress(r, self.pid + r) for r in ranks)}
+        progress = {self._hang_sim.attempt: tuple(self._hang_sim.job.progress(r, self.pid + r) for r in ranks)}
         return logger_status(self.node_id, self.pid, self.runs, progress=progress)
 
     def evidence(self, run_id: str, ranks: list[int]) -> tuple[tuple[RankProgress, RankEvidence], ...]:
@@ -139,7 +139,7 @@ class BeaconNode(SimActor):
 
 class HangCluster(SimCluster):
     def __init__(self, n: int, clock: Clock, job: Job) -> None:
-        self.job, self.run_id = job, ""
+        self.job, self.run_id, self.attempt = job, "", ""
         self.ranks: dict[str, tuple[int, ...]] = {}
         super().__init__(n, clock)
 
@@ -182,7 +182,8 @@ def simulate(
     )
     target = make_target(clock)
     sim.place_ranks(target, RANKS)
-    sim.run_id, sim.ranks = target.run_id, target.ranks
+    target.attempt = f"{target.run_id}.a1.simulate"  # the ranks' folder on every node, the key of their progress
+    sim.run_id, sim.ranks, sim.attempt = target.run_id, target.ranks, target.attempt
     notices: list[tuple[float, HangNotice]] = []
     target.primary.hang = lambda notice: notices.append((clock.now, notice))  # type: ignore[method-assign]
     asked: list[int] = []

@@ -138,7 +138,7 @@ def main() -> int:
     import ray
 
     from ray_wandb_nodes._fleet.collect import OfflineCollection
-    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.node_logger import logger_class
     from ray_wandb_nodes._fleet.nodes import alive_nodes
     from ray_wandb_nodes._fleet.pool import LoggerHandle
     from ray_wandb_nodes._warn import Warner
@@ -152,7 +152,7 @@ def main() -> int:
     with simulated_cluster(1):
         head = ray.get_runtime_context().get_node_id()
         (node,) = [n for node_id, n in alive_nodes(ray.nodes()).items() if node_id != head]
-        actor = ray.remote(NodeLogger).options(num_cpus=0, scheduling_strategy=affinity(node.node_id)).remote()
+        actor = logger_class().options(num_cpus=0, scheduling_strategy=affinity(node.node_id)).remote()
         ray.get(actor.status.remote())
         logger = LoggerHandle(node=node, actor=actor, pg=None)
         collection = OfflineCollection(Warner())

@@ -48,8 +48,10 @@ def trial_mark(trial_id: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def publish_workers(trial_id: str, placements: Sequence[dict[str, Any]]) -> None:
-    _ray.kv_put(_workers_key(trial_id), json.dumps(list(placements)).encode(), NAMESPACE)
+def publish_workers(trial_id: str, placements: Sequence[dict[str, Any]], attempt: str | None = None) -> None:
+    """Where the trial's train ranks run, and the key of the attempt they armed in for hangs."""
+    data = {"workers": list(placements), "attempt": attempt}
+    _ray.kv_put(_workers_key(trial_id), json.dumps(data).encode(), NAMESPACE)
 
 
 def worker_nodes(trial_id: str) -> set[str]:
@@ -58,11 +60,19 @@ def worker_nodes(trial_id: str) -> set[str]:
 
 def worker_ranks(trial_id: str) -> dict[str, tuple[int, ...]]:
     """The ranks of the trial's Train run on each node, as it last published them."""
+    return published_workers(trial_id)[0]
+
+
+def published_workers(trial_id: str) -> tuple[dict[str, tuple[int, ...]], str | None]:
+    """The ranks of the trial's Train run on each node, and the key of their attempt (None: not
+    armed for hangs), as it last published them."""
     raw = _ray.kv_get(_workers_key(trial_id), NAMESPACE)
+    data = json.loads(raw) if raw else {}
     ranks: dict[str, list[int]] = {}
-    for p in json.loads(raw) if raw else []:
+    for p in data.get("workers", []):
         ranks.setdefault(str(p["node_id"]), []).append(int(p["rank"]))
-    return {node: tuple(sorted(r)) for node, r in ranks.items()}
+    attempt = data.get("attempt")
+    return {node: tuple(sorted(r)) for node, r in ranks.items()}, str(attempt) if attempt else None
 
 
 def publish_hang(trial_id: str, setting: dict[str, Any]) -> None:

@@ -66,11 +66,13 @@ class RunSession:
         covered_node: str | None = None,
         ranks: dict[str, tuple[int, ...]] | None = None,
         rank_gpus: dict[int, RankGpus] | None = None,
+        attempt: str | None = None,
     ) -> None:
         """The nodes the run uses now (replacing the previous set), less ``covered_node``, the
-        train ranks on each node and each rank's GPU ids (for the tables and the health rules)."""
+        train ranks on each node and each rank's GPU ids (for the tables and the health rules),
+        and the key of their attempt (their folder of beacons and dumps on each node)."""
         self._first = True  # a new worker group
-        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus)
+        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus, attempt=attempt)
 
     def update_config(self, config: dict[str, Any]) -> None:
         """Run config learnt after the start (a standalone run's is set when its writer starts)."""

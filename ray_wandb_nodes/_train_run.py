@@ -7,13 +7,11 @@ Every report, checkpoint and the end go to the sessions the same way; one node f
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
 from ._artifacts import checkpoint_aliases
 from ._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
-from ._hang import run_dir
 from ._health import HealthMonitor, HealthOptions
 from ._metrics import config_for_wandb, flatten
 from ._naming import LABELS, train_run_id
@@ -198,7 +196,8 @@ class TrainRun:
         self._add(StandaloneSession(target, self.fleet, o.finish_timeout_s), rank=planned.rank)
         return self.sessions[planned.run_id]
 
-    def workers_placed(self, placements: list[Placement]) -> None:
+    def workers_placed(self, placements: list[Placement], attempt: str | None = None) -> None:
+        """Where each rank runs now; ``attempt``: the key its ranks armed in for hangs (their folder)."""
         strategy = self.options.strategy
         if self.hang_run:  # an attempt starts, from the last checkpoint
             self._reports = 0
@@ -214,6 +213,7 @@ class TrainRun:
                 self.node_id,
                 ranks={n: tuple(r) for n, r in ranks.items()},
                 rank_gpus={p.rank: p.gpu_ids for p in placements},
+                attempt=attempt,
             )
             session.update_config(placement_config(placements))
             return
@@ -296,6 +296,6 @@ class TrainRun:
             session.finish(exit_code, timeout=writers)
         for session in self.sessions.values():
             session.wait_finished(end, end=end)
+        # Every attempt's folder is removed with its last process, on this node by the fleet and on
+        # the others by their loggers (see _fleet/watches.py).
         self.fleet.shutdown(max(0.0, stop - time.monotonic()), slack_s=0.0)
-        if self.hang_run:  # the ranks' beacons and dumps on this node (the loggers remove theirs)
-            shutil.rmtree(run_dir(self.hang_run), ignore_errors=True)

@@ -296,9 +296,10 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
 
 def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
     """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
-    inside the trial (as it published them), and its ranks, hang setting and attempt's state (the
-    ranks that finished, where it last checkpointed) for the run's hang watch."""
-    ranks = _handoff.worker_ranks(trial_id)
+    inside the trial (as it published them), and its ranks, their attempt, the hang setting and
+    the attempt's state (the ranks that finished, where it last checkpointed) for the run's hang
+    watch."""
+    ranks, key = _handoff.published_workers(trial_id)
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
         if setting:
@@ -308,4 +309,5 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
         attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks
         target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
+        target.attempt = key
     return set(ranks)

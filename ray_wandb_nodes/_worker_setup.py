@@ -27,12 +27,13 @@ class WorkerSetup(NamedTuple):
     hang: str  # "armed", "off", or why the rank is not armed
 
 
-def arm(rank: int, run_id: str) -> None:
-    """Queued on a new worker ahead of Train's own calls: arm it as ``rank`` of ``run_id``. A
-    failure is kept for :func:`setup` to report; the worker goes on."""
+def arm(rank: int, attempt: str) -> None:
+    """Queued on a new worker ahead of Train's own calls: arm it as ``rank`` of the attempt
+    ``attempt`` (its folder's key, drawn by the callback for its worker group). A failure is kept
+    for :func:`setup` to report; the worker goes on."""
     global _arm_failure
     try:
-        arm_rank(run_id, rank)
+        arm_rank(attempt, rank)
         _phases.hook_saves()  # saves: the checkpointing phase (imports nothing)
         _arm_failure = ""
     except Exception as e:  # noqa: BLE001 - hang detection off on this rank, training goes on
@@ -58,16 +59,16 @@ class ReportHook:
             yield
 
 
-def setup(rank: int, run_id: str | None, hang_run: str | None) -> WorkerSetup:
+def setup(rank: int, run_id: str | None, attempt: str | None) -> WorkerSetup:
     """Once the worker's train context exists, before the train function: quiet the frameworks'
-    own W&B runs, and hook this rank's reports, evaluation loops and saves to its beacon
-    (armed by :func:`arm`, or now where that did not run: then the flight recorder may miss a
-    process group already made)."""
+    own W&B runs, and hook this rank's reports, evaluation loops and saves to its beacon (armed by
+    :func:`arm` in the attempt ``attempt``, or now where that did not run: then the flight recorder
+    may miss a process group already made)."""
     _frameworks.quiet_frameworks(rank, run_id)
-    if not hang_run:
+    if not attempt:
         return WorkerSetup(rank, "off")
     if armed_rank() is None:
-        arm(rank, hang_run)
+        arm(rank, attempt)
         if armed_rank() is None:
             return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
     hook_steps()  # torch is imported by now where Train set up its process group

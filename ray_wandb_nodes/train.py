@@ -14,39 +14,24 @@ fails the whole run.
 from __future__ import annotations
 
 import os
-import queue
 import socket
-import threading
-from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import _handoff, _ray, _worker_setup
+from . import _handoff, _ray
 from ._setup import configure
-from ._strategies import Placement
 from ._train_run import TrainRun
+from ._train_workers import TrainWorkers
+from ._trial_relay import TrialRelay
 from ._warn import Warner, describe, guarded
 
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
 # callback says which Ray is needed).
 _BASES = _ray.train_callback_bases()
-SETUP_TIMEOUT_S = 10.0  # for every train worker to patch its wandb.init and hook its reports (see _setup_workers)
 
 if TYPE_CHECKING:
     from ray.train.v2._internal.execution.context import TrainRunContext
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
     from ray.train.v2.api.result import Result
-
-
-@guarded("after_worker_group_poll_status")
-def _ranks_finished(self: WandbNodesCallback, worker_group_status: Any) -> None:
-    """Train's poll of the workers: the ranks whose train function returned (not those that failed)
-    are not judged for hangs, and are progress during one (inside a Tune trial, through the hand-off
-    to the trial's run)."""
-    if self._hang_run and self._run is not None:
-        self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
-    elif self._hang_run and self._relay is not None:
-        self._relay.finished(_ray.finished_ranks(worker_group_status))
 
 
 class WandbNodesCallback(*_BASES):  # type: ignore[misc]
@@ -162,16 +147,14 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
         self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
         self._relay: TrialRelay | None = None  # inside a trial whose run is the run (see _handoff)
-        self._placements: dict[int, Placement] = {}  # rank -> where it runs now
-        self._hang_run: str | None = None  # the run whose ranks are armed for hangs (see _worker_setup)
-        self._finished: frozenset[int] = frozenset()  # the ranks last told finished (see _ranks_finished)
+        self._workers = TrainWorkers(self._warner)  # where the ranks run, and the attempt they arm in
 
     def __repr__(self) -> str:
         o = self.options
         return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, strategy={o.strategy!r}, nodes={o.nodes!r})"
 
     def __getstate__(self) -> dict[str, Any]:  # runtime state never travels
-        return {**self.__dict__, "_run": None, "_relay": None, "_placements": {}, "_hang_run": None}
+        return {**self.__dict__, "_run": None, "_relay": None}
 
     @property
     def run_id(self) -> str | None:
@@ -188,7 +171,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
             # this callback only tells it where the train workers are, and how to watch them.
             self._relay = TrialRelay(self._tune_trial_id, self._warner)
-            self._hang_run = self._relay.hangs(mark, self.options, train_run_context)
+            self._workers.hang_run = self._relay.hangs(mark, self.options, train_run_context)
             return
         import ray
 
@@ -201,7 +184,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             hostname=socket.gethostname(),
             driver_cwd=self._driver_cwd,
         )
-        self._hang_run = self._run.hang_run
+        self._workers.hang_run = self._run.hang_run
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
@@ -225,15 +208,20 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._run.abort()
 
     # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
+    @guarded("before_worker_group_start")
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        """A worker group starts (its first, or a restart; a replaced replica group is no new group
+        and calls no such hook, Ray 2.47 to 2.60): its ranks arm in an attempt of their own."""
+        self._workers.new_group()
+
     def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
         """The earliest moment the workers' nodes are known (their actors exist; the train
-        function has not started): the node writers start joining now."""
+        function has not started): the ranks are armed and the node writers start joining now."""
         try:
-            if self._hang_run:  # armed ahead of Train's own calls there, the process group's included
-                _ray.queue_on_workers(workers, _worker_setup.arm, self._hang_run)
+            self._workers.arm(workers)  # ahead of Train's own calls there, the process group's included
             if self._run is not None or self._relay is not None:
                 # every rank of a worker group, or (2.56+) the ranks of a replaced replica group
-                self._placements.update((p.rank, p) for p in _ray.placements_of(workers))
+                self._workers.placements.update((p.rank, p) for p in _ray.placements_of(workers))
                 self._placed()
         except Exception as e:  # noqa: BLE001 - a raise here fails the run
             self._warner.warn(f"hook:before_init_train_context:{type(e).__name__}", describe(e))
@@ -243,54 +231,47 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
         if self._run is not None or self._relay is not None:
             placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
-            if placements != self._placements:  # before_init_train_context told the fleet already
-                self._placements = placements
+            if placements != self._workers.placements:  # before_init_train_context told the fleet already
+                self._workers.placements = placements
                 self._placed()
         if self._run is not None:
             # Right before Ray launches the train function: hold it (bounded) until every node writer
             # has joined and sampled, so the set-up inside the function is seen on every node.
             self._run.await_writers()
         if self._run is not None or self._relay is not None:  # last: a rank's hang clock starts with its train function
-            self._setup_workers(worker_group)
+            self._workers.setup(worker_group, self._setup_run_id())
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
         # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
         # are new, maybe on other nodes; Ray calls no worker-group hook for it.
         if self._run is not None or self._relay is not None:
-            self._placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
+            self._workers.placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
-            self._setup_workers(replica_group)
+            self._workers.setup(replica_group, self._setup_run_id())
 
-    def _setup_workers(self, worker_group: WorkerGroup) -> None:
-        """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF
-        ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks);
-        and each rank's reports stamp its hang beacon (see _worker_setup)."""
-        run_id = self.run_id or (self._relay.trial_id if self._relay is not None else None)
-        answers = _ray.run_on_workers(
-            worker_group, _worker_setup.setup, run_id, self._hang_run, timeout=SETUP_TIMEOUT_S
-        )
-        if answers is None:
-            self._warner.warn(
-                "frameworks", "the train workers did not answer in time: a framework's own W&B logging stays on there"
-            )
-            return
-        unarmed = [a for a in answers if a.hang not in ("armed", "off")]
-        if unarmed:
-            self._warner.warn(
-                f"hang-arm:{unarmed[0].hang}",
-                f"hang detection sees less of rank(s) {', '.join(str(a.rank) for a in unarmed)}: {unarmed[0].hang}",
-            )
+    def _setup_run_id(self) -> str | None:
+        """The run a worker's set-up names (its frameworks' runs quieted for it)."""
+        return self.run_id or (self._relay.trial_id if self._relay is not None else None)
 
     def _placed(self) -> None:
-        placements = [self._placements[rank] for rank in sorted(self._placements)]
+        w = self._workers
+        placements = [w.placements[rank] for rank in sorted(w.placements)]
         if self._relay is not None:
-            self._relay.placed(placements)
+            self._relay.placed(placements, w.attempt)
             return
         assert self._run is not None
-        self._run.workers_placed(placements)
+        self._run.workers_placed(placements, attempt=w.attempt)
 
-    after_worker_group_poll_status = _ranks_finished  # a rank done training is not hung
+    @guarded("after_worker_group_poll_status")
+    def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
+        """Train's poll of the workers: the ranks whose train function returned (not those that
+        failed) are not judged for hangs, and are progress during one (inside a Tune trial, through
+        the hand-off to the trial's run)."""
+        if self._workers.hang_run and self._run is not None:
+            self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
+        elif self._workers.hang_run and self._relay is not None:
+            self._relay.finished(_ray.finished_ranks(worker_group_status))
 
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
@@ -299,72 +280,3 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._run.report(metrics, _ray.report_checkpoint(training_report))
         elif self._relay is not None:
             self._relay.reported(_ray.report_checkpoint(training_report) is not None)
-
-
-class TrialRelay:
-    """What a Train run inside a Tune trial tells the trial's run (``WandbNodesTuneCallback`` owns
-    it) through the hand-off (``_handoff``): where its workers are, how to watch them for hangs, and
-    its attempt's state (the ranks that finished training, where it last checkpointed). Each write
-    is a GCS call: made in order on a thread of its own, off the controller's event loop."""
-
-    def __init__(self, trial_id: str, warner: Warner) -> None:
-        self.trial_id = trial_id
-        self._warner = warner
-        self._watched = False  # hangs are watched (the attempt's state is written)
-        self._attempt = _handoff.AttemptState()
-        self._reports = 0  # this attempt's reports
-        self._writes: queue.SimpleQueue[tuple[Callable[[str, Any], None], Any, str, str]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def placed(self, placements: list[Placement]) -> None:
-        """Where the workers are; an attempt starts (its reports count from the checkpoint it restored)."""
-        published = [{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements]
-        self._write(_handoff.publish_workers, published, "relay", f"where trial {self.trial_id}'s workers are")
-        self._reports = 0
-        self._tell(checkpoint_reports=0)
-
-    def hangs(self, mark: dict[str, Any], options: Any, ctx: Any) -> str | None:
-        """The run whose ranks are armed (the trial's), and the hang setting published for the
-        trial's run to watch them; None when hangs are not watched."""
-        hang = options.hang_timeout_s
-        if not hang.enabled or not mark.get("run_id"):
-            return None
-        setting = {
-            "seconds": hang.seconds,
-            "auto": hang.auto,
-            "on_hang": options.on_hang,
-            "pg_timeout_s": _ray.train_start(ctx).pg_timeout_s,
-        }
-        self._write(_handoff.publish_hang, setting, "relay-hang", f"how to watch trial {self.trial_id} for hangs")
-        self._watched = True
-        return str(mark["run_id"])
-
-    def finished(self, ranks: frozenset[int]) -> None:
-        """The ranks whose train function returned, written as they change (Train polls every few seconds)."""
-        self._tell(finished=ranks)
-
-    def reported(self, checkpoint: bool) -> None:
-        """A report of every rank; with a checkpoint, where a hang's place counts from."""
-        self._reports += 1
-        if checkpoint:
-            self._tell(checkpoint_reports=self._reports)
-
-    def _tell(self, **changes: Any) -> None:
-        attempt = replace(self._attempt, **changes)
-        if self._watched and attempt != self._attempt:
-            self._attempt = attempt
-            self._write(_handoff.publish_attempt, attempt, "relay-attempt", f"the state of trial {self.trial_id}")
-
-    def _write(self, publish: Callable[[str, Any], None], value: Any, key: str, what: str) -> None:
-        self._writes.put((publish, value, key, what))
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-trial-relay", daemon=True)
-            self._thread.start()
-
-    def _main(self) -> None:
-        while True:
-            publish, value, key, what = self._writes.get()
-            try:
-                publish(self.trial_id, value)
-            except Exception as e:  # noqa: BLE001
-                self._warner.warn(key, f"could not tell the Tune callback {what} ({describe(e)})")

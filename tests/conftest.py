@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import clib
 from tests.support.cluster import stop_shared_cluster
 from tests.support.env import DUMMY_KEY
 from tests.support.wandb_backend import WandbTestBackend
@@ -83,3 +84,10 @@ def wandb_env(
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path_factory.mktemp("wandb")))
+
+
+@pytest.fixture(scope="session")
+def gil_lib() -> str:
+    """The GIL holder (``tests/support/gil_holder.c``), built once; a test that needs it skips,
+    saying why, where no C compiler builds it (``.ci/run`` requires one)."""
+    return clib.gil_holder_or_skip()

@@ -2,8 +2,10 @@
 
 ``fleet`` (the command queue, its one thread, retiring runs) carries out what ``plan`` (a pure
 function) decides, through the ``pool`` (logger actors, placement groups, joins, health) and the
-offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself,
-``janitor`` removes placement groups a dead controller left, ``nodes`` reads Ray's node list.
+offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself
+(``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``watches`` says
+which ranks' folders each one watches, ``janitor`` removes placement groups a dead controller
+left, ``nodes`` reads Ray's node list.
 """
 
 from .fleet import POLL_S, NodeFleet

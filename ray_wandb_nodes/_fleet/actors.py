@@ -70,11 +70,9 @@ class RayActors:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if self._actor_cls is None:
-            import ray
+            from .node_logger import logger_class
 
-            from .node_logger import NodeLogger
-
-            self._actor_cls = ray.remote(NodeLogger)
+            self._actor_cls = logger_class()  # its status, watches and ends never wait on a writer
         pg = placement_group(
             [dict(BUNDLE)], strategy="STRICT_SPREAD", name=group_name, **_ray.pin_bundles_to_nodes([node_id])
         )

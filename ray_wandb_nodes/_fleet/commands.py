@@ -26,7 +26,8 @@ class RunReady(NamedTuple):
 
 class SetNodes(NamedTuple):
     """The nodes a run uses now, the primary's own node (``covered``), and, when known, the
-    ranks on each node and each rank's GPU ids; ``only``: while that target is the run's."""
+    ranks on each node, each rank's GPU ids and the key of the ranks' attempt (their folder);
+    ``only``: while that target is the run's."""
 
     run_id: str
     nodes: set[str]
@@ -34,6 +35,7 @@ class SetNodes(NamedTuple):
     only: RunTarget | None = None
     ranks: dict[str, tuple[int, ...]] | None = None
     rank_gpus: dict[int, RankGpus] | None = None
+    attempt: str | None = None
 
 
 class Prestart(NamedTuple):

@@ -106,11 +106,13 @@ class NodeFleet:
         target: RunTarget | None = None,
         ranks: dict[str, tuple[int, ...]] | None = None,
         rank_gpus: dict[int, RankGpus] | None = None,
+        attempt: str | None = None,
     ) -> None:
         """The nodes a run uses now (replaces the previous set), and the primary's own node;
         with ``target``, only while that target is the run's (not a later one of the same id);
-        ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids."""
-        self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus))
+        ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids;
+        ``attempt``: the key of the ranks' attempt (their folder on each node), when armed."""
+        self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt))
 
     def prestart(
         self,

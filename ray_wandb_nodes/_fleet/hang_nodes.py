@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._gpu_ids import named
-from .._hang import PYSPY_TIMEOUT_S, RankEvidence, RankFacts, RankProgress
-from .node_logger import DUMPS_TIMEOUT_S, rank_evidence
+from .._hang import DUMPS_TIMEOUT_S, PYSPY_TIMEOUT_S, RankEvidence, RankFacts, RankProgress, rank_evidence
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
@@ -71,10 +70,11 @@ def evidence(
     placed: dict[str, list[int]] = {}
     for rank, (_, node) in ranks.items():
         placed.setdefault(node, []).append(rank)
+    key = target.attempt or ""  # the attempt's folder (set: the watch found its ranks there)
     actors = [pool.get(n).actor for n in remote]  # type: ignore[union-attr]
-    answers = ask(actors, target.run_id, [sorted(placed[n]) for n in remote]) if remote else []
+    answers = ask(actors, key, [sorted(placed[n]) for n in remote]) if remote else []
     if target.covered_node in nodes:
-        answers.append(rank_evidence(target.run_id, ranks=sorted(placed[target.covered_node])))
+        answers.append(rank_evidence(key, ranks=sorted(placed[target.covered_node])))
     for answer in answers:
         for progress, given in answer or ():
             got[progress.rank] = (progress, given)
@@ -88,11 +88,12 @@ def evidence(
     return facts
 
 
-def ask_loggers(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Evidence | None]:
-    """Every node logger asked for its ranks' evidence at once, waited for together (bounded)."""
+def ask_loggers(actors: list[Any], key: str, ranks: list[list[int]]) -> list[Evidence | None]:
+    """Every node logger asked for its ranks' evidence (of the attempt ``key``) at once, waited for
+    together (bounded)."""
     import ray
 
-    refs = [actor.hang_evidence.remote(run_id, mine) for actor, mine in zip(actors, ranks, strict=True)]
+    refs = [actor.hang_evidence.remote(key, mine) for actor, mine in zip(actors, ranks, strict=True)]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=EVIDENCE_TIMEOUT_S)
     out: list[Evidence | None] = []
     for ref in refs:

@@ -11,17 +11,20 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._hang import (
     Counts,
+    EndAnswer,
     HangNotice,
     HangTimeout,
     Place,
+    RankProcess,
     RankProgress,
     Rounds,
     counts_of,
     describe_place,
+    end_ranks,
     ended_notice,
     hang_notice,
     job_hung,
@@ -35,12 +38,13 @@ from .._hang import (
     suspicion_key,
 )
 from .._warn import Warner, describe
-from .hang_nodes import EVIDENCE_TIMEOUT_S, Ask, Refreshes, ask_loggers, evidence
-from .node_logger import end_ranks
+from .hang_nodes import Ask, Refreshes, ask_loggers, evidence
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
     from .targets import SharedTarget
+
+END_TIMEOUT_S = 10.0  # every node's answer to an end (a control call: answered while its writers are busy)
 
 
 @contextlib.contextmanager
@@ -122,6 +126,8 @@ class HangWatch:
     checkpoint_reports: int = 0
     # Each place a hang ended an attempt at (on_hang="restart"), and that hang's number.
     restarted: dict[Place, int] = field(default_factory=dict)
+    # Each rank's process as the last evidence round read it: an end names these, and no other.
+    judged: dict[int, RankProgress] = field(default_factory=dict)
 
     def check(
         self,
@@ -185,6 +191,8 @@ class HangWatch:
         fresh readings still show no progress past the limit, else None (the evidence dropped on return)."""
         started = time.monotonic()
         facts = evidence(target, pool, ranks, ask or self.ask or ask_loggers)
+        # The processes judged: what an end may end (the fresh reading where a node answered).
+        self.judged = {f.progress.rank: f.progress for f in facts}
         fresh = [f.progress for f in facts if f.evidence is not None]
         unanswered = [f.progress for f in facts if f.evidence is None]
         if not still_hung(self.setting, fresh, unanswered, before, self.pg_timeout_s):
@@ -269,16 +277,20 @@ class HangWatch:
             deliver(ended_notice(self.episode, self.stopped or tuple(sorted(self.counts)), after))
 
     def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, Reading]:
-        """The run's ranks as last read (rank -> its reading), placed ranks only."""
+        """The run's ranks as last read (rank -> its reading), placed ranks of its current attempt
+        only (their folder: ``target.attempt``; none before its ranks are armed)."""
         out: dict[int, Reading] = {}
+        key = target.attempt
+        if key is None:
+            return out
         for node_id, ranks in (self.ranks if self.ranks is not None else target.ranks).items():
             read_age_s = 0.0
             if node_id == target.covered_node:
                 now = time.monotonic_ns()
-                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(target.run_id)))
+                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(key)))
             else:
                 handle = pool.get(node_id)
-                seen = handle.progress.get(target.run_id, ()) if handle else ()
+                seen = handle.progress.get(key, ()) if handle else ()
                 read_age_s = self.clock() - handle.progress_at if handle else 0.0
             for progress in seen:
                 if progress.rank in ranks:
@@ -289,24 +301,30 @@ class HangWatch:
         self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
     ) -> None:
         """``on_hang="restart"``: end the stopped ranks (``why`` is the error they raise), so that
-        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run)."""
-        import ray
+        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run).
 
-        by_node: dict[str, list[int]] = {}
+        Each node is told the attempt (its folder) and each rank's process as it was judged (pid
+        and start time): it ends those and refuses anything else, so an end that arrives late
+        (past ``END_TIMEOUT_S``, when this stops waiting) never ends a later attempt's ranks or
+        another job's. Every node is asked at once."""
+        key = target.attempt
+        if key is None:  # no ranks armed, none judged (progress() found none)
+            return
+        named: dict[str, list[RankProcess]] = {}
         for node_id, placed in (self.ranks if self.ranks is not None else target.ranks).items():
-            mine = [r for r in placed if r in ranks]
+            mine = [self.judged[r] for r in placed if r in ranks and r in self.judged]
             if mine:
-                by_node[node_id] = mine
-        for node_id, mine in by_node.items():
+                named[node_id] = [RankProcess(p.rank, p.pid, p.proc_start) for p in mine]
+        pending: dict[Any, tuple[str, list[RankProcess]]] = {}
+        for node_id, processes in named.items():
             try:
                 if node_id == target.covered_node:
-                    end_ranks(target.run_id, mine, why)
-                else:
-                    handle = pool.get(node_id)
-                    if handle is not None:
-                        ray.get(handle.actor.end_ranks.remote(target.run_id, mine, why), timeout=EVIDENCE_TIMEOUT_S)
+                    _refused(end_ranks(key, processes, why), node_id, warner)
+                elif (handle := pool.get(node_id)) is not None:
+                    pending[handle.actor.end_ranks.remote(key, processes, why)] = (node_id, processes)
             except Exception as e:  # noqa: BLE001
-                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {mine} ({describe(e)})")
+                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
+        _await_ends(pending, warner)
         warner.warn(
             f"hang-restart:{target.run_id}:{self.episode}",
             f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
@@ -322,6 +340,35 @@ def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:
         target.hangs.close(target, pool, target.primary.hang)
     except Exception as e:  # noqa: BLE001 - the run's end goes on
         warner.warn(f"hang-close:{target.run_id}", f"the open hang's closing notice failed ({describe(e)})")
+
+
+def _ranks(processes: list[RankProcess]) -> str:
+    return ", ".join(str(p.rank) for p in processes)
+
+
+def _refused(answer: EndAnswer, node_id: str, warner: Warner) -> None:
+    if answer.refused:
+        warner.warn(
+            f"hang-end-refused:{node_id}:{answer.refused}",
+            f"hung rank(s) {', '.join(map(str, answer.refused))} were not ended: their process is no longer "
+            "the one judged (it ended, or the attempt did)",
+        )
+
+
+def _await_ends(pending: dict[Any, tuple[str, list[RankProcess]]], warner: Warner) -> None:
+    """Every node's answer to its end, waited for together (bounded: ``END_TIMEOUT_S``)."""
+    if not pending:
+        return
+    import ray
+
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=END_TIMEOUT_S)
+    for ref, (node_id, processes) in pending.items():
+        try:
+            if ref not in ready:
+                raise TimeoutError(f"no answer in {END_TIMEOUT_S:.0f} s")
+            _refused(ray.get(ref), node_id, warner)
+        except Exception as e:  # noqa: BLE001
+            warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
 
 
 def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:

@@ -1,4 +1,5 @@
-"""``NodeLogger``: the small Ray actor on each node that hosts that node's W&B writers.
+"""``NodeLogger``: the small Ray actor on each node that hosts that node's W&B writers and watches
+the train ranks the runs placed there.
 
 A writer that joins a shared run (``role="node"``) is there for system metrics: wandb-core
 samples this node's GPUs, CPU, memory, disk and network and labels every key with the
@@ -11,118 +12,107 @@ node's latest summary of each writer (see ``_health``): a thread of the actor re
 wandb's kept samples every sampling interval, so a ping never waits on wandb. Each writer has
 its own (a Tune trial's writer samples its own trial's processes), and each says its age on
 this node's clock.
+
+Hang detection's side of the node (``_hang.NodeWatch``) is apart from its writers: the fleet
+asks a logger to watch an attempt's folder for the ranks placed on its node (``watch``) and to
+let it go when the attempt is over (``unwatch``), whether a writer of that run joined, failed,
+or was swapped for another past the writer cap.
+
+**Threads.** Ray runs the actor's calls in three concurrency groups. The writer calls (joining,
+logging, finishing, offline packing and copying: each may wait minutes on wandb or storage) run
+one at a time, in the order sent, in Ray's default group. The control calls (``status``,
+``watch``, ``unwatch``, ``end_ranks``) run on a thread of their own, so that a ping, a watch
+and an end are answered while a writer joins or finishes; ``hang_evidence`` on up to
+``EVIDENCE_THREADS`` threads (each bounded by its dumps' timeout). The hosted writers (one
+:class:`HostedRun` a writer key) are changed by the writer calls only, under ``_lock``; every
+other thread reads them under it, as a snapshot, and never waits on wandb. The watched folders
+are the ``NodeWatch``'s, behind its own lock; a writer's summary reader guards its own state.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import shutil
-import signal
 import socket
 import threading
-import time
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import ray
 
 from .. import _ray
 from .._artifacts import checkpoint_artifact
-from .._hang import (
-    BeaconSlot,
-    RankEvidence,
-    RankProgress,
-    progress_of,
-    read_slots,
-    request_dumps,
-    request_end,
-    run_dir,
-)
-from .._health import Degradation, NodeSummary, ReadProblem, SummaryReader, aged
+from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
+from .._health import Degradation, NodeSummary, ReadProblem, aged
 from .._metrics import Stepper
-from .._uploads import ArtifactUploads, Upload
 from .._wandb_io import init_writer
-from .._warn import Warner, describe
+from .._warn import describe
 from .._writers import WriterSpec, node_dir
 from ..offline import index as _index
-from ..offline import storage as _storage
-from ..offline import transfer as _transfer
-from .plan import run_of
+from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
+from .node_offline import OfflineRuns
 from .wire import LoggerStatus
 
-RankAnswers = tuple[tuple[RankProgress, RankEvidence], ...]  # a node's answer: each rank's progress and evidence
-DUMPS_TIMEOUT_S, DUMPS_GRACE_S = 5.0, 1.0  # every rank's dumps on a node, all asked at once
-END_GRACE_S = 10.0  # for Ray Train to end a hung attempt on its own, after HangError is raised in it
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
 # on their uploads (the driver side bounds the whole finish anyway).
 BUILD_WAIT_S, WATCH_END_S = 300.0, 5.0
+CONTROL, EVIDENCE = "control", "evidence"  # the concurrency groups of the calls that never wait on a writer
+EVIDENCE_THREADS = 4  # hang evidence asked by several runs at once (two jobs on one node)
+CONCURRENCY_GROUPS = {CONTROL: 1, EVIDENCE: EVIDENCE_THREADS}
+_Call = TypeVar("_Call", bound=Callable[..., Any])
 
 
-class Collected(Warner):
-    """Warnings said in the actor, kept for its status (the driver side says each once)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.said: dict[str, str] = {}
-
-    def warn(self, key: str, message: str) -> None:
-        self.said.setdefault(key, message)
+def in_group(group: str) -> Callable[[_Call], _Call]:
+    """The actor call runs in concurrency group ``group`` (``ray.method``; called in process, it
+    is the method as it is)."""
+    mark: Callable[[_Call], _Call] = ray.method(concurrency_group=group)
+    return mark
 
 
-def node_uploads(run: Any, warner: Warner, writing: threading.Lock) -> ArtifactUploads:
-    """A standalone run's checkpoint artifacts in the actor: each logged on its artifact thread as
-    soon as it is built (the actor's calls never wait on a checkpoint being hashed), never while
-    the actor's thread logs a row (``writing``: wandb's run is used by one thread at a time)."""
-
-    def hand(artifact: Any, upload: Upload) -> None:
-        with writing:
-            uploads.log(run, artifact, upload)
-
-    uploads = ArtifactUploads(hand, threading.Event(), warner)
-    return uploads
-
-
-class NodeLogger:
-    def __init__(self, specs: list[WriterSpec] | None = None) -> None:
+class NodeLogger(OfflineRuns):
+    def __init__(self, specs: list[WriterSpec] | None = None, *, root: Path | None = None) -> None:
         os.environ.pop("WANDB_SERVICE", None)
-        self._runs: dict[str, Any] = {}
-        self._roles: dict[str, str] = {}
-        self._steppers: dict[str, Stepper] = {}
-        self._errors: dict[str, str] = {}
-        self._labels: dict[str, str] = {}
-        self._logged: dict[str, int] = {}
-        # Rows that arrive before their writer (a restarted actor gets its writers back later).
-        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()  # the table of hosted writers (see the module's docstring)
+        self._hosted: dict[str, HostedRun] = {}
+        self._warm_error: str | None = None
         self._restarted = _ray.was_restarted()
-        # Each writer's latest samples, read off it on a thread of their own (never in a call).
-        self._readers: dict[str, SummaryReader] = {}
-        self._read_errors: dict[str, ReadProblem] = {}  # a writer whose samples could not be read, and why
         self._sample_s = 15.0
         self._reading = threading.Lock()  # one read of a writer's samples at a time (the sampler's, a finish's)
         self._sampler: threading.Thread | None = None
-        self._uploads: dict[str, ArtifactUploads] = {}  # each standalone run's checkpoint artifacts
         self._said = Collected()
-        self._writing = threading.Lock()  # a run's rows (the actor's thread) and artifacts (their own), one at a time
+        self._writing = threading.Lock()  # a run's rows (the writer calls) and artifacts (their own), one at a time
+        self._watch = NodeWatch(root)
+        # Folders of this user that no live run watches and whose processes are all dead: left by
+        # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
+        threading.Thread(target=self._watch.janitor, name="ray_wandb_nodes-shm-janitor", daemon=True).start()
         for spec in specs or []:
             self.add_writer(spec)
 
+    # writers (the default group: one call at a time, in order) ---------------------------------
     def add_writer(self, spec: WriterSpec) -> LoggerStatus:
         """Start ``spec``'s writer (idempotent per run id); returns :meth:`status`."""
-        if spec.run_id in self._runs:
+        held = self._hosted.get(spec.run_id)
+        if held is not None and held.run is not None:
             return self.status()
-        self._labels[spec.run_id] = spec.label
-        self._roles[spec.run_id] = spec.role
+        with self._lock:
+            record = self._hosted.setdefault(spec.run_id, HostedRun(spec.run_id))
+            record.spec, record.error = spec, None
         try:
             offline = spec.settings.get("mode") == "offline"
             path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline)
             run = init_writer(spec, dir=path)
-            self._runs[spec.run_id] = run
-            self._steppers[spec.run_id] = Stepper.resuming(spec.step_metric, run)
-            self._errors.pop(spec.run_id, None)
-            for row in self._early.pop(spec.run_id, []):
+            stepper = Stepper.resuming(spec.step_metric, run)
+            with self._lock:
+                record.run, record.stepper = run, stepper
+                early, record.early = record.early, []
+            for row in early:
                 self.log(spec.run_id, row)
             self._start_sampler(float(spec.settings.get("x_stats_sampling_interval") or 15.0))
         except Exception as e:  # noqa: BLE001 - reported through status()
-            self._errors[spec.run_id] = describe(e)
+            with self._lock:
+                record.error = describe(e)
         return self.status()
 
     def _start_sampler(self, interval_s: float) -> None:
@@ -138,18 +128,10 @@ class NodeLogger:
 
     def read_samples(self) -> None:
         """Read every writer's kept samples into its own summary."""
-        for run_id, run in list(self._runs.items()):
-            self._read(run_id, run, self._readers.setdefault(run_id, SummaryReader()))
-
-    def summaries(self, now: float | None = None) -> dict[str, NodeSummary]:
-        """Each writer's latest summary (by writer key), with its age on this node's clock, and
-        the integer GPU batches no ping has carried twice yet (a ping's status takes them)."""
-        out = {}
-        for run_id, reader in list(self._readers.items()):
-            summary = aged(reader.take(), now)
-            if summary:
-                out[run_id] = summary
-        return out
+        with self._lock:
+            joined = [r for r in self._hosted.values() if r.run is not None]
+        for record in joined:
+            self._read(record)
 
     def warm(self) -> None:
         """Start wandb's service in this process ahead of any writer (a logger started before the
@@ -159,79 +141,35 @@ class NodeLogger:
 
             wandb.setup()
         except Exception as e:  # noqa: BLE001 - the join will start it, or say why not
-            self._errors["warm"] = describe(e)
+            self._warm_error = describe(e)
 
     def log(self, run_id: str, row: dict[str, Any]) -> None:
         """Log one history row to a run this actor hosts (the node and all strategies)."""
-        run = self._runs.get(run_id)
-        if run is None:
-            early = self._early.setdefault(run_id, [])
-            if len(early) < 10_000:
-                early.append(row)
+        record = self._hosted.get(run_id)
+        if record is None or record.run is None or record.stepper is None:
+            with self._lock:  # before its writer: kept for it (a restarted actor gets its writers back later)
+                early = self._hosted.setdefault(run_id, HostedRun(run_id)).early
+                if len(early) < EARLY_ROWS:
+                    early.append(row)
             return
         try:
             with self._writing:
-                run.log(self._steppers[run_id].stamp(dict(row)))
-            self._logged[run_id] = self._logged.get(run_id, 0) + 1
+                record.run.log(record.stepper.stamp(dict(row)))
+            with self._lock:
+                record.logged += 1
         except Exception as e:  # noqa: BLE001
-            self._errors[run_id] = f"log failed: {describe(e)}"
+            with self._lock:
+                record.error = f"log failed: {describe(e)}"
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """Log a checkpoint as an artifact of a run this actor hosts, as the primary does (``node_uploads``)."""
-        run = self._runs.get(run_id)
-        if run is None:
+        record = self._hosted.get(run_id)
+        if record is None or record.run is None:
             return
-        uploads = self._uploads.get(run_id)
-        if uploads is None:
-            uploads = self._uploads[run_id] = node_uploads(run, self._said, self._writing)
+        if record.uploads is None:
+            record.uploads = node_uploads(record.run, self._said, self._writing)
         make = functools.partial(checkpoint_artifact, name=name, checkpoint=checkpoint)
-        uploads.add(make, aliases, name, str(getattr(checkpoint, "path", "")))
-
-    def status(self, final: dict[str, NodeSummary] | None = None) -> LoggerStatus:
-        """What this logger holds now; ``final``: the last summaries of the writers just finished."""
-        import ray
-
-        problems: dict[str, tuple[ReadProblem, ...]] = {}
-        for run_id, reader in list(self._readers.items()):
-            if reader.problems:
-                problems[run_id] = tuple(reader.problems.values())
-        for run_id, problem in self._read_errors.items():
-            problems[run_id] = (*problems.get(run_id, ()), problem)
-        return LoggerStatus(
-            pid=os.getpid(),
-            node_id=ray.get_runtime_context().get_node_id(),
-            hostname=socket.gethostname(),
-            restarted=self._restarted,
-            runs=tuple(sorted(self._runs)),
-            labels=dict(self._labels),
-            logged=dict(self._logged),
-            errors=dict(self._errors),
-            summaries=self.summaries(),
-            problems=problems,
-            progress=self.progress(),
-            final=final or {},
-            warnings=dict(self._said.said),
-        )
-
-    # hangs: the train ranks of this node, read off their beacons ------------------------------
-    def progress(self) -> dict[str, tuple[RankProgress, ...]]:
-        """Each hosted run's ranks on this node (their beacons; ages on this node's clock)."""
-        out = {}
-        for run_id in {run_of(key)[0] for key in self._runs}:
-            slots = read_slots(run_dir(run_id))
-            if slots:
-                now = time.monotonic_ns()
-                out[run_id] = tuple(progress_of(slot, now) for slot in slots)
-        return out
-
-    def hang_evidence(self, run_id: str, ranks: list[int] | None = None) -> RankAnswers:
-        """``ranks`` of ``run_id`` here (None: every one) asked for their evidence at once (bounded)."""
-        return rank_evidence(run_id, ranks=ranks)
-
-    def end_ranks(self, run_id: str, ranks: list[int], message: str) -> list[int]:
-        """End ``ranks`` of ``run_id`` on this node (a hung attempt, so that Ray restarts it);
-        returns at once with the ranks asked (see :func:`end_ranks`)."""
-        return end_ranks(run_id, ranks, message)
+        record.uploads.add(make, aliases, name, str(getattr(checkpoint, "path", "")))
 
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> LoggerStatus:
         """Finish one writer, or all when ``run_id`` is None.
@@ -241,134 +179,124 @@ class NodeLogger:
         finished writer's last summary (``final``): its samples read just before the finish and
         its transaction log read to the end after it, the last, partial block included, so that
         the run's final judgement sees what no ping could (bounded: ``reader.FINAL_WAIT_S``).
+        The ranks this node watches for the run stay watched: a writer's end is not theirs.
         """
-        ids = [run_id] if run_id is not None else list(self._runs)
+        with self._lock:
+            keys = [run_id] if run_id is not None else list(self._hosted)
+            ended = [record for key in keys if (record := self._hosted.pop(key, None)) is not None]
         final: dict[str, NodeSummary] = {}
-        for rid in ids:
-            run = self._runs.pop(rid, None)
-            reader = self._readers.pop(rid, None)
-            if run is None:
+        for record in ended:
+            if record.run is None:
                 continue
-            self._read(rid, run, reader)  # the newest samples, while wandb still keeps them
-            uploads = self._uploads.pop(rid, None)
-            if uploads is not None:  # the checkpoints still being built are logged first
-                uploads.drain(BUILD_WAIT_S)
+            self._read(record)  # the newest samples, while wandb still keeps them
+            if record.uploads is not None:  # the checkpoints still being built are logged first
+                record.uploads.drain(BUILD_WAIT_S)
             try:
-                if self._roles.get(rid) == "run" and exit_code is not None:
-                    run.finish(exit_code=exit_code)
+                if record.role == "run" and exit_code is not None:
+                    record.run.finish(exit_code=exit_code)
                 else:
-                    run.finish()
+                    record.run.finish()
             except Exception as e:  # noqa: BLE001
-                self._errors[rid] = f"finish failed: {describe(e)}"
-            shutil.rmtree(run_dir(run_of(rid)[0]), ignore_errors=True)  # its ranks' beacons and dumps
-            last = self._last_summary(rid, run, reader)
+                record.error = f"finish failed: {describe(e)}"
+            last = self._last_summary(record)
             if last is not None:
-                final[rid] = last
-            if uploads is not None:  # the finish waited for the uploads: say which W&B did not commit
-                uploads.finished(WATCH_END_S)
-            if self._roles.get(rid) == "observer":  # its samples were for the table only
-                shutil.rmtree(_index.node_local_dir(rid, self._labels.get(rid, "")), ignore_errors=True)
-        return self.status(final)
+                final[record.key] = last
+            if record.uploads is not None:  # the finish waited for the uploads: say which W&B did not commit
+                record.uploads.finished(WATCH_END_S)
+            if record.role == "observer":  # its samples were for the table only
+                shutil.rmtree(_index.node_local_dir(record.key, record.label), ignore_errors=True)
+        return self.status(final, ended=ended)
 
-    def _read(self, run_id: str, run: Any, reader: SummaryReader | None) -> None:
-        if reader is None:
-            return
+    def _read(self, record: HostedRun) -> None:
         try:
             with self._reading:
-                reader.read(run)
+                record.reader.read(record.run)
         except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others' or its finish
-            self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
+            record.read_error = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
 
-    def _last_summary(self, run_id: str, run: Any, reader: SummaryReader | None) -> NodeSummary | None:
+    def _last_summary(self, record: HostedRun) -> NodeSummary | None:
         """A finished writer's last summary: the rest of its transaction log read (see finish)."""
-        if reader is None:
-            return None
         try:
             with self._reading:
-                return aged(reader.final(run))
+                return aged(record.reader.final(record.run))
         except Exception as e:  # noqa: BLE001
-            self._read_errors[run_id] = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
+            record.read_error = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
             return None
 
-    # offline runs: brought to the driver side at the end -----------------------------------
-    def pack_offline(self, run_id: str, label: str, max_bytes: int | None = None) -> dict[str, Any]:
-        """Finish ``run_id``'s writer if it still runs, then pack its offline folder.
+    # control calls (a thread of their own: answered while a writer call runs) ------------------
+    @in_group(CONTROL)
+    def status(self, final: dict[str, NodeSummary] | None = None, ended: Sequence[HostedRun] = ()) -> LoggerStatus:
+        """What this logger holds now; ``final``: the last summaries of the writers ``ended`` just now."""
+        with self._lock:
+            hosted = list(self._hosted.values())
+            added = [r for r in hosted if r.spec is not None]  # joined, or joining now
+            labels = {r.key: r.label for r in added}
+            logged = {r.key: r.logged for r in hosted if r.logged}
+            errors = {r.key: r.error for r in (*hosted, *ended) if r.error}
+        if self._warm_error:
+            errors["warm"] = self._warm_error
+        problems = {r.key: p for r in (*hosted, *ended) if (p := r.problems())}
+        return LoggerStatus(
+            pid=os.getpid(),
+            node_id=ray.get_runtime_context().get_node_id(),
+            hostname=socket.gethostname(),
+            restarted=self._restarted,
+            runs=tuple(sorted(r.key for r in added)),
+            labels=labels,
+            logged=logged,
+            errors=errors,
+            summaries=self.summaries(hosted),
+            problems=problems,
+            progress=self.progress(),
+            final=final or {},
+            warnings=self._said.said,
+        )
 
-        The folder is found by path, not by memory, so the runs of a logger that restarted
-        are packed too. Returns the archive's path and size (0 when there is nothing; no archive
-        above ``max_bytes``).
-        """
-        if run_id in self._runs:
-            self.finish(run_id)
-        folder = _index.node_local_dir(run_id, label)
-        if not os.path.isdir(folder) or not os.listdir(folder):
-            return {"archive": None, "bytes": 0}
-        archive, size = _transfer.pack(folder)  # replaces the archive of an earlier try
-        if max_bytes is not None and size > max_bytes:
-            os.remove(archive)  # too big to bring over: the folder itself stays
-            return {"archive": None, "bytes": size}
-        return {"archive": archive, "bytes": size}
+    def summaries(self, hosted: Sequence[HostedRun] | None = None, now: float | None = None) -> dict[str, NodeSummary]:
+        """Each writer's latest summary (by writer key), with its age on this node's clock, and
+        the integer GPU batches no ping has carried twice yet (a ping's status takes them)."""
+        if hosted is None:
+            with self._lock:
+                hosted = list(self._hosted.values())
+        out = {}
+        for record in hosted:
+            summary = aged(record.reader.take(), now)
+            if summary:
+                out[record.key] = summary
+        return out
 
-    def put_offline(self, archive: str, storage: _storage.StorageSpot, label: str, seconds: float) -> str:
-        """Copy a packed offline run into the run's storage within ``seconds`` (a duration, timed here)."""
-        return _storage.put(archive, storage, label, seconds)
+    # hangs: the train ranks of this node, read off their beacons --------------------------------
+    def progress(self) -> dict[str, tuple[RankProgress, ...]]:
+        """Each watched attempt's ranks on this node, by the attempt's key (ages on this node's clock)."""
+        return self._watch.progress()
 
-    def remove_stored(self, storage: _storage.StorageSpot, label: str) -> None:
-        """Delete a copy :meth:`put_offline` made (the driver side could not read it)."""
-        _storage.remove(storage, label)
+    @in_group(CONTROL)
+    def watch(self, key: str, ranks: tuple[int, ...]) -> None:
+        """Watch the attempt ``key``'s ``ranks`` on this node (their beacons ride each status)."""
+        self._watch.watch(key, ranks)
 
-    def drop_archive(self, archive: str) -> None:
-        """Delete a packed archive that will not be fetched (its folder stays)."""
-        try:
-            os.remove(archive)
-        except OSError:
-            pass
+    @in_group(CONTROL)
+    def unwatch(self, key: str) -> None:
+        """The attempt ``key`` is over here: its folder goes once none of its processes lives."""
+        self._watch.unwatch(key)
 
-    def read_offline(self, archive: str, offset: int) -> bytes:
-        return _transfer.read_chunk(archive, offset)
+    @in_group(EVIDENCE)
+    def hang_evidence(self, key: str, ranks: list[int] | None = None) -> RankAnswers:
+        """``ranks`` of the attempt ``key`` here (None: every one) asked for their evidence at once (bounded)."""
+        return rank_evidence(key, ranks=ranks)
 
-    def discard_offline(self, run_id: str, label: str) -> None:
-        """Remove the node's copy once the driver side holds it."""
-        _transfer.discard(_index.node_local_dir(run_id, label))
+    @in_group(CONTROL)
+    def end_ranks(self, key: str, processes: Sequence[RankProcess], message: str) -> EndAnswer:
+        """End the named processes of the attempt ``key`` on this node (a hung attempt, so that Ray
+        restarts it); refuses any other (see ``_hang.end_ranks``). Returns at once."""
+        return end_ranks(key, processes, message)
 
-
-def rank_evidence(run_id: str, root: Any = None, ranks: list[int] | None = None) -> RankAnswers:
-    """``ranks`` of ``run_id`` on this node (None: every one): each one's progress and evidence,
-    all asked at once. Only the ranks the run placed here are asked: nodes that share a host's
-    ``/dev/shm`` (Ray nodes in containers sharing it, or a test's simulated cluster) see each
-    other's beacons, and a rank asked by two nodes at once would answer one of them."""
-    slots = [s for s in read_slots(run_dir(run_id, root)) if ranks is None or s.rank in ranks]
-    # Past the grace, a rank that gave no Python-level dump is signalled once its Python provably
-    # cannot run (``dumps``: its dump thread waking for a GIL nobody hands over, its handler still
-    # caught); one whose dump thread took its request is waited for until the timeout.
-    evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S, grace_s=DUMPS_GRACE_S, native_frames=True)
-    now = time.monotonic_ns()
-    return tuple((progress_of(slot, now), e) for slot, e in zip(slots, evidence, strict=True))
-
-
-def end_ranks(run_id: str, ranks: list[int], message: str, root: Any = None, grace_s: float = END_GRACE_S) -> list[int]:
-    """End ``ranks`` of ``run_id`` on this node: :class:`HangError` with ``message`` raised in
-    each one's training thread (Ray Train then reports it, and ``fit()`` names the hang), and
-    after ``grace_s`` (on a thread: this returns at once) SIGKILL for a process still alive, as
-    for one whose Python cannot run at all. Returns the ranks asked."""
-    slots = [slot for slot in read_slots(run_dir(run_id, root)) if slot.rank in ranks]
-    asked = [slot for slot in slots if request_end(slot, message)]
-    for slot in slots:
-        if slot not in asked:
-            _kill(slot.pid)
-    if asked:
-        threading.Thread(target=_kill_late, args=(asked, grace_s), name="ray_wandb_nodes-hang-end", daemon=True).start()
-    return [slot.rank for slot in slots]
-
-
-def _kill_late(slots: list[BeaconSlot], grace_s: float) -> None:
-    time.sleep(grace_s)
-    alive = {(s.pid, s.rank) for s in read_slots(slots[0].path.parent)}
-    for slot in slots:
-        if (slot.pid, slot.rank) in alive:
-            _kill(slot.pid)
+    def hosts(self, key: str) -> bool:
+        """Whether the writer ``key`` is joined here now (see :class:`OfflineRuns`)."""
+        record = self._hosted.get(key)
+        return record is not None and record.run is not None
 
 
-def _kill(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
+def logger_class() -> Any:
+    """``NodeLogger`` as a Ray actor class, with its concurrency groups."""
+    return ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(NodeLogger)

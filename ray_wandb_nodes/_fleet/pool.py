@@ -50,11 +50,13 @@ class LoggerHandle:
     summary: NodeSummary | None = None  # its node's latest samples, as the last ping brought
     # Each writer's latest samples by run id (a Tune trial's writer samples its own processes).
     summaries: dict[str, NodeSummary] = field(default_factory=dict)
-    # The train ranks' progress on its node by run id (their beacons), as the last ping brought.
+    # The train ranks' progress on its node by attempt key (their beacons), as the last ping brought.
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
     progress_at: float = 0.0  # when it came (the pool's clock): its ages are that old
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
-    ping_runs: frozenset[str] = frozenset()  # its writers when the last ping was sent
+    ping_runs: frozenset[str] = frozenset()  # its writers joined when the last ping was sent
+    # The attempt folders it was asked to watch (key -> the ranks there), as sent (see watches.py).
+    watching: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,8 +224,9 @@ class LoggerPool:
             if now - held.pinged < self._ping_s:
                 break  # the turn is in ping order: the rest were pinged later
             self._turn.rotate(-1)
-            if held.runs and held.ping is None:
-                held.ping, held.pinged, held.ping_runs = held.actor.status.remote(), now, frozenset(held.runs)
+            if held.runs and held.ping is None:  # a ping is answered beside the writer calls, a join's first maybe
+                joined = held.runs - {j.run_id for j in self._joins if j.handle is held}
+                held.ping, held.pinged, held.ping_runs = held.actor.status.remote(), now, frozenset(joined)
                 self._pinging[node_id] = held
 
     def _pinged(self, handle: LoggerHandle, ref: Any, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
@@ -265,8 +268,10 @@ class LoggerPool:
         # on the new one, so the first status seen may already come from it.
         restarted = (handle.pid is not None and status.pid != handle.pid) or status.restarted
         handle.pid = status.pid
-        # Only writers added before the ping can be missing from its answer (calls are ordered).
+        # Only writers whose join answered before the ping can be missing from its answer.
         missing = (handle.runs & handle.ping_runs) - set(status.runs) - set(status.errors)
+        if restarted:  # a new process watches nothing: the next plan asks it again (see watches.py)
+            handle.watching, self.changed = {}, True
         if restarted or missing:
             self._warner.warn(
                 f"node-restart:{handle.node.node_id}:{handle.pid}",

@@ -43,6 +43,9 @@ class RunTarget:
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
     rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
+    # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of beacons and
+    # dumps on each node), as the last placement said; None: no ranks armed for hangs.
+    attempt: str | None = None
     role: ClassVar[str] = "node"  # the role of its writers on the nodes
 
     @property

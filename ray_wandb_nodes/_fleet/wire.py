@@ -27,7 +27,7 @@ class LoggerStatus:
     restarted: bool = False
     """Whether Ray restarted its actor (its writers are gone)."""
     runs: tuple[str, ...] = ()
-    """The writer keys (run ids, observer keys) it hosts now."""
+    """The writer keys (run ids, observer keys) it hosts now: joined, or joining."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Each writer's label."""
     logged: Mapping[str, int] = field(default_factory=dict)
@@ -39,7 +39,8 @@ class LoggerStatus:
     problems: Mapping[str, tuple[ReadProblem, ...]] = field(default_factory=dict)
     """A writer whose samples or transaction log could not be read, and why (empty: none)."""
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
-    """The train ranks' progress on this node by run id, read off their beacons (ages on this node's clock)."""
+    """The train ranks' progress on this node by attempt key (the folders it watches), read off their
+    beacons (ages on this node's clock)."""
     final: Mapping[str, NodeSummary] = field(default_factory=dict)
     """Each writer this call finished, by writer key: its last summary, read after its finish,
     with the integer GPU series of its transaction log's last, partial block (the run's final

@@ -42,6 +42,7 @@ from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
 from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, extra_nodes, writer_spec
+from .watches import FleetWatches
 
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
 
@@ -73,6 +74,7 @@ class FleetWorker:
         self.awaits = Awaits()  # worker-group starts waiting for their node writers
         self.pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s, actors=actors, clock=clock)
         self._health = FleetHealth(warner)
+        self._watches = FleetWatches(warner)  # the attempt folders each logger watches
         self._collection = OfflineCollection(warner)
         self._alive: dict[str, NodeInfo] = {}
         self._ended: dict[str, NodeEnd] = {}  # the listing's dead nodes, how each ended (node health's lost or left)
@@ -91,9 +93,10 @@ class FleetWorker:
             self.pool.check_health(self._spec_for)
             if self.pool.changed:
                 self.pool.changed, self.dirty = False, True
-            if self.dirty:
-                self.dirty = False
+            replanned, self.dirty = self.dirty, False
+            if replanned:
                 self._carry_out_plan()
+            self._watches.sync(self.targets, self.pool, replanned)  # after the plan: on the loggers it started
             self._check_health()
             self.awaits.check(self.targets, self.pool, self._alive)
             self.check_retirements()
@@ -115,6 +118,8 @@ class FleetWorker:
                     target.ranks = command.ranks
                 if command.rank_gpus is not None:
                     target.rank_gpus = command.rank_gpus
+                if command.attempt is not None:
+                    target.attempt = command.attempt
         elif isinstance(command, RankReport):
             rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
         elif isinstance(command, (RanksFinished, Checkpointed)):
@@ -229,12 +234,14 @@ class FleetWorker:
         """Retire the runs still open (their writers only: each primary is its session's)."""
         for run_id in list(self.targets):
             self._start_retirement(Retire(run_id, timeout, None, 1, threading.Event()))
+        self._watches.sync(self.targets, self.pool, replanned=True)  # every run's folders let go (their ranks ended)
         deadline = time.monotonic() + timeout
         while self.retirements and time.monotonic() < deadline:
             self.check_retirements()
             if self.retirements:
                 time.sleep(0.1)
         self.check_retirements(final=True)
+        self._watches.close()
 
     def release(self) -> None:
         """The thread ends: nobody waits on it any longer."""

@@ -186,6 +186,7 @@ def _signal_if_stuck(item: _Pending) -> None:
         item.not_signalled = f"signal {item.slot.dump_signal} is no longer caught in the process (SigCgt)"
         _rewake(item)
         return
+    _empty(item)  # the file holds one dump at most: this one
     try:
         os.kill(item.slot.pid, item.slot.dump_signal)
         item.signalled = True
@@ -269,6 +270,16 @@ def _rewake(item: _Pending) -> None:
         wake(item.paths.request, item.request_id)
         item.woken = True
         item.notes = [n for n in item.notes if n != _WITHDRAWN]
+
+
+def _empty(item: _Pending) -> None:
+    """Empty the rank's faulthandler file before its signal: faulthandler appends (the rank opened
+    it so), so what it writes next starts the file, and the file never grows past one dump."""
+    try:
+        os.truncate(item.paths.stacks, 0)
+    except OSError:
+        return  # read from where it ended, as before
+    item.offset, item.last_size, item.stable = 0, -1, 0
 
 
 def _withdraw(item: _Pending) -> bool:

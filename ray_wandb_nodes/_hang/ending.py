@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 
 class HangError(RuntimeError):
@@ -17,6 +18,24 @@ class HangError(RuntimeError):
 
     def __init__(self, *args: object) -> None:
         super().__init__(*(args or (HangError.pending,)))
+
+
+class RankProcess(NamedTuple):
+    """The one process of a rank that an end may end: the driver side names what it judged, and a
+    node ends a slot of the attempt's folder only where all three match (a late end never reaches
+    a later attempt's process, another job's, or a process that reuses a dead rank's pid)."""
+
+    rank: int
+    pid: int
+    proc_start: int  # the process's start time (``/proc/<pid>/stat``, clock ticks; 0: unknown, pid alone)
+
+
+class EndAnswer(NamedTuple):
+    """A node's answer to an end: the ranks it ended, and those it refused (no such process of
+    the attempt lives there now: gone already, or another process)."""
+
+    ended: tuple[int, ...] = ()
+    refused: tuple[int, ...] = ()
 
 
 END_REQUEST = (1 << 64) - 1  # a request id that asks the dump thread to end the attempt

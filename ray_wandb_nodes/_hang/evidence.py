@@ -17,6 +17,7 @@ faulthandler dump only; one that can yields the dump thread's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import os
@@ -24,14 +25,14 @@ import select
 import signal
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from .beacon import SUFFIX, Beacon, slot_path
 from .ending import END_REQUEST, raise_in_training_thread
-from .flight import FlightRecord, dump_flight_recorder
-from .stacks import ThreadStack, python_stacks, stack_to_data, training_first
+from .flight import FlightRecord, dump_flight_recorder, trim_dump
+from .stacks import TRAINING_THREAD_PREFIX, ThreadStack, python_stacks, stack_to_data, training_first
 
 # SIGUSR2 first: Tune's driver claims SIGUSR1 (ray/tune/tune.py), Ray's dashboard agent SIGUSR2
 # in its own process only. In a Ray 2.60 actor both are at their default, neither caught in C
@@ -39,14 +40,18 @@ from .stacks import ThreadStack, python_stacks, stack_to_data, training_first
 CANDIDATE_SIGNALS = tuple(getattr(signal, n) for n in ("SIGUSR2", "SIGUSR1") if hasattr(signal, n))
 DUMP_THREAD_NAME = "ray_wandb_nodes-hang-dump"
 REQUEST = struct.Struct("<Q")
+# The dump thread's file stays bounded: at most this many threads of at most this many frames
+# (innermost first; faulthandler's own bound is 100 and 100).
+MAX_THREADS, MAX_FRAMES = 256, 256
 _armed: dict[int, Armed] = {}  # by rank: the open stacks file must outlive the registration
 
 
 @dataclass(frozen=True)
 class EvidencePaths:
-    """The per-rank files beside the rank's beacon slot (same stem)."""
+    """The per-rank files beside the rank's beacon slot (same stem: the node removes them all once
+    the process is dead, see ``folders``)."""
 
-    stacks: Path  # faulthandler's text, appended at each signal
+    stacks: Path  # faulthandler's text (the node empties it before each signal: one dump at most)
     request: Path  # the FIFO that wakes the dump thread
     python: Path  # the dump thread's JSON (named Python stacks and the flight recorder)
     end: Path  # an end request's JSON: the training thread to raise in, and the message
@@ -153,8 +158,9 @@ def disarm(armed: Armed, beacon: Beacon | None = None) -> None:
         armed.thread.join(timeout=2)
     if armed.stacks_file is not None:
         armed.stacks_file.close()
-    with contextlib.suppress(OSError):
-        armed.paths.request.unlink()
+    for path in dataclasses.astuple(armed.paths):  # every file of the rank's process
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
 
 
 def _dump_loop(armed: Armed) -> None:
@@ -200,16 +206,30 @@ def _dump_loop(armed: Armed) -> None:
 def _write_python_evidence(path: Path, request_id: int) -> None:
     """The named stacks at once (``"complete": false``), then again with the flight recorder's
     dump: that dump can take a second or more on a loaded node (its full ring, serialised), and
-    a node that cannot wait for it still has the stacks."""
+    a node that cannot wait for it still has the stacks. The file is bounded: the stacks
+    (:func:`bounded`) and the recorder's collectives in flight and newest only (``trim_dump``),
+    trimmed here, in the rank, before anything is written to the node's shared memory."""
     data: dict[str, Any] = {
         "request": request_id,
-        "threads": [stack_to_data(s) for s in python_stacks(exclude=[threading.get_ident()])],
+        "threads": [stack_to_data(s) for s in bounded(python_stacks(exclude=[threading.get_ident()]))],
         "flight_recorder": None,
         "complete": False,
     }
     _replace(path, data)
-    data.update(flight_recorder=dump_flight_recorder(), complete=True)
+    flight = dump_flight_recorder()
+    data.update(flight_recorder=trim_dump(flight) if flight else None, complete=True)
     _replace(path, data)
+
+
+def bounded(stacks: list[ThreadStack]) -> list[ThreadStack]:
+    """At most ``MAX_THREADS`` threads (Ray Train's training thread kept) of at most
+    ``MAX_FRAMES`` frames each, the innermost (a cut stack says it is ``truncated``)."""
+    if len(stacks) > MAX_THREADS:
+        first = [s for s in stacks if s.name and s.name.startswith(TRAINING_THREAD_PREFIX)][:MAX_THREADS]
+        stacks = first + [s for s in stacks if s not in first][: MAX_THREADS - len(first)]
+    return [
+        s if len(s.frames) <= MAX_FRAMES else replace(s, frames=s.frames[:MAX_FRAMES], truncated=True) for s in stacks
+    ]
 
 
 def _replace(path: Path, data: dict[str, Any]) -> None:

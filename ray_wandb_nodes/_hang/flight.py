@@ -243,3 +243,40 @@ def parse_flight_recorder(text: str) -> FlightRecord:
         collectives.append(Collective(seq, op, state, name, _int(entry.get("record_id")), p2p))
     collectives.sort(key=lambda c: (c.pg, c.seq, c.record))
     return FlightRecord(tuple(collectives), tuple(groups[k] for k in sorted(groups)))
+
+
+FLIGHT_TAIL = 8  # of each process group's completed collectives, the newest this many stay in a rank's file
+_UNPARSED_MAX = 1 << 16  # of a dump that is not the recorder's JSON, this much stays (the node says why)
+
+
+def trim_dump(text: str, tail: int = FLIGHT_TAIL) -> str:
+    """A rank's dump as its evidence file keeps it (on the node's shared memory): every collective
+    not completed and each process group's newest ``tail`` entries, in the dump's own format
+    (:func:`parse_flight_recorder` reads it as it reads a full one, and every field of a kept
+    entry stays). A full ring of 2,000 collectives a group is about 0.6 MB a rank; this is a few
+    kB, whatever the ring's size."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return text[:_UNPARSED_MAX]
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return text if len(text) <= _UNPARSED_MAX else text[:_UNPARSED_MAX]
+    completed = {str(pg): _int(s.get("last_completed_collective")) for pg, s in (data.get("pg_status") or {}).items()}
+    by_group: dict[str, list[tuple[int, int]]] = {}
+    keep: set[int] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        pg = entry.get("process_group") or [entry.get("pg_id", "")]
+        pg_id = str(pg[0]) if pg else str(entry.get("pg_id", ""))
+        seq = _int(entry.get("collective_seq_id"))
+        finished = pg_id in completed and seq <= completed[pg_id]
+        done = bool(entry.get("retired")) or entry.get("state") == "completed" or finished
+        if not done:
+            keep.add(i)
+        by_group.setdefault(pg_id, []).append((seq, i))
+    for seqs in by_group.values():
+        keep.update(i for _, i in sorted(seqs)[-tail:])
+    data["entries"] = [entry for i, entry in enumerate(entries) if i in keep]
+    return json.dumps(data)

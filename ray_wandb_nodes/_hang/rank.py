@@ -1,35 +1,29 @@
-"""A rank's side of hang detection, as a train worker runs it: the run's beacon folder on this
-node, and arming (the beacon, torch's optimizer-step hook, faulthandler and the dump thread).
+"""A rank's side of hang detection, as a train worker runs it: arming (the beacon, torch's
+optimizer-step hook, faulthandler and the dump thread) in its attempt's folder on this node.
 
-The folder is a pure function of the run id and the node's user, so the rank that writes and
-the node's logger that reads find the same one without telling each other anything. Arming is
-done once a process, before the train function starts (and before torch's process group
-exists, so that the flight recorder's variable is in the environment when it is read).
+The folder is named by the attempt's key, which the driver side draws for each worker group and
+hands both to the ranks (``arm_rank``) and to the node loggers that read them (``folders``): two
+jobs of one run name, or two attempts of one job, never share one. Arming is done once a
+process, before the train function starts (and before torch's process group exists, so that
+the flight recorder's variable is in the environment when it is read).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .beacon import LONG_PHASES, Beacon, Phase, default_root, install_step_hook
+from .beacon import LONG_PHASES, Beacon, Phase, install_step_hook
 from .evidence import Armed, arm, disarm
 from .flight import flight_recorder_env
+from .folders import run_dir
 from .policy import auto_running_limit_s
 
 FLIGHT_BUFFER = 2000  # entries a process group: a few minutes of steps of a large model
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def run_dir(run_id: str, root: Path | None = None) -> Path:
-    """The folder of ``run_id``'s beacons and dumps on this node, private to this user."""
-    base = Path(root) if root is not None else default_root()
-    return base / f"ray_wandb_nodes-{os.getuid()}" / (_UNSAFE.sub("_", run_id) or "run")
 
 
 @dataclass
@@ -45,19 +39,20 @@ class ArmedRank:
 _current: ArmedRank | None = None
 
 
-def arm_rank(run_id: str, rank: int, root: Path | None = None) -> ArmedRank:
-    """Arm this process as ``rank`` of ``run_id`` (idempotent: a second call returns the first).
+def arm_rank(key: str, rank: int, root: Path | None = None) -> ArmedRank:
+    """Arm this process as ``rank`` of the attempt ``key`` (its folder: ``folders.attempt_key``;
+    idempotent: a second call returns the first).
 
     Sets the flight recorder's variable unless the user set it, creates the beacon and arms the
     evidence dumps. Optimizer steps are hooked by :func:`hook_steps` once torch is imported (this
     never imports it: a job without torch, XGBoost's or JAX's, pays nothing and loads nothing)."""
     global _current
-    if _current is not None and _current.rank == rank:
+    directory = run_dir(key, root)
+    if _current is not None and _current.rank == rank and _current.beacon.directory == directory:
         return _current
     if _current is not None:
         disarm_rank()
     os.environ.update(flight_recorder_env(FLIGHT_BUFFER, environ=os.environ))
-    directory = run_dir(run_id, root)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Not judged until its train function starts; an interval past "auto"'s running limit was a hang
     # and stays out of the cadence (under a fixed limit the cadence is not used).

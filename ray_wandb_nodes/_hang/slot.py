@@ -91,6 +91,7 @@ class BeaconSlot:
     # intervals between progress, long phases and resolved hangs left out (see ``Beacon``)
     slow_intervals: tuple[tuple[int, int], ...] = ()
     extension: bytes = b""  # bytes 256..511 of the slot, raw: another subsystem's (module docstring)
+    proc_start: int = 0  # the process's start time (``/proc/<pid>/stat``): tells it from a later one with its pid
 
     @property
     def started(self) -> bool:
@@ -126,6 +127,7 @@ class RankProgress:
     # and resolved hangs left out; None where there is none (``"auto"``'s cadence, see ``policy``).
     slowest_interval_s: float | None
     dump_signal: int
+    proc_start: int = 0  # its process's start time: an end names the process by it (see ``RankProcess``)
 
 
 def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
@@ -143,6 +145,7 @@ def progress_of(slot: BeaconSlot, now_ns: int) -> RankProgress:
         phase_age_s=max(0.0, (now_ns - slot.phase_since_ns) / 1e9),
         slowest_interval_s=slowest / 1e9 if slowest else None,
         dump_signal=slot.dump_signal,
+        proc_start=slot.proc_start,
     )
 
 
@@ -161,7 +164,7 @@ def process_start(pid: int) -> int:
     return int(text.rsplit(")", 1)[1].split()[19])
 
 
-def _alive(pid: int, proc_start: int) -> bool:
+def alive(pid: int, proc_start: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -202,7 +205,7 @@ def read_slot(path: Path) -> BeaconSlot | None:
 
 def _decode(path: Path, raw: bytes, extension: bytes) -> BeaconSlot | None:
     magic, version, phase, signum, pid, rank, proc_start, start_ns = HEADER.unpack_from(raw, HEADER_AT)
-    if magic != MAGIC or version != VERSION or not _alive(pid, proc_start):
+    if magic != MAGIC or version != VERSION or not alive(pid, proc_start):
         return None
     reports, steps, last, ident, phase_since = PROGRESS.unpack_from(raw, PROGRESS_AT)
     try:
@@ -214,6 +217,7 @@ def _decode(path: Path, raw: bytes, extension: bytes) -> BeaconSlot | None:
         path=path, pid=pid, rank=rank, phase=phase_value, dump_signal=signum, start_ns=start_ns,
         reports=reports, steps=steps, last_progress_ns=last, thread_ident=ident, phase_since_ns=phase_since,
         slow_intervals=tuple(sorted((i, v) for i, v in buckets if v)), extension=extension,
+        proc_start=proc_start,
     )  # fmt: skip
 
 

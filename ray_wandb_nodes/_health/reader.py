@@ -5,6 +5,7 @@ GPUs' models and UUIDs come from the writer's own transaction log (see ``summary
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,9 +31,14 @@ FINAL_WAIT_S, FINAL_POLL_S = 2.0, 0.02
 
 class SummaryReader:
     """The latest summary of the samples a writer took since the previous read, and what kept
-    it from reading them (``problems``: at most one a source, said by the driver side once)."""
+    it from reading them (``problems``: at most one a source, said by the driver side once).
+
+    One thread reads (:meth:`read`, :meth:`final`) while another takes (:meth:`take`, a node
+    logger's status): its state changes under a lock of its own, never held across a call to
+    wandb or a read of the log."""
 
     def __init__(self, tail: Callable[[str], Any] = LogTail) -> None:
+        self._lock = threading.Lock()
         self.summary: NodeSummary | None = None
         self._since: float | None = None
         self._seen = 0  # samples summarised so far: ``seq`` lets a reader count what it missed
@@ -54,23 +60,30 @@ class SummaryReader:
             return self.summary
         fresh = summarize(series or {}, self._since)
         logged = self._read_log(run)
-        if fresh is not None:
-            self._seen += fresh.n
-            self.summary, self._since = replace(fresh, seq=self._seen), fresh.t
-        if self.summary is not None and (fresh is not None or logged):
-            self.summary = replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
-        return self.summary
+        with self._lock:
+            if fresh is not None:
+                self._seen += fresh.n
+                self.summary, self._since = replace(fresh, seq=self._seen), fresh.t
+            if self.summary is not None and (fresh is not None or logged):
+                self.summary = replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
+            return self.summary
 
     def take(self) -> NodeSummary | None:
         """The latest summary, for a ping: it carries every integer batch that fewer than
         CARRIED_BY pings have carried (each then counts this one)."""
-        if self.summary is None:
-            return None  # the batches wait for the first samples
-        taken = replace(self.summary, gpu_ints=self._pending())
-        for entry in self._ints:
-            entry[0] += 1
-        self._ints = [entry for entry in self._ints if entry[0] < CARRIED_BY]
-        return taken
+        with self._lock:
+            if self.summary is None:
+                return None  # the batches wait for the first samples
+            taken = replace(self.summary, gpu_ints=self._pending())
+            for entry in self._ints:
+                entry[0] += 1
+            self._ints = [entry for entry in self._ints if entry[0] < CARRIED_BY]
+            return taken
+
+    def read_problems(self) -> tuple[ReadProblem, ...]:
+        """What kept it from reading, now (from any thread)."""
+        with self._lock:
+            return tuple(self.problems.values())
 
     def final(self, run: Any, wait_s: float = FINAL_WAIT_S) -> NodeSummary | None:
         """After ``run`` finished: the rest of its transaction log, the last, partial block
@@ -85,9 +98,10 @@ class SummaryReader:
                 break
             time.sleep(FINAL_POLL_S)
             self._read_log(run, to_end=True)
-        if self.summary is None:
-            return None
-        return replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
+        with self._lock:
+            if self.summary is None:
+                return None
+            return replace(self.summary, gpu_ints=self._pending(), gpu_info=self._info)
 
     def _pending(self) -> tuple[GpuIntBatch, ...]:
         return tuple(batch for _, batch in self._ints)
@@ -116,17 +130,18 @@ class SummaryReader:
                 }
                 stats.append((t, items))
         error = self._tail.error
-        if error is not None:  # the tail stops there: said once, by the driver side
-            self.problems[Degradation.LOG_UNREADABLE] = ReadProblem(
-                Degradation.LOG_UNREADABLE, error.reason, str(error)
-            )
         ints = gpu_ints(stats)
-        if ints is not None:
-            self._ints.append([0, ints])
-            if len(self._ints) > PENDING_BATCHES:
-                self.dropped += len(self._ints) - PENDING_BATCHES
-                del self._ints[:-PENDING_BATCHES]
-            new = True
+        with self._lock:
+            if error is not None:  # the tail stops there: said once, by the driver side
+                self.problems[Degradation.LOG_UNREADABLE] = ReadProblem(
+                    Degradation.LOG_UNREADABLE, error.reason, str(error)
+                )
+            if ints is not None:
+                self._ints.append([0, ints])
+                if len(self._ints) > PENDING_BATCHES:
+                    self.dropped += len(self._ints) - PENDING_BATCHES
+                    del self._ints[:-PENDING_BATCHES]
+                new = True
         return new
 
 

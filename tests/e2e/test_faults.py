@@ -355,9 +355,9 @@ def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_r
     # so the controller may never see the old pid: the logger itself must say it restarted.
     import ray
 
-    from ray_wandb_nodes._fleet.node_logger import NodeLogger
+    from ray_wandb_nodes._fleet.node_logger import logger_class
 
-    actor = ray.remote(NodeLogger).options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
+    actor = logger_class().options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
     try:
         first = ray.get(actor.status.remote(), timeout=60)
         assert first.restarted is False
@@ -366,6 +366,52 @@ def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_r
         assert second.pid != first.pid
         assert second.restarted is True
     finally:
+        ray.kill(actor, no_restart=True)
+
+
+def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_and_ends(
+    cluster: Any, backend: WandbTestBackend
+) -> None:
+    """Two jobs share a node's logger; one's writer waits on W&B (here every request is held a
+    minute, as a join or an upload can wait minutes). Its status, hang evidence, watches and ends
+    are control calls on threads of their own: answered while the join is in flight, where a plain
+    actor answered them only after it (the other job's ranks then had "no answer from node")."""
+    import ray
+
+    from ray_wandb_nodes._fleet.node_logger import logger_class
+    from ray_wandb_nodes._hang import RankProcess, attempt_key
+    from ray_wandb_nodes._options import build_options
+    from ray_wandb_nodes._secrets import capture_env
+    from ray_wandb_nodes._writers import run_spec
+
+    held_s = 60.0  # far past answer_s: an answer within it came while the join waited
+    answer_s = 20.0  # a control call's answer on 2 loaded cores (they take milliseconds)
+    name = unique("busy-logger")
+    options = build_options(strategy="node", project="faults", wandb_init_kwargs={"settings": FAST})
+    spec = run_spec(
+        options, capture_env(os.environ), mode="online", run_id=name, name=name, group=None, label="node-a", config={}
+    )
+    actor = logger_class().options(num_cpus=0).remote()
+    try:
+        ray.get(actor.status.remote(), timeout=60)  # the actor is up
+        backend.faults.add(delay_s=held_s, duration_s=held_s)
+        join = actor.add_writer.remote(spec)
+        key = attempt_key(name, 1, "00000000")
+        calls = [
+            actor.status.remote(),
+            actor.watch.remote(key, (0,)),
+            actor.hang_evidence.remote(key, [0]),
+            actor.end_ranks.remote(key, [RankProcess(0, 1, 1)], "hang 1"),
+            actor.unwatch.remote(key),
+        ]
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=answer_s)
+        assert len(ready) == len(calls), "a control call waited behind the writer's join"
+        assert ray.wait([join], timeout=0)[0] == [], "the join did not wait: the test proves nothing"
+        status, _, evidence, ended, _ = ray.get(calls)
+        assert status.runs == (name,) and status.errors == {}  # joining: no restart, no failure
+        assert evidence == () and ended.refused == (0,)
+    finally:
+        backend.faults.clear()
         ray.kill(actor, no_restart=True)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,7 +26,6 @@ pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = REPO / "tests" / "support" / "hang_rank.py"
-GIL_SOURCE = REPO / "tests" / "support" / "gil_holder.c"
 WORLD, STUCK, AT = 3, 2, 4
 
 
@@ -88,15 +86,6 @@ def test_a_rank_stuck_in_a_python_function_while_the_others_wait_in_all_reduce()
     assert stuck.flight is not None and stuck.flight.in_flight() == []
     assert stuck.flight.last_seq("0") == AT
     print(f"python case: {time.monotonic() - started:.1f} s: {verdict.sentence}")
-
-
-@pytest.fixture(scope="module")
-def gil_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("the native case needs gcc to build tests/support/gil_holder.c")
-    out = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(GIL_SOURCE)], check=True)
-    return str(out)
 
 
 def test_a_rank_stuck_in_native_code_that_holds_the_gil_is_named_from_its_faulthandler_dump(gil_lib: str) -> None:

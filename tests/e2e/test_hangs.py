@@ -18,7 +18,6 @@ import io
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -126,16 +125,6 @@ def line_of(marker: str) -> int:
         if f"# <{marker}>" in text:
             return number
     raise AssertionError(marker)
-
-
-@pytest.fixture(scope="module")
-def gil_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(REPO / "tests" / "support" / "gil_holder.c")],
-        check=True,
-    )
-    return str(out)
 
 
 def checkpoint_hooks() -> bool:

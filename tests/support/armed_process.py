@@ -8,19 +8,28 @@ node signals a rank (``tests/unit/test_hang_signal.py``); it prints ``ready`` on
   then holds the GIL in C as ``gil`` does.
 
     python -m tests.support.armed_process FOLDER RANK MODE RELEASE [GIL_LIB]
+
+:func:`running` starts one for a test and kills it by its pid at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ray_wandb_nodes._hang.beacon import Beacon
 from ray_wandb_nodes._hang.evidence import arm
+from ray_wandb_nodes._hang.slot import BeaconSlot, read_slots
+from tests.support.wait import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def hold_gil_in_c(lib: str, release: str) -> None:
@@ -47,6 +56,27 @@ def main() -> None:
     else:
         hold_gil_in_c(lib, release)
     time.sleep(60)  # released: the dump thread answers what is still in its FIFO
+
+
+@contextlib.contextmanager
+def running(folder: Path, mode: str, lib: str = "") -> Iterator[tuple[subprocess.Popen[str], BeaconSlot, Path]]:
+    """A process of this module in ``mode`` as rank 0 of ``folder``, its slot, and the file that
+    releases it; killed by its pid at the end."""
+    release = folder / "release"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.armed_process", str(folder), "0", mode, str(release), lib],
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        if mode != "python":  # the C call holds the GIL from here on
+            wait_until(lambda: Path(f"{release}.held").exists(), 20, "the C call that holds the GIL")
+        [slot] = read_slots(folder)
+        assert slot.dump_signal
+        yield proc, slot, release
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

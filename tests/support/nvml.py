@@ -18,54 +18,19 @@ import dataclasses
 import fcntl
 import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from tests.support import clib
 
 SOURCE = Path(__file__).with_name("scripted_nvml.c")
 LIBRARY = "libnvidia-ml.so.1"
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ray_wandb_nodes"
-
-
 def build() -> Path:
-    """The folder holding the built stand-in (``libnvidia-ml.so.1`` and ``libnvidia-ml.so``),
-    built once per version of the source: the cache is keyed by the source's hash."""
-    source = SOURCE.read_bytes()
-    folder = _cache_root() / f"scripted-nvml-{hashlib.sha256(source).hexdigest()[:16]}"
-    if (folder / LIBRARY).exists():
-        return folder
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise RuntimeError(
-            "the GPU tests need a C compiler to build the scripted NVML (tests/support/scripted_nvml.c): "
-            "none found as $CC, cc or gcc; install one (Debian: apt-get install gcc)"
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a folder of its own and rename it into place: concurrent builders never see half a library.
-    staging = Path(tempfile.mkdtemp(prefix="scripted-nvml-", dir=folder.parent))
-    try:
-        out = subprocess.run(
-            [compiler, "-O2", "-Wall", "-shared", "-fPIC", "-o", str(staging / LIBRARY), str(SOURCE), "-lpthread"],
-            capture_output=True,
-            text=True,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"building {SOURCE} with {compiler} failed:\n{out.stderr}")
-        # nvml-wrapper and pynvml ask for either name.
-        os.symlink(LIBRARY, staging / "libnvidia-ml.so")
-        try:
-            staging.rename(folder)
-        except OSError:  # another process built it first
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    """The folder holding the built stand-in (``libnvidia-ml.so.1`` and ``libnvidia-ml.so``, the
+    name nvml-wrapper and pynvml ask for too), built once per version of the source."""
+    return clib.build(SOURCE, LIBRARY, flags=("-lpthread",), aliases=("libnvidia-ml.so",))
 
 
 @dataclasses.dataclass

@@ -81,7 +81,7 @@ class SimRun:
     answers: dict[int, bytes]  # actor (the node's index) -> its pickled answer
     unpickle_s: list[float] = field(default_factory=list)
 
-    def ask(self, actors: list[Any], _run_id: str, _ranks: list[list[int]]) -> list[Any]:
+    def ask(self, actors: list[Any], _key: str, _ranks: list[list[int]]) -> list[Any]:
         start = time.perf_counter()
         out = [pickle.loads(self.answers[a]) for a in actors]
         self.unpickle_s.append(time.perf_counter() - start)
@@ -103,6 +103,7 @@ class SimPool:
 def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRun:
     """``nodes`` nodes of ``per_node`` ranks from :func:`many` (one rank stuck, in the middle)."""
     run_id = f"sim-{mode}-{nodes}"
+    attempt = f"{run_id}.a1.5eed5eed"  # the ranks' attempt: the key of their progress in each ping
     facts = many(mode, nodes * per_node, stuck=nodes * per_node // 2 + 3, per_node=per_node, earlier=earlier)
     ranks: dict[str, tuple[int, ...]] = {}
     handles: dict[str, Any] = {}
@@ -115,11 +116,12 @@ def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRu
         handles[node_id] = SimpleNamespace(
             actor=n,
             node=SimpleNamespace(label=mine[0].node),
-            progress={run_id: tuple(f.progress for f in mine)},
+            progress={attempt: tuple(f.progress for f in mine)},
             progress_at=time.monotonic(),  # the pool's clock (HangWatch's default): fresh ages
         )
     target = SimpleNamespace(
         run_id=run_id,
+        attempt=attempt,
         ranks=ranks,
         rank_gpus={f.progress.rank: f.gpus for f in facts},
         covered_node=None,

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.block_delivery import _Run, _Tail, stats_record
 from ray_wandb_nodes._fleet.health import judge_final
+from ray_wandb_nodes._fleet.hosted import HostedRun
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.pool import LoggerPool
 from ray_wandb_nodes._fleet.retire import Retirement
@@ -108,9 +109,8 @@ def test_a_node_logger_s_finish_answers_with_the_writer_s_last_summary() -> None
     writer._system_metrics = {"cpu": [(1.0, 40.0)]}
     tail.partial = [stats_record(1.0, {"gpu.0.uncorrectedMemoryErrors": 2.0})]
     logger = node_logger.NodeLogger()
-    logger._runs, logger._roles = {"run-a": writer}, {"run-a": "node"}
-    logger._readers["run-a"] = SummaryReader(tail=lambda path: tail)
-    logger.status = lambda final=None: logger_status("n1", 1, final=final)  # type: ignore[method-assign]
+    logger._hosted["run-a"] = HostedRun("run-a", run=writer, reader=SummaryReader(tail=lambda path: tail))
+    logger.status = lambda final=None, ended=(): logger_status("n1", 1, final=final)  # type: ignore[method-assign]
     status = logger.finish("run-a")  # (the real status asks Ray for the node's id)
     assert writer.finished and status.runs == ()
     assert [b.by[0].ecc_u for b in status.final["run-a"].gpu_ints] == [2.0]

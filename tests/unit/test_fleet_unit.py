@@ -147,6 +147,7 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
     from types import SimpleNamespace
 
     from ray_wandb_nodes._fleet.health import feed
+    from ray_wandb_nodes._fleet.hosted import HostedRun
     from ray_wandb_nodes._fleet.node_logger import NodeLogger
     from ray_wandb_nodes._fleet.targets import SharedTarget
     from ray_wandb_nodes._health import HealthMonitor, HealthOptions
@@ -160,7 +161,7 @@ def test_each_tune_trials_table_sees_its_own_writers_samples_on_a_shared_node() 
 
     # Two trials' writers on one node's logger: trial A busy, trial B idle.
     logger = NodeLogger()
-    logger._runs = {"trial-a": Writer(90.0), "trial-b": Writer(5.0)}
+    logger._hosted = {key: HostedRun(key, run=Writer(cpu)) for key, cpu in (("trial-a", 90.0), ("trial-b", 5.0))}
     logger.read_samples()
     status = logger_status("n1", 1, ["trial-a", "trial-b"], summaries=logger.summaries())
     node, pool, handle = one_node_pool()
@@ -188,6 +189,7 @@ def test_a_two_node_job_on_a_big_shared_cluster_starts_two_loggers_ahead() -> No
 def test_one_writers_failed_read_never_stops_the_others() -> None:
     import datetime as dt
 
+    from ray_wandb_nodes._fleet.hosted import HostedRun
     from ray_wandb_nodes._fleet.node_logger import NodeLogger
 
     class Writer:
@@ -199,10 +201,11 @@ def test_one_writers_failed_read_never_stops_the_others() -> None:
             raise RuntimeError("no service")
 
     logger = NodeLogger()
-    logger._runs = {"broken": Broken(), "trial-a": Writer()}
-    logger._readers["broken"] = type(
-        "Failing", (), {"read": lambda self, run: run._system_metrics, "take": lambda self: None}
-    )()
+    failing = type("Failing", (), {"read": lambda self, run: run._system_metrics, "take": lambda self: None})()
+    logger._hosted = {
+        "broken": HostedRun("broken", run=Broken(), reader=failing),
+        "trial-a": HostedRun("trial-a", run=Writer()),
+    }
     logger.read_samples()
     assert sorted(logger.summaries()) == ["trial-a"]
 

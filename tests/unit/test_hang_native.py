@@ -4,7 +4,6 @@ what a rank's file says where py-spy is not installed or cannot attach."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def gil_held(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Popen[str]:
-    if shutil.which("gcc") is None:
-        pytest.skip("no C compiler for tests/support/gil_holder.c")
-    lib = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(REPO / "tests/support/gil_holder.c")], check=True
-    )
+def gil_held(gil_lib: str) -> subprocess.Popen[str]:
+    lib = gil_lib
     code = f"import ctypes\nprint('ready', flush=True)\nctypes.PyDLL({str(lib)!r}).rwn_hold_gil(ctypes.c_double(60))"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"

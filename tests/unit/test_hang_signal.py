@@ -7,57 +7,19 @@ handler are not, and answer once they run."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from ray_wandb_nodes._hang.beacon import BeaconSlot, read_slots
+from ray_wandb_nodes._hang.beacon import BeaconSlot
 from ray_wandb_nodes._hang.dumps import request_dumps
 from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.stacks import training_thread
+from tests.support.armed_process import running
 from tests.support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WITHDRAWN = "its dump thread did not take the request in time (Python could not run)"
-
-
-@pytest.fixture(scope="module")
-def gil_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("no C compiler for tests/support/gil_holder.c")
-    lib = tmp_path_factory.mktemp("gil") / "libgil_holder.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(REPO / "tests/support/gil_holder.c")], check=True
-    )
-    return str(lib)
-
-
-@contextlib.contextmanager
-def armed_process(folder: Path, mode: str, lib: str = "") -> Iterator[tuple[subprocess.Popen[str], BeaconSlot, Path]]:
-    """A process of ``armed_process.py`` in ``mode``, its slot, and the file that releases it;
-    killed by its pid at the end."""
-    release = folder / "release"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.armed_process", str(folder), "0", mode, str(release), lib],
-        stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        if mode != "python":  # the C call holds the GIL from here on
-            wait_until(lambda: Path(f"{release}.held").exists(), 20, "the C call that holds the GIL")
-        [slot] = read_slots(folder)
-        assert slot.dump_signal
-        yield proc, slot, release
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def answered(slot: BeaconSlot) -> bool:
@@ -68,7 +30,7 @@ def answered(slot: BeaconSlot) -> bool:
 def test_a_rank_holding_the_gil_in_c_is_signalled_and_its_faulthandler_stacks_come_back(
     tmp_path: Path, gil_lib: str
 ) -> None:
-    with armed_process(tmp_path, "gil", gil_lib) as (proc, slot, _):
+    with running(tmp_path, "gil", gil_lib) as (proc, slot, _):
         [evidence] = request_dumps([slot], timeout_s=5, grace_s=0.3)
         assert evidence.python == () and evidence.notes == (WITHDRAWN,)
         train = training_thread(evidence.native, slot.thread_ident)
@@ -80,7 +42,7 @@ def test_a_stopped_rank_is_not_signalled_and_answers_once_it_runs(tmp_path: Path
     """Stopped past the grace, as a throttled pod's process is descheduled: its request stays
     unread, which once sent the signal. Signalled now, it would run faulthandler's walk the
     moment it resumes, while its threads run Python."""
-    with armed_process(tmp_path, "python") as (proc, slot, _):
+    with running(tmp_path, "python") as (proc, slot, _):
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             [evidence] = request_dumps([slot], timeout_s=1.5, grace_s=0.3)
@@ -96,7 +58,7 @@ def test_a_stopped_rank_is_not_signalled_and_answers_once_it_runs(tmp_path: Path
 def test_a_rank_that_unregistered_its_handler_is_not_signalled(tmp_path: Path, gil_lib: str) -> None:
     """Its slot still records the signal, and its Python cannot run: only ``SigCgt``, read right
     before the signal, says that the signal would now end it."""
-    with armed_process(tmp_path, "unregistered", gil_lib) as (proc, slot, release):
+    with running(tmp_path, "unregistered", gil_lib) as (proc, slot, release):
         [evidence] = request_dumps([slot], timeout_s=2, grace_s=0.3)
         assert evidence.python == () and evidence.native == ()
         assert f"not signalled: signal {slot.dump_signal} is no longer caught in the process (SigCgt)" in evidence.notes
@@ -107,7 +69,7 @@ def test_a_rank_that_unregistered_its_handler_is_not_signalled(tmp_path: Path, g
 
 
 def test_a_rank_running_python_answers_and_is_never_signalled(tmp_path: Path) -> None:
-    with armed_process(tmp_path, "python") as (proc, slot, _):
+    with running(tmp_path, "python") as (proc, slot, _):
         [evidence] = request_dumps([slot], timeout_s=5, grace_s=0.3)
         assert evidence.python and evidence.native == () and evidence.notes == ()
         assert proc.poll() is None

@@ -6,19 +6,20 @@ that; a restart that ends an attempt once for one place; and what the notice hol
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from ray_wandb_nodes._fleet.hangs import HangWatch, aged, poll_s
-from ray_wandb_nodes._hang import HangNotice, HangTimeout, Phase, RankEvidence, RankProgress, hang_notice
+from ray_wandb_nodes._hang import HangNotice, HangTimeout, Phase, RankEvidence, RankProcess, RankProgress, hang_notice
 from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
 from ray_wandb_nodes._hang.verdict import judge
 from ray_wandb_nodes._warn import Warner
 
 USER = "/home/me/train.py"
+ATTEMPT = "run-1.a1.0badcafe"  # the ranks' attempt: their folder on each node, the key of a ping's progress
 SHARD = (Frame(USER, 71, "load_next_shard"), Frame(USER, 90, "train_loop"))
 
 
@@ -70,7 +71,7 @@ class Pool:
 
     def ping(self, node: str, ranks: tuple[RankProgress, ...]) -> None:
         """``node``'s ping answers now with ``ranks``."""
-        self.handles[node].progress = {"run-1": ranks}
+        self.handles[node].progress = {ATTEMPT: ranks}
         self.handles[node].progress_at = self.clock
 
 
@@ -109,13 +110,14 @@ class Target:
     covered_node: str | None = None
     run_id: str = "run-1"
     primary: Primary = field(default_factory=Primary)
+    attempt: str | None = ATTEMPT
 
 
 def setup(ages: dict[int, float], steps: int = 5) -> tuple[Target, Pool]:
     target = Target(ranks={"a": (0, 1), "b": (2, 3)}, rank_gpus={r: (str(r % 2),) for r in range(4)})
     pool = Pool(
         {
-            n: Handle(Node(f"node-{n}"), {"run-1": tuple(progress(r, ages[r], steps) for r in ranks)})
+            n: Handle(Node(f"node-{n}"), {ATTEMPT: tuple(progress(r, ages[r], steps) for r in ranks)})
             for n, ranks in target.ranks.items()
         }
     )
@@ -398,16 +400,16 @@ def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_agai
     # New processes (Ray restarted the worker group): no "progress again", the episode closes.
     for handle in pool.handles.values():
         handle.progress = {
-            "run-1": tuple(
+            ATTEMPT: tuple(
                 RankProgress(p.rank, p.pid + 1000, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12)
-                for p in handle.progress["run-1"]
+                for p in handle.progress[ATTEMPT]
             )
         }
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR"] and not watch.open
     pool.clock = 40.0  # pings after the restart: the new attempt stopped too
     for n, handle in pool.handles.items():
-        pool.ping(n, tuple(progress(p.rank, 40.0) for p in handle.progress["run-1"]))
+        pool.ping(n, tuple(progress(p.rank, 40.0) for p in handle.progress[ATTEMPT]))
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR", "ERROR"] and notices[1].episode == 2
 
@@ -423,11 +425,11 @@ def test_after_restart_ends_an_attempt_a_waiter_let_go_is_no_progress() -> None:
 
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     # Rank 0's report returns as Ray resets its barrier for the failed attempt: same process.
-    pool.handles["a"].progress = {"run-1": (progress(0, 0.1, steps=5, reports=6), progress(1, 21))}
+    pool.handles["a"].progress = {ATTEMPT: (progress(0, 0.1, steps=5, reports=6), progress(1, 21))}
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR"] and watch.open
     # The restarted attempt: new processes end the episode, silently.
-    pool.handles["a"].progress = {"run-1": (RankProgress(0, 900, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12),)}
+    pool.handles["a"].progress = {ATTEMPT: (RankProgress(0, 900, 0, 0, False, 1.0, Phase.RUNNING, 1.0, None, 12),)}
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.level for n in notices] == ["ERROR"] and not watch.open
 
@@ -449,3 +451,55 @@ def test_ranks_whose_train_function_returned_are_not_judged() -> None:
     watch.finished = frozenset({0, 1})  # two still training and silent: those two are judged
     watch.check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     assert [n.title for n in notices] == ["Hang: ranks 2-3 stopped"]
+
+
+def test_only_the_current_attempts_readings_are_judged() -> None:
+    """A ping that still carries the last attempt's ranks (read before the restart) is not this
+    attempt's progress: the watch reads the ranks of ``target.attempt`` only, and none before
+    its ranks are armed."""
+    target, pool = setup({0: 50, 1: 50, 2: 50, 3: 50})
+    for handle in pool.handles.values():
+        handle.progress = {"run-1.a0.0badcafe": handle.progress[ATTEMPT]}  # the last attempt's, long silent
+    notices: list[HangNotice] = []
+    HangWatch(HangTimeout(seconds=10)).check(target, pool, Warner(), notices.append, lambda *a: [])  # type: ignore[arg-type]
+    assert notices == [] and target.health.ages == {}
+    target, pool = setup({0: 50, 1: 50, 2: 50, 3: 50})
+    target.attempt = None
+    HangWatch(HangTimeout(seconds=10)).check(target, pool, Warner(), notices.append, lambda *a: [])  # type: ignore[arg-type]
+    assert notices == []
+
+
+def test_an_end_names_the_attempt_and_each_stopped_ranks_process_as_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end a node gets carries the attempt's key and each stopped rank's pid and start time as
+    the evidence round read them: a node ends those processes or refuses (``_hang/node.py``)."""
+    sent: list[tuple[str, Any, list[RankProcess], str]] = []
+
+    class Actor:
+        def __init__(self, node: str) -> None:
+            self.end_ranks = SimpleNamespace(
+                remote=lambda key, processes, why: sent.append((node, key, processes, why))
+            )
+
+    target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
+    for node, handle in pool.handles.items():
+        handle.actor = Actor(node)
+    awaited: list[Any] = []
+    monkeypatch.setattr("ray_wandb_nodes._fleet.hangs._await_ends", lambda pending, warner: awaited.append(pending))
+    started = {0: 7001, 1: 7002, 2: 7003, 3: 7004}
+
+    def ask(actors: list[Any], key: str, ranks: list[list[int]]) -> list[Any]:
+        assert key == ATTEMPT
+        fresh = [
+            tuple((replace(progress(r, 20), proc_start=started[r]), evidence_of(r)) for r in mine) for mine in ranks
+        ]
+        fresh[1] = (fresh[1][0], (replace(progress(3, 0.5, steps=9), proc_start=started[3]), evidence_of(3)))
+        return fresh
+
+    notices: list[HangNotice] = []
+    HangWatch(HangTimeout(seconds=10), on_hang="restart").check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    [notice] = notices
+    assert notice.stopped and len(awaited) == 1
+    assert {(node, key) for node, key, _, _ in sent} == {(n, ATTEMPT) for n in ("a", "b")}
+    named = sorted(p for _, _, processes, _ in sent for p in processes)
+    assert named == [RankProcess(r, 100 + r, started[r]) for r in notice.stopped]
+    assert all(why.startswith("hang 1 (ray_wandb_nodes on_hang='restart'): ") for *_, why in sent)

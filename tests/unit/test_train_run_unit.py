@@ -120,7 +120,7 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     import threading
     from types import SimpleNamespace
 
-    from ray_wandb_nodes import _handoff, train
+    from ray_wandb_nodes import _handoff, _trial_relay, train
     from ray_wandb_nodes._fleet.commands import RanksFinished
     from ray_wandb_nodes._train_run import TrainRun
     from ray_wandb_nodes._warn import Warner
@@ -130,12 +130,13 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     run = object.__new__(TrainRun)  # no Ray: only what the hook reaches
     run.hang_run, run._finished_ranks = "run-1", frozenset()
     run.fleet = SimpleNamespace(ranks_finished=lambda run_id, ranks: sent.append(RanksFinished(run_id, ranks)))  # type: ignore[assignment]
-    callback = SimpleNamespace(_hang_run="run-1", _run=run, _relay=None, _warner=Warner())
+    hook = train.WandbNodesCallback.after_worker_group_poll_status
+    callback = SimpleNamespace(_workers=SimpleNamespace(hang_run="run-1"), _run=run, _relay=None, _warner=Warner())
     for status in (poll(r0=(True, None), r1=(True, None)), poll(r0=(False, None), r1=(True, None))):
-        train._ranks_finished(callback, status)  # type: ignore[arg-type]
-        train._ranks_finished(callback, status)  # type: ignore[arg-type]
+        hook(callback, status)
+        hook(callback, status)
     restarted = poll(r0=(True, None), r1=(True, None))  # a new worker group: none finished
-    train._ranks_finished(callback, restarted)  # type: ignore[arg-type]
+    hook(callback, restarted)
     assert sent == [RanksFinished("run-1", frozenset({0})), RanksFinished("run-1", frozenset())]
     # Its reports: a checkpoint's tells the watch where a hang's place counts from.
     checkpoints: list[tuple[str, int]] = []
@@ -156,19 +157,21 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
             done.set()
 
     monkeypatch.setattr(_handoff, "publish_attempt", publish)
-    monkeypatch.setattr(_handoff, "publish_workers", lambda trial_id, placements: None)
+    monkeypatch.setattr(_handoff, "publish_workers", lambda trial_id, placements, attempt=None: None)
     monkeypatch.setattr(_handoff, "publish_hang", lambda trial_id, setting: None)
-    relay = train.TrialRelay("trial-1", Warner())
+    relay = _trial_relay.TrialRelay("trial-1", Warner())
     start = SimpleNamespace(pg_timeout_s=1800.0)
-    monkeypatch.setattr(train._ray, "train_start", lambda ctx: start)
+    monkeypatch.setattr(_trial_relay._ray, "train_start", lambda ctx: start)
     options = SimpleNamespace(hang_timeout_s=SimpleNamespace(enabled=True, seconds=4.0, auto=False), on_hang="alert")
     assert relay.hangs({"run_id": "trial-run"}, options, None) == "trial-run"
-    relay.placed([])
-    callback = SimpleNamespace(_hang_run="trial-run", _run=None, _relay=relay, _warner=Warner())
+    relay.placed([], None)
+    callback = SimpleNamespace(
+        _workers=SimpleNamespace(hang_run="trial-run"), _run=None, _relay=relay, _warner=Warner()
+    )
     relay.reported(checkpoint=False)
     relay.reported(checkpoint=True)
     for status in (poll(r0=(False, None), r1=(True, None)),) * 2 + (poll(r0=(False, None), r1=(False, None)),):
-        train._ranks_finished(callback, status)  # type: ignore[arg-type]
+        hook(callback, status)
     assert done.wait(5)
     assert written == [
         ("trial-1", _handoff.AttemptState(frozenset(), 2)),  # placed: 0 as it was; then the checkpoint

@@ -348,14 +348,14 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     from ray_wandb_nodes._tune_run import TrialMarks, relayed_nodes
     from ray_wandb_nodes._warn import Warner
 
-    monkeypatch.setattr(_handoff, "worker_ranks", lambda trial_id: {"n1": (0,), "n2": (1,)})
+    monkeypatch.setattr(_handoff, "published_workers", lambda trial_id: ({"n1": (0,), "n2": (1,)}, "t1.a1.0badcafe"))
     monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
     monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
     target = SimpleNamespace(hangs=None)
     assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
     assert target.hangs is not None and target.hangs.finished == frozenset({1})
     assert target.hangs.checkpoint_reports == 3
-    assert target.hangs.ranks == {"n1": (0,), "n2": (1,)}
+    assert target.hangs.ranks == {"n1": (0,), "n2": (1,)} and target.attempt == "t1.a1.0badcafe"
 
     cleared: list[str] = []
     monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, run_id: None)
