@@ -1,10 +1,10 @@
 """The slow-rank rule (pure): which rank the job waits for, held for a window before it is said,
 and said once an episode, with the words of its alerts.
 
-Each call to :meth:`RankRule.judge` is one sample: the attribution of one set of windows over the
-same steps (``_steps.attribution``). A rank is flagged once it has been slow (it costs the job at
-least ``1 - threshold`` of every step) for ``window_s`` and at least ``min_samples`` samples in a
-row, and recovers once it has been no slower for as long: the hysteresis every health rule
+Each call to :meth:`RankRule.judge` is one sample: one set of windows over the same steps,
+attributed (``_steps.attribution``) with the rule's threshold. A rank is flagged once it has been
+slow (it costs the job at least ``1 - threshold`` of every step) for ``window_s`` and at least
+``min_samples`` samples in a row, and recovers once it has been no slower for as long: the hysteresis every health rule
 shares (``rule.advance``). The rule takes the node rule's ``straggler_threshold`` and
 ``straggler_window_s``: "how much worse, for how long" is one notion of a straggler, a node or a
 rank, and the two rules must agree on it for one slow rank to be one alert.
@@ -17,11 +17,11 @@ late, communication itself is slow: one alert of its own, with its own episode.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._hang import rank_ranges
-from .._steps import Attribution, Cause, CommFinding, RankFinding
+from .._steps import Attribution, Cause, CommFinding, RankFinding, RankWindow, attribute
 from .alerts import Alert
 from .kinds import EventKind
 from .rule import NodeStreak, advance
@@ -76,10 +76,11 @@ class RankRule:
         self._comm_said: CommFinding | None = None
         self.latest: Attribution | None = None
 
-    def judge(self, attribution: Attribution, now: float, places: Mapping[int, RankPlace]) -> list[Alert]:
-        """One sample: the alerts it raises (a WARN when ranks turn slow, an INFO when they keep
-        pace again), grouped by cause; none while nothing flips. An attribution that could not
-        compare the ranks (``basis`` None) is no sample."""
+    def judge(self, windows: Sequence[RankWindow], now: float, places: Mapping[int, RankPlace]) -> list[Alert]:
+        """One sample, the ranks' windows over the same steps: the alerts it raises (a WARN when
+        ranks turn slow, an INFO when they keep pace again), grouped by cause; none while nothing
+        flips. Windows that cannot be compared (one rank, ranks not in step) are no sample."""
+        attribution = attribute(windows, self.threshold)
         if attribution.basis is None:
             return []
         self.latest = attribution

@@ -72,7 +72,7 @@ class StepRecorder:
         self.input_ns = self.batches = self._opt_pending = 0  # since the last step: committed with it
         self.inside = False  # a timed fetch is under way (an iterator over another)
         self._depth = 0  # optimizer steps under way (an optimizer that steps another)
-        self._pre_at = self._last = 0
+        self._pre_at = self._last = -1  # -1: none yet (a clock may read 0)
         self._count = True  # whether the interval under way counts
         self._ddp: DdpTimers | None = None
         self._ddp_sums = self._ddp_base = _NO_DDP  # the totals: a DDP made again adds to the last's
@@ -98,12 +98,12 @@ class StepRecorder:
 
     def _step_end(self, now: int) -> None:
         self.steps += 1
-        if self._pre_at:
+        if self._pre_at >= 0:
             self._opt_pending += now - self._pre_at
-            self._pre_at = 0
+            self._pre_at = -1
         last, self._last = self._last, now
         interval = now - last
-        if last and self._count:
+        if last >= 0 and self._count:
             self._intervals += 1
             self._step_ns += interval
             self._input_total += self.input_ns
@@ -111,7 +111,7 @@ class StepRecorder:
             self._opt_total += self._opt_pending
         self._count = True
         self.input_ns = self.batches = self._opt_pending = 0
-        slow = last > 0 and interval >= SLOW_STEP_NS
+        slow = last >= 0 and interval >= SLOW_STEP_NS
         if slow or not self.steps % PUBLISH_EVERY:
             self._publish(read=slow or not self.steps % READ_EVERY)
 

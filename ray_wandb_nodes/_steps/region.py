@@ -58,8 +58,8 @@ class StepTotals:
     ``steps`` counts optimizer steps; the step parts (``step_ns``, ``input_ns``,
     ``optimizer_ns``) cover ``intervals`` intervals between two consecutive steps (the interval
     before the first step and those the rank was told to leave out are not counted). DDP's parts
-    cover the ``ddp_samples`` iterations DDP timed among its first ``ddp_iteration``, one in
-    ``ddp_rate`` after its first ten: every rank of a job times the same iterations."""
+    cover the ``ddp_samples`` iterations DDP timed up to ``ddp_iteration`` (the latest it timed):
+    each of its first ten, then one in ``ddp_rate``, so every rank of a job times the same ones."""
 
     sources: Sources
     steps: int
