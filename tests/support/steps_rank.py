@@ -23,7 +23,7 @@ from typing import Any
 
 from ray_wandb_nodes._steps import arm_steps, disarm_steps
 
-BASE_S = 0.06  # every rank's input a batch: steps of 60 ms and more, each published (>= 50 ms)
+BASE_S = 0.1  # every rank's input a batch: steps of 100 ms and up (each published), long beside scheduling noise
 SLOW_S = 0.2
 SLOT_SIZE, REGION_AT = 512, 256
 

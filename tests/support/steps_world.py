@@ -18,7 +18,7 @@ from ray_wandb_nodes._steps import StepTotals, decode
 from .steps_rank import REGION_AT
 
 REPO = Path(__file__).resolve().parents[2]
-POLL_S = 0.01  # well under a step (60 ms and more): every published step is read
+POLL_S = 0.01  # well under a step (100 ms and more): every published step is read
 
 
 @contextlib.contextmanager
