@@ -23,10 +23,11 @@ from .._warn import Warner, describe
 from .ddp import DdpSums, DdpTimers
 from .region import RegionWriter, Sources, StepTotals
 
-PUBLISH_EVERY = 8  # steps
+PUBLISH_EVERY = 16  # steps
 READ_EVERY = 64  # steps
 SLOW_STEP_NS = 50_000_000
 _NO_DDP = DdpSums(0, 0, 0, 0, 0, 0, 0)
+_INPUT, _DDP, _DDP_DEVICE = int(Sources.INPUT), int(Sources.DDP), int(Sources.DDP_DEVICE)
 _warner = Warner()
 
 
@@ -35,21 +36,22 @@ class StepRecorder:
     thread: the optimizer's pre- and post-step hooks (:meth:`optimizer_pre`,
     :meth:`optimizer_post`), the timed iterators (``inputs``, which add to ``input_ns`` and
     ``batches`` around a fetch and keep ``inside`` against nested timing), DDP's construction
-    (:meth:`attach_ddp`)."""
+    (:meth:`attach_ddp`).
+
+    The parts are added as they happen; a step that ends an interval that does not count (the
+    first, one left out) takes them back to where the last counted step left them."""
 
     __slots__ = (
-        "_batch_total",
         "_count",
         "_ddp",
         "_ddp_base",
         "_ddp_sums",
         "_depth",
-        "_input_total",
         "_intervals",
         "_last",
+        "_marks",
         "_now",
-        "_opt_pending",
-        "_opt_total",
+        "_opt_ns",
         "_pre_at",
         "_sources",
         "_step_ns",
@@ -65,11 +67,10 @@ class StepRecorder:
     def __init__(self, writer: RegionWriter | None, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self._writer = writer
         self._now = self.now = clock  # the input hooks read ``now``
-        self._sources = Sources.NONE
-        self.steps = 0
-        self._intervals = self._step_ns = 0
-        self._input_total = self._batch_total = self._opt_total = 0
-        self.input_ns = self.batches = self._opt_pending = 0  # since the last step: committed with it
+        self._sources = 0  # Sources, as a plain int (flag arithmetic on the enum is slow)
+        self.steps = self._intervals = self._step_ns = 0
+        self.input_ns = self.batches = self._opt_ns = 0  # running totals, the interval under way included
+        self._marks = (0, 0, 0)  # (input_ns, batches, _opt_ns) at the last counted step's end
         self.inside = False  # a timed fetch is under way (an iterator over another)
         self._depth = 0  # optimizer steps under way (an optimizer that steps another)
         self._pre_at = self._last = -1  # -1: none yet (a clock may read 0)
@@ -91,29 +92,26 @@ class StepRecorder:
             self._depth -= 1
             return  # an inner optimizer's step inside an outer one's: one step
         self._depth = 0
+        now = self._now()
         try:
-            self._step_end(self._now())
+            if self._pre_at >= 0:
+                self._opt_ns += now - self._pre_at
+                self._pre_at = -1
+            last = self._last
+            self._last = now
+            steps = self.steps = self.steps + 1
+            if last >= 0 and self._count:
+                self._intervals += 1
+                self._step_ns += now - last
+                self._marks = (self.input_ns, self.batches, self._opt_ns)
+            else:  # the first interval, or one left out: its parts are not counted
+                self.input_ns, self.batches, self._opt_ns = self._marks
+                self._count = True
+            slow = last >= 0 and now - last >= SLOW_STEP_NS
+            if slow or not steps % PUBLISH_EVERY:
+                self._publish(read=slow or not steps % READ_EVERY)
         except Exception as e:  # noqa: BLE001 - the anatomy off, training on
             self.fail(e)
-
-    def _step_end(self, now: int) -> None:
-        self.steps += 1
-        if self._pre_at >= 0:
-            self._opt_pending += now - self._pre_at
-            self._pre_at = -1
-        last, self._last = self._last, now
-        interval = now - last
-        if last >= 0 and self._count:
-            self._intervals += 1
-            self._step_ns += interval
-            self._input_total += self.input_ns
-            self._batch_total += self.batches
-            self._opt_total += self._opt_pending
-        self._count = True
-        self.input_ns = self.batches = self._opt_pending = 0
-        slow = last >= 0 and interval >= SLOW_STEP_NS
-        if slow or not self.steps % PUBLISH_EVERY:
-            self._publish(read=slow or not self.steps % READ_EVERY)
 
     # rarer calls ------------------------------------------------------------------------------------
     def attach_ddp(self, ddp: Any) -> None:
@@ -130,7 +128,7 @@ class StepRecorder:
 
     def hooks_in_place(self) -> None:
         """The optimizer's hooks are installed: its parts are measured (zero is then a figure)."""
-        self._sources |= Sources.OPTIMIZER
+        self._sources |= int(Sources.OPTIMIZER)
 
     def leave_out_interval(self) -> None:
         """The interval under way is not a training step (an evaluation, a checkpoint's save):
@@ -161,20 +159,21 @@ class StepRecorder:
         )
 
     def totals(self) -> StepTotals:
-        s = self._ddp_sums
+        """The totals of the counted intervals (the one under way is not in them)."""
+        s, (input_ns, batches, opt_ns) = self._ddp_sums, self._marks
         return StepTotals(
-            self._measured(), self.steps, self._intervals, self._step_ns, self._input_total, self._batch_total,
-            self._opt_total, s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
+            Sources(self._measured()), self.steps, self._intervals, self._step_ns, input_ns, batches, opt_ns,
+            s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
         )  # fmt: skip
 
-    def _measured(self) -> Sources:
+    def _measured(self) -> int:
         sources = self._sources
-        if self._batch_total:
-            sources |= Sources.INPUT
+        if self._marks[1]:
+            sources |= _INPUT
         if self._ddp_sums.samples:
-            sources |= Sources.DDP
+            sources |= _DDP
             if self._ddp is not None and self._ddp.device:
-                sources |= Sources.DDP_DEVICE
+                sources |= _DDP_DEVICE
         return sources
 
     def _publish(self, read: bool) -> None:
@@ -188,8 +187,8 @@ class StepRecorder:
         writer = self._writer
         if writer is None:
             return
-        s = self._ddp_sums
+        s, (input_ns, batches, opt_ns) = self._ddp_sums, self._marks
         writer.write(
-            int(self._measured()), self.steps, self._intervals, self._step_ns, self._input_total, self._batch_total,
-            self._opt_total, s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
+            self._measured(), self.steps, self._intervals, self._step_ns, input_ns, batches, opt_ns,
+            s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
         )  # fmt: skip
