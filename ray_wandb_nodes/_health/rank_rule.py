@@ -29,13 +29,18 @@ from .rule import NodeStreak, advance
 LIST_LIMIT = 40  # ranks listed in a grouped alert; past it, counted
 TITLE_MAX = 63  # W&B's limit on an alert title: under 64 characters
 
-_DOES = {  # (one rank, several ranks)
-    Cause.INPUT: ("waits on its input", "wait on their input"),
-    Cause.COMPUTE: ("is slow to compute (forward and backward)", "are slow to compute (forward and backward)"),
-    Cause.OPTIMIZER: ("is slow in its optimizer step", "are slow in their optimizer step"),
+_DOES = {  # (one rank, several ranks, one rank before)
+    Cause.INPUT: ("waits on its input", "wait on their input", "waited on its input"),
+    Cause.COMPUTE: (
+        "is slow to compute (forward and backward)",
+        "are slow to compute (forward and backward)",
+        "was slow to compute",
+    ),
+    Cause.OPTIMIZER: ("is slow in its optimizer step", "are slow in their optimizer step", "was slow in its optimizer"),
     Cause.OTHER: (
         "is slow outside its input, compute and optimizer",
         "are slow outside their input, compute and optimizer",
+        "was slow outside its input, compute and optimizer",
     ),
 }
 
@@ -191,7 +196,8 @@ def _recovered_alert(recovered: list[tuple[int, RankFinding, float | None]], pla
     lines = []
     for rank, said, late in recovered[:LIST_LIMIT]:
         now = f"it arrives {_ms(late)} a step after the median rank" if late is not None else "its wait is not measured"
-        lines.append(f"{_cap(where(rank, places))} keeps pace again: {now} (it {_DOES.get(said.cause, ('', ''))[0]}).")
+        before = _DOES[said.cause][2] if said.cause in _DOES else f"was slow in {said.cause}"
+        lines.append(f"{_cap(where(rank, places))} keeps pace again: {now} (it {before}).")
     if len(recovered) > LIST_LIMIT:
         lines.append(f"And {len(recovered) - LIST_LIMIT} more ranks.")
     noun = "Slow rank recovered" if len(ranks) == 1 else "Slow ranks recovered"

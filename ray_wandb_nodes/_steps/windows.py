@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .recorder import PUBLISH_EVERY
 from .region import Sources, StepTotals
 
 MIN_INTERVALS = 3  # step intervals a window needs
@@ -87,9 +88,9 @@ def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow 
 
 def tolerance(span: int) -> int:
     """How far apart (in steps) two ranks' window ends may be and still count as the same steps:
-    the ranks publish on every 8th step (``recorder``), so a read can find them 8 apart; over a
-    long window a tenth of it (a rank that is late by a step is not a different window)."""
-    return max(8, span // 10)
+    ranks publish on every 16th step (``recorder``), so one read can find them that far apart;
+    over a long window, a tenth of it (the means per step of a steady job do not move with it)."""
+    return max(PUBLISH_EVERY, span // 10)
 
 
 def aligned(windows: list[RankWindow]) -> bool:
