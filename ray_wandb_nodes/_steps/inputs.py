@@ -9,13 +9,16 @@
   2.50 to 2.60; ``get_dataset_shard`` hands a ``DataIterator``), each ``next()`` on them.
 
 A fetch inside another timed fetch (a loader over a Ray Data iterable) is timed once, by the
-outer one. The patches are classes' methods, made once the module is imported (``_on_import``);
-in a process that is not armed they call the original and nothing else.
+outer one; a fetch on another thread than the one that steps the optimizer (a prefetching thread
+of the user's) is not the training thread's wait, and is not timed. The patches are classes'
+methods, made once the module is imported (``_on_import``); in a process that is not armed they
+call the original and nothing else.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -38,10 +41,12 @@ class Current:
 def timed_fetch(current: Current, fetch: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``fetch(iterator)`` (an iterator's ``__next__``) with its time added to the recorder's input."""
 
+    ident = threading.get_ident
+
     @functools.wraps(fetch)
     def timed_next(self: Any) -> Any:
         rec = current.recorder
-        if rec is None or rec.inside:
+        if rec is None or rec.inside or (rec.thread and rec.thread != ident()):
             return fetch(self)
         now = rec.now
         rec.inside = True

@@ -15,6 +15,7 @@ the data loader: training goes on without its anatomy.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,9 +35,10 @@ _warner = Warner()
 class StepRecorder:
     """A rank's running step totals. The hooks below are its only writers, all on the training
     thread: the optimizer's pre- and post-step hooks (:meth:`optimizer_pre`,
-    :meth:`optimizer_post`), the timed iterators (``inputs``, which add to ``input_ns`` and
-    ``batches`` around a fetch and keep ``inside`` against nested timing), DDP's construction
-    (:meth:`attach_ddp`).
+    :meth:`optimizer_post`; the thread that ends the first step, and any that follows an interval
+    left out, is ``thread``), the timed iterators (``inputs``, which add to ``input_ns`` and
+    ``batches`` around a fetch on ``thread`` and keep ``inside`` against nested timing), DDP's
+    construction (:meth:`attach_ddp`).
 
     The parts are added as they happen; a step that ends an interval that does not count (the
     first, one left out) takes them back to where the last counted step left them."""
@@ -62,6 +64,7 @@ class StepRecorder:
         "inside",
         "now",
         "steps",
+        "thread",
     )
 
     def __init__(self, writer: RegionWriter | None, clock: Callable[[], int] = time.monotonic_ns) -> None:
@@ -75,6 +78,7 @@ class StepRecorder:
         self._depth = 0  # optimizer steps under way (an optimizer that steps another)
         self._pre_at = self._last = -1  # -1: none yet (a clock may read 0)
         self._count = True  # whether the interval under way counts
+        self.thread = 0  # the training thread: the one that ends steps (0: none yet)
         self._ddp: DdpTimers | None = None
         self._ddp_sums = self._ddp_base = _NO_DDP  # the totals: a DDP made again adds to the last's
         self.failed = ""
@@ -107,6 +111,7 @@ class StepRecorder:
             else:  # the first interval, or one left out: its parts are not counted
                 self.input_ns, self.batches, self._opt_ns = self._marks
                 self._count = True
+                self.thread = threading.get_ident()
             slow = last >= 0 and now - last >= SLOW_STEP_NS
             if slow or not steps % PUBLISH_EVERY:
                 self._publish(read=slow or not steps % READ_EVERY)

@@ -113,14 +113,14 @@ def test_the_end_of_an_epoch_is_input_time_but_no_batch() -> None:
     assert rank.recorder.inside is False
 
 
-def test_fast_steps_publish_every_eighth_step_and_slow_steps_every_step() -> None:
+def test_fast_steps_publish_every_sixteenth_step_and_slow_steps_every_step() -> None:
     rank = Rank()
     published = []
     for _ in range(2 * PUBLISH_EVERY):
         rank.step(input_ms=1, busy_ms=2, optimizer_ms=1)
         read = rank.read()
         published.append(read.steps if read else None)
-    assert published == [None] * 7 + [8] * 8 + [16]
+    assert published == [None] * 15 + [16] * 16 + [32]
     slow = int(SLOW_STEP_NS / MS)
     rank.step(busy_ms=slow)
     rank.step(busy_ms=slow)
@@ -252,3 +252,17 @@ def test_ray_data_s_batch_iterables_are_timed() -> None:
     assert list(DataIterator().iter_batches()) == [4]
     rank.recorder.optimizer_post()
     assert rank.recorder.publish().batches == 4
+
+
+def test_a_fetch_on_another_thread_than_the_one_stepping_is_not_its_wait() -> None:
+    import threading
+
+    rank = Rank()
+    rank.step()  # the training thread is the one that ends steps
+    rank._input = 50 * MS
+    prefetcher = threading.Thread(target=rank.fetch, args=(None,))  # a user's prefetching thread
+    prefetcher.start()
+    prefetcher.join()
+    rank.step(input_ms=4)
+    t = rank.recorder.publish()
+    assert (t.input_ns, t.batches) == (4 * MS, 1)
