@@ -266,3 +266,35 @@ def test_a_fetch_on_another_thread_than_the_one_stepping_is_not_its_wait() -> No
     rank.step(input_ms=4)
     t = rank.recorder.publish()
     assert (t.input_ns, t.batches) == (4 * MS, 1)
+
+
+def test_armed_before_torch_is_imported_the_hooks_go_in_as_it_is() -> None:
+    """The order on a Ray worker: the plugin arms the rank before the train function imports torch."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import sys
+from ray_wandb_nodes._steps import arm_steps, Sources
+assert "torch" not in sys.modules
+recorder = arm_steps(bytearray(256))
+import torch
+from torch.utils.data import DataLoader
+param = torch.nn.Parameter(torch.ones(2))
+opt = torch.optim.SGD([param], lr=0.1)
+for batch in DataLoader(torch.ones(12, 2), batch_size=3):
+    (param * batch).sum().backward()
+    opt.step()
+t = recorder.publish()
+assert (t.steps, t.intervals, t.batches) == (4, 3, 3), t
+assert t.sources == Sources.INPUT | Sources.OPTIMIZER, t
+print("ok")
+"""
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
