@@ -184,10 +184,15 @@ class StepRecorder:
     def _publish(self, read: bool) -> None:
         timers = self._ddp
         if read and timers is not None:
-            sums = timers.read()
+            try:
+                sums = timers.read()
+            except Exception as e:  # noqa: BLE001 - a torch without these internals: no DDP parts
+                self._ddp = None
+                _warner.warn(f"steps:ddp-read:{type(e).__name__}", f"DDP's timers are not read ({describe(e)})")
+                sums = None
             if sums is not None:
                 self._ddp_sums = self._ddp_base.plus(sums)
-            elif not timers.alive:
+            elif timers is self._ddp and not timers.alive:
                 self._ddp = None
         writer = self._writer
         if writer is None:

@@ -51,7 +51,7 @@ class Sources(enum.IntFlag):
     DDP_DEVICE = 8  # those timers are CUDA events: device time, sampled sparsely
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepTotals:
     """One rank's running totals as read from its region (nanoseconds on its own clock).
 
@@ -59,7 +59,9 @@ class StepTotals:
     ``optimizer_ns``) cover ``intervals`` intervals between two consecutive steps (the interval
     before the first step and those the rank was told to leave out are not counted). DDP's parts
     cover the ``ddp_samples`` iterations DDP timed up to ``ddp_iteration`` (the latest it timed):
-    each of its first ten, then one in ``ddp_rate``, so every rank of a job times the same ones."""
+    each of its first ten, then one in ``ddp_rate``, so every rank of a job times the same ones.
+
+    What a node sends the driver side of each of its ranks, with the rank: 14 integers."""
 
     sources: Sources
     steps: int

@@ -298,3 +298,21 @@ print("ok")
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_ddp_whose_timers_cannot_be_read_leaves_the_other_parts_measured() -> None:
+    rank = Rank()
+
+    class OtherTorch:  # a release whose DDP keeps its logging data elsewhere
+        device_type, reducer, logger = "cpu", object(), object()
+
+        def _set_ddp_runtime_logging_sample_rate(self, rate: int) -> None:
+            pass
+
+    rank.recorder.attach_ddp(OtherTorch())
+    for _ in range(70):  # past a DDP read (every 64th step)
+        rank.step()
+    t = rank.recorder.publish()
+    assert rank.recorder.failed == ""
+    assert (t.steps, t.ddp_samples) == (70, 0)
+    assert t.sources == Sources.INPUT | Sources.OPTIMIZER
