@@ -6,7 +6,7 @@ Two parts, no Ray, no W&B, CPU only:
 
 1. **The hot path, per call** (one process, interleaved rounds, medians in ns): torch's
    ``optimizer.step()`` of a one-element SGD with the beacon's post-hook only, and with the
-   anatomy's two optimizer hooks, called as torch calls them (its region written every 16th
+   anatomy's two optimizer hooks, called as torch calls them (its region written every 32nd
    step, as on a rank); a timed ``next()`` against the same ``next()`` bare; torch's own cost of
    calling two more global hooks (``optimizer.step()`` of a one-element SGD with the beacon's hook,
    and with two no-op hooks beside it); the beacon's ``step()`` for scale. ``per_step_ns``: the

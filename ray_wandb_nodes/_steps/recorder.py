@@ -24,8 +24,8 @@ from .._warn import Warner, describe
 from .ddp import DdpSums, DdpTimers
 from .region import RegionWriter, Sources, StepTotals
 
-PUBLISH_EVERY = 16  # steps
-READ_EVERY = 64  # steps
+PUBLISH_EVERY = 32  # steps
+READ_EVERY = 128  # steps: a multiple of PUBLISH_EVERY (DDP is read when publishing)
 SLOW_STEP_NS = 50_000_000
 _NO_DDP = DdpSums(0, 0, 0, 0, 0, 0, 0)
 _INPUT, _DDP, _DDP_DEVICE = int(Sources.INPUT), int(Sources.DDP), int(Sources.DDP_DEVICE)

@@ -88,7 +88,7 @@ def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow 
 
 def tolerance(span: int) -> int:
     """How far apart (in steps) two ranks' window ends may be and still count as the same steps:
-    ranks publish on every 16th step (``recorder``), so one read can find them that far apart;
+    ranks publish on every 32nd step (``recorder``), so one read can find them that far apart;
     over a long window, a tenth of it (the means per step of a steady job do not move with it)."""
     return max(PUBLISH_EVERY, span // 10)
 

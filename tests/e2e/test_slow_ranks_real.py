@@ -22,7 +22,7 @@ from tests.support.steps_world import follow, rank_processes
 
 pytest.importorskip("torch")
 
-WORLD, PHASE = 4, 12
+WORLD, PHASE = 4, 16  # a phase holds one of DDP's timed iterations past its first ten (1 in 13)
 PHASES = f"balanced:0:{PHASE},input:2:{PHASE},forward:1:{PHASE}"
 MARGIN = 3  # steps left out after a phase starts: the step that changes, and DDP's first (synced) ones
 Reads = dict[int, dict[int, StepTotals]]
@@ -34,7 +34,7 @@ def reads() -> Iterator[Reads]:
     directory = Path(tempfile.mkdtemp(prefix="rwn-steps-test-"))
     try:
         with rank_processes(directory, WORLD, PHASES) as procs:
-            # Bounded by the run itself (3 x 12 steps of 100 to 300 ms) and the ranks' start on 2
+            # Bounded by the run itself (3 x 16 steps of 100 to 300 ms) and the ranks' start on 2
             # loaded cores (importing torch: up to ~15 s each, four at once); never a pass margin.
             yield follow(directory, procs, timeout_s=240)
     finally:
@@ -90,7 +90,7 @@ def test_a_rank_whose_forward_is_slowed_is_named_with_its_compute(reads: Reads) 
 
 def test_the_rule_over_the_run_says_each_slow_rank_once_with_its_node_and_cause(reads: Reads) -> None:
     """The run's reads judged in order, as the driver side judges successive reads (a window
-    forms once every rank has three intervals and a DDP sample since the last: here every 7
+    forms once every rank has three intervals and a DDP sample since the last: here every 13
     steps, DDP's CPU rate). The rule says at its first sample (its hysteresis is the unit tests'
     claim): each slow rank once, with its node and cause, its recovery once, and nothing else."""
     rule = RankRule(window_s=0.0, min_samples=1)
