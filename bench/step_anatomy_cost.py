@@ -4,19 +4,21 @@
 
 Two parts, no Ray, no W&B, CPU only:
 
-1. **The hot path, per call** (one process, interleaved rounds, medians in ns): torch's
-   ``optimizer.step()`` of a one-element SGD with the beacon's post-hook only, and with the
-   anatomy's two optimizer hooks, called as torch calls them (its region written every 32nd
-   step, as on a rank); a timed ``next()`` against the same ``next()`` bare; torch's own cost of
-   calling two more global hooks (``optimizer.step()`` of a one-element SGD with the beacon's hook,
-   and with two no-op hooks beside it); the beacon's ``step()`` for scale. ``per_step_ns``: the
-   hooks and one timed ``next()``, what a step of one batch pays beyond the beacon (torch's
-   dispatch of the two hooks aside, given apart: it is under the noise of a step here).
+1. **The hot path, per call** (one process, interleaved rounds, medians in ns): the anatomy's two
+   optimizer hooks, called with the arguments torch passes (its region written every 32nd step,
+   as on a rank); a timed ``next()`` against the same ``next()`` bare; the beacon's ``step()``
+   beside them. ``per_step_ns``: the hooks and one timed ``next()``, what a step of one batch
+   pays beyond the beacon (torch's loop over its global hooks adds one iteration each: under the
+   noise of a one-element ``optimizer.step()`` on this machine, so not measured apart);
+   ``per_step_over_beacon_step``: that against the beacon's own step, measured alike.
 2. **A real DDP step** (two processes over gloo on this machine, a small MLP fed by a
-   ``DataLoader``): steps timed in rounds that alternate the anatomy on (armed, DDP's timers at
+   ``DataLoader``): every step timed, in rounds that rotate the anatomy on (armed, DDP's timers at
    its CPU rate and read) and off (not armed, the loader's ``next()`` as torch has it, DDP at its
-   default rate), and off with DDP timing every iteration (rate 1: what one sampled iteration
-   costs in C++). Each mode's median step over all its rounds, and the ratio on / off.
+   default rate 100), twice: ``off_again`` is ``off`` under another name, so that
+   ``ddp_off_again_over_off`` says how far apart two set-ups alike land (the noise floor of
+   ``ddp_on_over_off``). Each mode's median step over its rounds. Apart from the rounds: what DDP's
+   logger spends on a timed iteration in C++ (``ddp_timed_iteration_ns``, paid one step in
+   ``ddp_cpu_rate``), and one read of DDP's timers (``ddp_read_ns``, one step in 128).
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray_wandb_nodes._hang.beacon import Beacon, default_root, install_step_hook
+from ray_wandb_nodes._hang.beacon import Beacon, default_root
 from ray_wandb_nodes._steps import CPU_RATE, RegionWriter, StepRecorder
+from ray_wandb_nodes._steps.ddp import TORCH_DEFAULT_RATE
+from ray_wandb_nodes._steps.recorder import READ_EVERY
 from ray_wandb_nodes._steps.inputs import Current, timed_fetch
 
-MODES = ("off", "on", "off_rate1")
+MODES = ("off", "on", "off_again")  # off_again: the same as off, the noise between two rounds alike
 
 
 def ns_per_call(fn: Callable[[], Any], calls: int) -> float:
@@ -61,14 +65,11 @@ def interleaved(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, 
 def hot_path(rounds: int, calls: int) -> dict[str, float]:
     """Part 1: the anatomy's calls on the training thread, beside the beacon's ``step()``."""
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    param = torch.nn.Parameter(torch.ones(1))
-    param.grad = torch.ones(1)
-    opt = torch.optim.SGD([param], lr=0.0)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.0)
     with tempfile.TemporaryDirectory(dir=default_root(), prefix="rwn-steps-bench-") as directory:
         beacon = Beacon(Path(directory), 0)
-        recorder = StepRecorder(RegionWriter(bytearray(256)))  # its region written 1 step in 16
+        recorder = StepRecorder(RegionWriter(bytearray(256)))  # its region written 1 step in 32
         current = Current()
         current.recorder = recorder
         items = itertools.repeat(1)
@@ -82,23 +83,6 @@ def hot_path(rounds: int, calls: int) -> dict[str, float]:
             recorder.optimizer_pre(opt, (), {})
             recorder.optimizer_post(opt, (), {})
 
-        def noop(*_: Any) -> None:
-            pass
-
-        def torch_step(extra_hooks: bool) -> float:
-            removers = [install_step_hook(beacon)]
-            if extra_hooks:  # two more global hooks: torch's own cost of calling them
-                removers += [
-                    register_optimizer_step_pre_hook(noop).remove,
-                    register_optimizer_step_post_hook(noop).remove,
-                ]
-            try:
-                return ns_per_call(opt.step, calls // 10)
-            finally:
-                for remove in removers:
-                    if remove is not None:
-                        remove()
-
         out = interleaved(
             {
                 "empty_call_ns": lambda: ns_per_call(lambda: None, calls),
@@ -106,16 +90,15 @@ def hot_path(rounds: int, calls: int) -> dict[str, float]:
                 "hooks_ns": lambda: ns_per_call(hooks, calls),
                 "next_bare_ns": lambda: ns_per_call(lambda: bare(None), calls),
                 "next_timed_ns": lambda: ns_per_call(lambda: timed(None), calls),
-                "torch_step_beacon_ns": lambda: torch_step(False),
-                "torch_step_beacon_and_two_hooks_ns": lambda: torch_step(True),
             },
             rounds,
         )
         beacon.close()
     out["hooks_ns"] -= out["empty_call_ns"]  # the benchmark's own call around them
     out["next_ns"] = out["next_timed_ns"] - out["next_bare_ns"]
-    out["torch_two_hooks_ns"] = out["torch_step_beacon_and_two_hooks_ns"] - out["torch_step_beacon_ns"]
     out["per_step_ns"] = out["hooks_ns"] + out["next_ns"]
+    # Both grow alike with the machine's load: the ratio carries over to a quiet machine.
+    out["per_step_over_beacon_step"] = out["per_step_ns"] / (out["beacon_step_ns"] - out["empty_call_ns"])
     return out
 
 
@@ -150,7 +133,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
             recorder.attach_ddp(ddp)  # made before arming: attached as the patch would
         else:
             _BaseDataLoaderIter.__next__ = torch_next  # type: ignore[method-assign]  # torch's own
-            ddp._set_ddp_runtime_logging_sample_rate(1 if mode == "off_rate1" else 100)
+            ddp._set_ddp_runtime_logging_sample_rate(100)  # DDP's default
         batches = iter(DataLoader(data, batch_size=4))
         dist.barrier()
         clock = time.perf_counter
@@ -166,8 +149,23 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
             if timers is not None:
                 ddp_reads.append(ns_per_call(timers.read, 200))
             disarm_steps()
+    timed_iteration = logger_cost(ddp, torch)
     dist.destroy_process_group()
-    Path(out).write_text(json.dumps({"times": times, "ddp_read_ns": ddp_reads}))
+    Path(out).write_text(json.dumps({"times": times, "ddp_read_ns": ddp_reads, "timed_iteration_ns": timed_iteration}))
+
+
+def logger_cost(ddp: Any, torch: Any) -> float:
+    """What DDP's logger does at the forward after a timed iteration (``set_runtime_stats_and_log``),
+    less what it does after one it did not time: the C++ cost of one timed CPU iteration."""
+    for _ in range(3):  # iterations with timer events to compute from, at rate 1
+        ddp._set_ddp_runtime_logging_sample_rate(1)
+        ddp(torch.ones(4, 256)).pow(2).mean().backward()
+    timed = statistics.median(ns_per_call(ddp.logger.set_runtime_stats_and_log, 500) for _ in range(21))
+    ddp._set_ddp_runtime_logging_sample_rate(10**9)
+    for _ in range(12):  # past the first ten, which DDP always times
+        ddp(torch.ones(4, 256)).pow(2).mean().backward()
+    untimed = statistics.median(ns_per_call(ddp.logger.set_runtime_stats_and_log, 500) for _ in range(21))
+    return timed - untimed
 
 
 def ddp_steps(rounds: int, steps: int) -> dict[str, float]:
@@ -189,10 +187,10 @@ def ddp_steps(rounds: int, steps: int) -> dict[str, float]:
     return {
         "ddp_step_off_us": med["off"] * 1e6,
         "ddp_step_on_us": med["on"] * 1e6,
-        "ddp_step_off_rate1_us": med["off_rate1"] * 1e6,
+        "ddp_step_off_again_us": med["off_again"] * 1e6,
         "ddp_on_over_off": med["on"] / med["off"],
-        "ddp_on_minus_off_us": (med["on"] - med["off"]) * 1e6,
-        "ddp_sampled_iteration_us": (med["off_rate1"] - med["off"]) * 1e6 * 100 / 99,  # rate 1 against 1 in 100
+        "ddp_off_again_over_off": med["off_again"] / med["off"],  # the noise floor of the ratio
+        "ddp_timed_iteration_ns": result["timed_iteration_ns"],
         "ddp_read_ns": statistics.median(result["ddp_read_ns"]) if result["ddp_read_ns"] else float("nan"),
         "ddp_cpu_rate": float(CPU_RATE),
     }
@@ -213,6 +211,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return {}
     figures = hot_path(args.rounds, args.calls)
     figures.update(ddp_steps(max(3, args.rounds // 3), args.steps))
+    # Under DDP, a step also pays the timed iterations DDP adds at the plugin's rate (beyond its
+    # default one in 100) and a read of its timers one step in READ_EVERY.
+    figures["per_step_ddp_ns"] = (
+        figures["per_step_ns"]
+        + figures["ddp_timed_iteration_ns"] * (1 / CPU_RATE - 1 / TORCH_DEFAULT_RATE)
+        + figures["ddp_read_ns"] / READ_EVERY
+    )
     for name, value in figures.items():
         print(f"{name:32s} {value:12.3f}")
     if args.json:
