@@ -40,8 +40,8 @@ from typing import Any
 from ray_wandb_nodes._hang.beacon import Beacon, default_root
 from ray_wandb_nodes._steps import CPU_RATE, RegionWriter, StepRecorder
 from ray_wandb_nodes._steps.ddp import TORCH_DEFAULT_RATE
-from ray_wandb_nodes._steps.recorder import READ_EVERY
 from ray_wandb_nodes._steps.inputs import Current, timed_fetch
+from ray_wandb_nodes._steps.recorder import READ_EVERY
 
 MODES = ("off", "on", "off_again")  # off_again: the same as off, the noise between two rounds alike
 
