@@ -16,7 +16,9 @@ Two parts, no Ray, no W&B, CPU only:
    its CPU rate and read) and off (not armed, the loader's ``next()`` as torch has it, DDP at its
    default rate 100), twice: ``off_again`` is ``off`` under another name, so that
    ``ddp_off_again_over_off`` says how far apart two set-ups alike land (the noise floor of
-   ``ddp_on_over_off``). Each mode's median step over its rounds. Apart from the rounds: what DDP's
+   ``ddp_on_over_off``). Each mode's median step over its rounds, and the median over its rounds
+   of the training thread's CPU time a step (waits for the other rank left out: a steadier
+   measure of what the rank itself spends). Apart from the rounds: what DDP's
    logger spends on a timed iteration in C++ (``ddp_timed_iteration_ns``, paid one step in
    ``ddp_cpu_rate``), and one read of DDP's timers (``ddp_read_ns``, one step in 128).
 """
@@ -125,6 +127,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
     data = TensorDataset(torch.randn(steps * 4, width))
     torch_next = _BaseDataLoaderIter.__next__
     times: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}  # the training thread's CPU time a step, a round
     ddp_reads: list[float] = []
     for round_ in range(rounds * len(MODES)):
         mode = MODES[(round_ + round_ // len(MODES)) % len(MODES)]  # a rotating order
@@ -137,6 +140,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
         batches = iter(DataLoader(data, batch_size=4))
         dist.barrier()
         clock = time.perf_counter
+        cpu_start = time.thread_time()
         for _ in range(steps):
             start = clock()
             (x,) = next(batches)
@@ -144,6 +148,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
             opt.step()
             opt.zero_grad()
             times[mode].append(clock() - start)
+        cpu[mode].append((time.thread_time() - cpu_start) / steps)
         if mode == "on":
             timers = recorder._ddp
             if timers is not None:
@@ -151,7 +156,8 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
             disarm_steps()
     timed_iteration = logger_cost(ddp, torch)
     dist.destroy_process_group()
-    Path(out).write_text(json.dumps({"times": times, "ddp_read_ns": ddp_reads, "timed_iteration_ns": timed_iteration}))
+    result = {"times": times, "cpu": cpu, "ddp_read_ns": ddp_reads, "timed_iteration_ns": timed_iteration}
+    Path(out).write_text(json.dumps(result))
 
 
 def logger_cost(ddp: Any, torch: Any) -> float:
@@ -184,7 +190,13 @@ def ddp_steps(rounds: int, steps: int) -> dict[str, float]:
                 raise SystemExit(f"a rank failed ({proc.returncode})")
         result = json.loads(Path(outs[0]).read_text())
     med = {mode: statistics.median(result["times"][mode]) for mode in MODES}
+    cpu = {mode: statistics.median(result["cpu"][mode]) for mode in MODES}
     return {
+        "ddp_thread_cpu_off_us": cpu["off"] * 1e6,
+        "ddp_thread_cpu_on_us": cpu["on"] * 1e6,
+        "ddp_thread_cpu_off_again_us": cpu["off_again"] * 1e6,
+        "ddp_thread_cpu_on_minus_off_us": (cpu["on"] - cpu["off"]) * 1e6,
+        "ddp_thread_cpu_off_again_minus_off_us": (cpu["off_again"] - cpu["off"]) * 1e6,
         "ddp_step_off_us": med["off"] * 1e6,
         "ddp_step_on_us": med["on"] * 1e6,
         "ddp_step_off_again_us": med["off_again"] * 1e6,
