@@ -43,6 +43,8 @@ class EventKind(str, Enum):
     GPU_MEMORY_ERRORS = "gpu-memory-errors"
     GPU_LOST = "gpu-lost"
     HANG = "hang"  # a rank stopped while the others wait (``_hang``); recovered: progress again
+    SLOW_RANK = "slow-rank"  # the rank the others wait for in their collectives (``rank_rule``)
+    SLOW_COMMUNICATION = "slow-communication"  # every rank waits in its collectives, none is late
 
     def __str__(self) -> str:
         return self.value
