@@ -11,7 +11,7 @@ the rest its consequence; ``words`` writes the alert, the summary fields and the
 
 from .choose import Cause, Verdict, choose
 from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
-from .node import DeathWatch, Gone, NodeFacts, node_facts, oom_kills, process_gone
+from .node import DeathWatch, Gone, NodeFacts, OomCounter, node_facts, oom_kills, process_gone
 from .record import RankRecord, RankRecorder, RecordKind, read_records, type_name
 from .table import RankPlace, rank_failures
 from .texts import innermost_user_frame, ray_death, shape_of
@@ -25,6 +25,7 @@ __all__ = [
     "Gone",
     "Kind",
     "NodeFacts",
+    "OomCounter",
     "OomEvidence",
     "RankFailure",
     "RankPlace",

@@ -7,9 +7,10 @@
   ``(rank, pid)`` on each of the logger's looks (the beacon slots it reads already) and keeps,
   per process, its last look alive and its first look gone: the window of its death.
 - The memory cgroup's count of OOM kills (cgroup v2 ``memory.events``, v1
-  ``memory.oom_control``, both ``oom_kill N``), read when the run starts on the node and when
-  asked: a count that rose says the kernel's OOM killer killed a process of this container
-  during the run (which one, the kernel's log says, where it can be read).
+  ``memory.oom_control``, both ``oom_kill N``), read when the watch begins and on each look: a
+  rise between a process's last look alive and its first look gone says the kernel's OOM killer
+  killed a process of this container as it died (which one, the kernel's log says, where it can
+  be read); a rise since the start, that it did during the run.
 
 Nothing here imports Ray or wandb, and nothing raises: a file that cannot be read is no evidence.
 """
@@ -73,21 +74,50 @@ def oom_kills(pid: int | None = None, root: Path = CGROUP_ROOT) -> int | None:
     return None
 
 
+class OomCounter:
+    """:func:`oom_kills` of this process's cgroup, its file found once and then only read."""
+
+    def __init__(self, root: Path = CGROUP_ROOT) -> None:
+        self._root = root
+        self._path: Path | None = None
+
+    def __call__(self) -> int | None:
+        if self._path is not None:
+            try:
+                return parse_oom_kills(self._path.read_text())
+            except OSError:
+                self._path = None
+        try:
+            proc = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return None
+        for path in cgroup_memory_files(proc, self._root):
+            try:
+                count = parse_oom_kills(path.read_text())
+            except OSError:
+                continue
+            if count is not None:
+                self._path = path
+                return count
+        return None
+
+
 def process_gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (gone, or a zombie not yet reaped)."""
+    """Whether process ``pid`` has ended (gone, or a zombie not yet reaped): one read of its
+    ``/proc/<pid>/stat``, or a signal 0 where there is no ``/proc``."""
     try:
-        os.kill(pid, 0)
-    except OSError as e:
-        if e.errno == errno.ESRCH:
-            return True
-        if e.errno != errno.EPERM:  # EPERM: it exists, another user's
-            return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
     except OSError:
-        return True  # gone between the two looks
-    state = stat.rsplit(")", 1)[-1].split()
-    return bool(state) and state[0] in ("Z", "X")
+        try:
+            os.kill(pid, 0)
+        except OSError as e:
+            return e.errno == errno.ESRCH
+        return False
+    state = stat.rsplit(b")", 1)[-1].split()
+    return bool(state) and state[0] in (b"Z", b"X")
 
 
 @dataclass(frozen=True)
@@ -107,8 +137,9 @@ class DeathWatch:
     look reads the cgroup's OOM-kill count once, so a death comes with the kills counted as it
     happened (between its last look alive and its first look gone)."""
 
-    def __init__(self, read_oom_kills: Callable[[], int | None] = oom_kills) -> None:
-        self._read = read_oom_kills
+    def __init__(self, read_oom_kills: Callable[[], int | None] | None = None) -> None:
+        self._read = read_oom_kills or OomCounter()
+        self._baseline = self._read()  # the count when the watch began (the run's start on this node)
         self._alive: dict[tuple[int, int], tuple[int, int | None]] = {}  # (rank, pid) -> last look alive, its count
         self._gone: dict[tuple[int, int], Gone] = {}
 
@@ -132,6 +163,11 @@ class DeathWatch:
     def gone(self) -> list[Gone]:
         return sorted(self._gone.values(), key=lambda g: (g.rank, g.gone_ns))
 
+    def oom_kills_since_start(self) -> int | None:
+        """The OOM kills the cgroup counted since the watch began; None where it cannot tell."""
+        count = self._read()
+        return count - self._baseline if count is not None and self._baseline is not None else None
+
 
 @dataclass(frozen=True)
 class NodeFacts:
@@ -144,15 +180,9 @@ class NodeFacts:
 
 
 def node_facts(
-    directory: Path,
-    watch: DeathWatch,
-    ranks: Iterable[tuple[int, int]],
-    oom_baseline: int | None,
-    memory_percent: float | None = None,
+    directory: Path, watch: DeathWatch, ranks: Iterable[tuple[int, int]], memory_percent: float | None = None
 ) -> NodeFacts:
-    """The node's facts now: its ranks' records, a last look at their processes, and the OOM
-    kills counted since ``oom_baseline`` (the count when the run started on this node)."""
+    """The node's facts now: its ranks' records in ``directory``, a last look at their processes
+    and the OOM kills counted since the watch began."""
     watch.look(ranks)
-    count = oom_kills()
-    since = count - oom_baseline if count is not None and oom_baseline is not None else None
-    return NodeFacts(tuple(read_records(directory)), tuple(watch.gone()), since, memory_percent)
+    return NodeFacts(tuple(read_records(directory)), tuple(watch.gone()), watch.oom_kills_since_start(), memory_percent)

@@ -79,7 +79,7 @@ def test_the_watch_keeps_each_death_s_window() -> None:
 
 
 def test_each_death_comes_with_the_oom_kills_counted_as_it_happened() -> None:
-    counts = iter([4, 5, 5])
+    counts = iter([4, 4, 5, 5, 6])  # at the start, then a read a look, then when asked
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     watch = DeathWatch(read_oom_kills=lambda: next(counts))
     try:
@@ -95,8 +95,22 @@ def test_each_death_comes_with_the_oom_kills_counted_as_it_happened() -> None:
             child.kill()
             child.wait()
     assert (first.rank, first.oom_kills, second.rank, second.oom_kills) == (0, 1, 1, 0)
+    assert watch.oom_kills_since_start() == 2
     unknown = DeathWatch(read_oom_kills=lambda: None)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     [gone] = unknown.look([(2, child.pid)], now_ns=5)
     assert gone.oom_kills is None and gone.alive_ns == 0
+
+
+def test_a_node_s_facts_when_asked(tmp_path: Path) -> None:
+    from ray_wandb_nodes._failure import RankRecorder, node_facts
+
+    RankRecorder(tmp_path, 4).raised(ValueError("bad shard 17"))
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    counts = iter([7, 8, 9])
+    facts = node_facts(tmp_path, DeathWatch(read_oom_kills=lambda: next(counts)), [(5, child.pid)], 81.0)
+    assert [(r.rank, r.message) for r in facts.records] == [(4, "bad shard 17")]
+    assert [g.rank for g in facts.gone] == [5]
+    assert (facts.oom_kills, facts.memory_percent) == (2, 81.0)
