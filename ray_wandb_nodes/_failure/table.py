@@ -87,7 +87,7 @@ def _death(
     base: RankFailure, error: RayRankError | None, facts: NodeFacts | None, gone: Gone | None, node_lost: bool
 ) -> RankFailure:
     """A death without Python: Ray's account where it saw one, the node's evidence, or the node lost."""
-    kind, detail, monitor, gb = Kind.SIGNAL, "its process ended with no Python exception", "", None
+    kind, detail, monitor, gb = Kind.SIGNAL, "its node found its process gone, with no exception recorded", "", None
     if error is not None and error.timed_out:
         kind, detail = Kind.UNRESPONSIVE, error.message
     elif error is not None:

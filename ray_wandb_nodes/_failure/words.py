@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._hang import rank_ranges
 from .choose import Cause, Verdict
 from .facts import Kind, OomEvidence, RankFailure, Shape
 from .texts import first_line, short_message
 
 TITLE_LIMIT = 120  # characters of an alert's title
-LIST_LIMIT = 20  # consequence groups named in an alert; the rest counted (every one is in the files)
+LIST_LIMIT = 20  # causes, and groups of consequences, named in an alert; the rest counted (all are in the files)
 RANK_FILES_LIMIT = 16  # causes with a file of their own (a cause of several ranks: one file)
 CONSEQUENCE_TRACEBACKS = 8  # consequences whose tracebacks consequences.txt holds; the others in a line or two
 _FOLLOWS = {
@@ -66,16 +67,7 @@ class FailureNotice:
 
 def ranks_text(ranks: Sequence[int]) -> str:
     """``rank 3`` / ``ranks 0,2,5-7``."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return f"rank {parts[0]}" if len(values) == 1 else f"ranks {','.join(parts)}"
+    return f"{'rank' if len(set(ranks)) == 1 else 'ranks'} {rank_ranges(ranks)}"
 
 
 def cause_text(f: RankFailure) -> str:
@@ -171,8 +163,10 @@ def retry_line(attempt: int, max_failures: int, retrying: bool) -> str:
 
 def _title(verdict: Verdict, attempt: int, numbered: bool) -> str:
     first = verdict.first
-    if first is None:
-        who = ranks_text([f.rank for f in verdict.consequences]) or "no rank"
+    if first is None and not verdict.consequences:
+        title = "Training failed: no rank's failure was seen"
+    elif first is None:
+        who = ranks_text([f.rank for f in verdict.consequences])
         title = f"Training failed: {who} failed after a peer; no rank's own failure was seen"
     else:
         f = first.failure
@@ -191,11 +185,13 @@ def failure_notice(verdict: Verdict, attempt: int = 1, max_failures: int = 0, re
     ``retrying``: Ray's failure policy decided to retry)."""
     numbered = attempt > 1 or max_failures != 0
     lines = []
-    for i, cause in enumerate(verdict.causes):
+    for i, cause in enumerate(verdict.causes[:LIST_LIMIT]):
         if i == 1:
             lines.append("Also failed at once, on their own:")
         lines.append(cause_sentence(cause) if i == 0 else f"  {cause_sentence(cause)}")
         lines += [f"  {line}" if i == 0 else f"    {line}" for line in evidence_lines(cause.failure)]
+    if len(verdict.causes) > LIST_LIMIT:
+        lines.append(f"  ... and {len(verdict.causes) - LIST_LIMIT} more causes (failures/attempt-{attempt}/)")
     if verdict.first is None:
         lines.append("Every failing rank failed after a peer (below); the rank that failed first left no trace "
                      "the plugin could read (see the nodes and hangs alerts, and the ranks' logs).")  # fmt: skip
@@ -218,7 +214,7 @@ def failure_summary(verdict: Verdict, attempt: int) -> FailureSummary:
     f = first.failure
     where = f"{f.frame.place} in {f.frame.function}" if f.frame else ""
     return FailureSummary(attempt, f.kind.value, cause_text(f)[:300], f.rank, f.node, ",".join(f.gpus),
-                          where, ranks_text(first.ranks).split(" ", 1)[1])  # fmt: skip
+                          where, rank_ranges(first.ranks))  # fmt: skip
 
 
 def recovered_notice(attempt: int, failed: FailureSummary) -> FailureNotice:

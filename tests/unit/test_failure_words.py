@@ -151,3 +151,12 @@ def test_when_no_cause_was_seen_the_alert_says_so_and_blames_no_rank() -> None:
 def test_titles_stay_short() -> None:
     long = RankFailure(0, "node-0", (), Kind.RAISED, error_type="ValueError", message="x" * 1000)
     assert len(failure_notice(choose([long])).title) == TITLE_LIMIT
+
+
+def test_an_alert_of_many_causes_stays_bounded() -> None:
+    causes = [RankFailure(r, f"node-{r}", (), Kind.RAISED, error_type=f"Error{r}", message="m") for r in range(300)]
+    notice = failure_notice(choose(causes))
+    assert notice.title == "Rank 0 failed: Error0: m (+299 other causes)"
+    assert "  ... and 280 more causes (failures/attempt-1/)" in notice.text.splitlines()
+    assert len(notice.text) < 4000 and len(notice.files) == 1 + 16  # verdict.txt and 16 causes' files
+    assert failure_notice(choose([])).title == "Training failed: no rank's failure was seen"
