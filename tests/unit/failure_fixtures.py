@@ -14,6 +14,7 @@ a rank; all four ran on one machine, so their monotonic times are one clock, as 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,17 @@ def nodes(
     ranks: set[int] | None = None,
     before_ns: int | None = None,
     oom_kills: dict[str, int] | None = None,
+    oom_at_death: dict[int, int] | None = None,
     memory: dict[str, float] | None = None,
 ) -> dict[str, NodeFacts]:
-    """Each node's facts: its ranks' records and gone processes (only ``ranks``' where given)."""
+    """Each node's facts: its ranks' records and gone processes (only ``ranks``' where given);
+    ``oom_kills`` counted on a node during the run, ``oom_at_death`` as a rank's process died (the
+    captures counted none: an OOM kill is written in)."""
     out = {}
     for node in sorted({node_of(r) for r in range(world(mode)["world"])}):
         mine = [r for r in records(mode) if node_of(r.rank) == node and (ranks is None or r.rank in ranks)]
-        dead = [g for g in gone(mode, before_ns) if node_of(g.rank) == node and (ranks is None or g.rank in ranks)]
+        dead = [replace(g, oom_kills=(oom_at_death or {}).get(g.rank, g.oom_kills)) for g in gone(mode, before_ns)
+                if node_of(g.rank) == node and (ranks is None or g.rank in ranks)]  # fmt: skip
         out[node] = NodeFacts(tuple(mine), tuple(dead), (oom_kills or {}).get(node, 0), (memory or {}).get(node))
     return out
 

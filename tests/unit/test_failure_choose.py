@@ -169,11 +169,11 @@ def test_a_raise_after_a_kill_on_its_node_follows_it() -> None:
 def test_an_oom_kill_named_from_the_node_s_cgroup() -> None:
     poll = RayPoll((record_error("kill", 0), RayRankError(1, "ActorDiedError", ray_death_text(), died=True),
                     record_error("kill", 2)), running=(3,))  # fmt: skip
-    facts = nodes("kill", oom_kills={"node-0": 1}, memory={"node-0": 97.0})
+    facts = nodes("kill", oom_kills={"node-0": 1}, oom_at_death={1: 1}, memory={"node-0": 97.0})
     cause = choose(rank_failures(places("kill"), poll, facts)).first
     assert cause is not None and cause.failure.kind is Kind.OOM
     assert cause.failure.oom is not None
-    assert (cause.failure.oom.cgroup_oom_kills, cause.failure.oom.memory_percent) == (1, 97.0)
+    assert (cause.failure.oom.at_death, cause.failure.oom.memory_percent) == (1, 97.0)
 
 
 def test_an_oom_kill_on_another_node_is_not_this_rank_s() -> None:
@@ -194,6 +194,15 @@ def test_only_an_oom_kill_counted_as_the_process_died_makes_it_one() -> None:
         cause = choose(rank_failures(places("kill"), poll, {**facts, "node-0": node0})).first
         assert cause is not None and cause.failure.kind is kind
         assert cause.failure.oom is not None and cause.failure.oom.at_death == kills
+
+
+def test_a_death_ray_saw_with_no_window_takes_the_run_s_count() -> None:
+    # No look of its node's around the death (only Ray's account): the run's count is the evidence.
+    poll = RayPoll((RayRankError(1, "ActorDiedError", ray_death_text(), died=True),), running=(0, 2, 3))
+    facts = {"node-0": NodeFacts((), (), 1)}
+    cause = choose(rank_failures(places("kill"), poll, facts)).first
+    assert cause is not None and cause.failure.kind is Kind.OOM and cause.failure.oom is not None
+    assert (cause.failure.oom.cgroup_oom_kills, cause.failure.oom.at_death) == (1, None)
 
 
 def test_ray_s_memory_monitor_kill() -> None:

@@ -31,10 +31,11 @@ def raise_verdict() -> Verdict:
 
 
 def kill_verdict(oom_kills: int = 0) -> Verdict:
+    """The kill, its node's cgroup having counted ``oom_kills`` as rank 1 died."""
     poll = RayPoll((record_error("kill", 0), RayRankError(1, "ActorDiedError", KILLED, died=True),
                     record_error("kill", 2)), running=(3,))  # fmt: skip
-    return choose(rank_failures(places("kill"), poll, nodes("kill", oom_kills={"node-0": oom_kills},
-                                                            memory={"node-0": 96.0})))  # fmt: skip
+    facts = nodes("kill", oom_kills={"node-0": oom_kills}, oom_at_death={1: oom_kills}, memory={"node-0": 96.0})
+    return choose(rank_failures(places("kill"), poll, facts))
 
 
 def test_the_alert_of_a_raise_names_rank_node_gpu_cause_and_frame() -> None:
@@ -74,7 +75,7 @@ def test_a_kill_alert_gives_ray_s_words_and_the_node_s_memory() -> None:
     assert lines[:4] == [
         f"Rank 1 on node-0 (GPU 1) {NO_PYTHON}",
         "  Ray: Worker exit type: SYSTEM_ERROR; Worker unexpectedly exits with a connection error code 2",
-        "  the node's memory cgroup counted no OOM kills during the run",
+        "  the node's memory cgroup counted no OOM kill as the process died",
         "  the node's memory was 96% in use at its last sample",
     ]
     assert lines[5].startswith("  ranks 0,2-3: a collective lost its peer (rank 0: Read error [127.0.0.1]:")
@@ -84,7 +85,8 @@ def test_a_kill_alert_gives_ray_s_words_and_the_node_s_memory() -> None:
 def test_an_oom_kill_alert_gives_the_cgroup_s_count() -> None:
     notice = failure_notice(kill_verdict(oom_kills=1))
     assert notice.title == "Rank 1: killed for memory (the kernel's OOM killer)"
-    assert "  the node's memory cgroup counted 1 OOM kill during the run" in notice.text.splitlines()
+    assert "  the node's memory cgroup counted 1 OOM kill(s) as the process died (1 during the run)" in (
+        notice.text.splitlines())  # fmt: skip
     assert notice.summary.as_summary()["failure"]["kind"] == "oom"
 
 
@@ -96,6 +98,9 @@ def test_the_oom_kills_counted_as_the_process_died_decide_over_the_run_s() -> No
     earlier = RankFailure(**{**base.__dict__, "oom": OomEvidence(cgroup_oom_kills=2, at_death=0)})
     assert "  the node's memory cgroup counted no OOM kill as the process died (2 during the run)" in (
         failure_notice(choose([earlier])).text.splitlines())  # fmt: skip
+    unseen = RankFailure(**{**base.__dict__, "kind": Kind.OOM, "oom": OomEvidence(cgroup_oom_kills=1)})
+    assert "  the node's memory cgroup counted 1 OOM kill during the run" in (
+        failure_notice(choose([unseen])).text.splitlines())  # fmt: skip
     unread = RankFailure(**{**base.__dict__, "oom": OomEvidence()})
     assert "  the node's memory cgroup could not be read" in failure_notice(choose([unread])).text.splitlines()
 
