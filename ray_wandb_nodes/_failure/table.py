@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, Window
 from .node import Gone, NodeFacts
 from .record import RankRecord, RecordKind
-from .texts import frames_of, innermost_user_frame, ray_death, shape_of
+from .texts import causes_of, frames_of, innermost_user_frame, ray_death, shape_of
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _raise(base: RankFailure, record: RankRecord | None, error: RayRankError | N
     else:
         assert error is not None
         error_type, message, text = error.error_type, error.message, error.traceback
-        frame, causes, window = innermost_user_frame(frames_of(text)), error.causes, None
+        frame, causes, window = innermost_user_frame(frames_of(text)), error.causes or causes_of(text), None
     return RankFailure(
         base.rank, base.node, base.gpus, Kind.RAISED, shape_of(error_type, message, causes), error_type, message,
         frame, text, None, base.by_ray, base.alive_after, window,

@@ -48,6 +48,10 @@ RAY_WORKER_EXITED = "Worker unexpectedly exits with a connection error code"
 _MEMORY_LINE = re.compile(r"Memory on the node \(IP: [^)]*\) was [^\n;(]*")
 _PROCESS_GB = re.compile(r"actual memory used=([\d.]+)GB")
 _EXIT = re.compile(r"Worker exit type: (\w+)(?: Worker exit detail: ([^.\n]*))?")
+_CHAINED = re.compile(
+    r"\n\s*(?:The above exception was the direct cause of the following exception:|"
+    r"During handling of the above exception, another exception occurred:)\s*\n"
+)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/ray_wandb_nodes/")
 _STDLIB = re.compile(r"/lib/python3\.\d+/")
@@ -119,6 +123,18 @@ def frames_of(traceback_text: str) -> list[UserFrame]:
             code = ""
         out.append(UserFrame(m["file"], int(m["line"]), m["function"].strip(), code))
     return out
+
+
+def causes_of(traceback_text: str) -> tuple[str, ...]:
+    """The causes a traceback's text shows (``Type: message`` each, the nearest first): what Ray
+    keeps of a raise has lost the exception's ``__cause__`` and ``__context__``, not their text."""
+    blocks = _CHAINED.split(traceback_text)
+    out = []
+    for block in blocks[:-1]:
+        last = next((line.strip() for line in reversed(block.splitlines()) if line.strip()), "")
+        if last and not _FRAME.match(last):
+            out.append(last)
+    return tuple(reversed(out))
 
 
 def is_library(file: str) -> bool:

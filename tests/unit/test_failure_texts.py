@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ray_wandb_nodes._failure import Kind, Shape, UserFrame, innermost_user_frame, ray_death, shape_of
-from ray_wandb_nodes._failure.texts import frames_of, short_message
+from ray_wandb_nodes._failure.texts import causes_of, frames_of, short_message
 from tests.unit.failure_fixtures import ray_captures, records, world
 
 
@@ -118,3 +118,16 @@ def test_short_messages_drop_gloo_s_source_and_advice() -> None:
     short = short_message(message)
     assert short.startswith("Connection closed by peer [127.0.0.1]:") and "typically" not in short
     assert world("kill")["world"] == 4
+
+
+def test_the_causes_a_traceback_s_text_shows() -> None:
+    gloo = next(m for m in gloo_messages().values() if "Connection closed by peer" in m)
+    text = (
+        'Traceback (most recent call last):\n  File "/job/train.py", line 9, in step\n    dist.all_reduce(t)\n'
+        f"RuntimeError: {gloo}\n\nThe above exception was the direct cause of the following exception:\n\n"
+        'Traceback (most recent call last):\n  File "/job/train.py", line 12, in loop\n    step()\n'
+        "SyncError: could not sync the gradients\n"
+    )  # fmt: skip
+    assert causes_of(text) == (f"RuntimeError: {gloo.splitlines()[-1]}",)
+    assert shape_of("SyncError", "could not sync the gradients", causes_of(text)) is Shape.PEER_CLOSED
+    assert causes_of('Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: x\n') == ()
