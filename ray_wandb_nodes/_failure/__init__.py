@@ -1,0 +1,53 @@
+"""Failures: why a job failed, named in its run.
+
+``record`` is a rank's own record of how it ended (written where its Python can still act,
+beside its hang beacon); ``node`` is what the node's logger tells of its ranks from outside
+(records, processes gone, the cgroup's OOM kills); ``table`` joins those with what Ray's
+controller saw into one row a failing rank; ``choose`` names the first death the cause and
+the rest its consequence; ``words`` writes the alert, the summary fields and the files.
+``texts`` reads the libraries' words (gloo, NCCL, Ray). Nothing here imports Ray or wandb:
+``_ray_failures`` reads Ray's objects into these values.
+"""
+
+from .choose import Cause, Verdict, choose
+from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
+from .node import DeathWatch, Gone, NodeFacts, OomCounter, node_facts, oom_kills, process_gone
+from .record import RankRecord, RankRecorder, RecordKind, read_records, type_name
+from .table import RankPlace, rank_failures
+from .texts import innermost_user_frame, ray_death, shape_of
+from .words import FailureNotice, FailureSummary, failure_notice, recovered_notice
+
+__all__ = [
+    "Cause",
+    "DeathWatch",
+    "FailureNotice",
+    "FailureSummary",
+    "Gone",
+    "Kind",
+    "NodeFacts",
+    "OomCounter",
+    "OomEvidence",
+    "RankFailure",
+    "RankPlace",
+    "RankRecord",
+    "RankRecorder",
+    "RayPoll",
+    "RayRankError",
+    "RecordKind",
+    "Shape",
+    "UserFrame",
+    "Verdict",
+    "Window",
+    "choose",
+    "failure_notice",
+    "innermost_user_frame",
+    "node_facts",
+    "oom_kills",
+    "process_gone",
+    "rank_failures",
+    "ray_death",
+    "read_records",
+    "recovered_notice",
+    "shape_of",
+    "type_name",
+]

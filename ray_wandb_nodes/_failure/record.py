@@ -1,0 +1,187 @@
+"""A rank's own record of how it ended, written where its Python can still act, beside its hang
+beacon (``rank-<rank>.<pid>.failure.json`` in the run's folder on its node), so that the node's
+logger reads it even when Ray's controller only saw the cascade, or saw nothing yet.
+
+- :meth:`RankRecorder.raised`: the train function's exception, as it leaves the function
+  (Ray's training thread hands it over, see ``_ray_failures.hook_train_errors``): its type and
+  message, its traceback, its causes, the innermost frame of the user's code and the moment, on
+  this node's monotonic clock (the beacon's). Written once, at failure: nothing on the hot path.
+- :meth:`RankRecorder.stopped`: Ray asked the worker to shut down (its orderly stop after a
+  decision), so a process that is gone afterwards was stopped, not killed.
+
+A process killed outright (SIGKILL, the kernel's OOM killer) writes nothing: its absence, with
+the process gone, is the node's evidence (``node``). Recording never raises and never keeps the
+exception: the caller hands it on untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .facts import UserFrame
+from .texts import innermost_user_frame
+
+RAISED_SUFFIX, STOPPED_SUFFIX = ".failure.json", ".stopped.json"
+MAX_TRACEBACK = 256 * 1024  # characters of a traceback kept (its head and its tail past that)
+MAX_MESSAGE = 4000
+MAX_CAUSES = 8
+
+
+class RecordKind(enum.Enum):
+    RAISED = "raised"  # the train function raised
+    STOPPED = "stopped"  # Ray asked the worker to shut down
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What a rank wrote of its end (``to_json``/``from_json`` cross the process boundary)."""
+
+    rank: int
+    pid: int
+    kind: RecordKind
+    mono_ns: int  # this node's CLOCK_MONOTONIC: comparable with its other ranks' and its beacons'
+    wall: float  # epoch seconds, for people: never compared across hosts
+    error_type: str = ""
+    message: str = ""
+    traceback: str = ""
+    frame: UserFrame | None = None
+    causes: tuple[str, ...] = ()  # "Type: message" of each cause, the nearest first
+    thread: str = ""
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["kind"] = self.kind.value
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RankRecord:
+        data: Any = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a rank's record is a JSON object, not {type(data).__name__}")
+        frame = data.get("frame")
+        return cls(
+            rank=int(data["rank"]),
+            pid=int(data["pid"]),
+            kind=RecordKind(data["kind"]),
+            mono_ns=int(data["mono_ns"]),
+            wall=float(data["wall"]),
+            error_type=str(data.get("error_type", "")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+            frame=UserFrame(**frame) if isinstance(frame, dict) else None,
+            causes=tuple(str(c) for c in data.get("causes", ())),
+            thread=str(data.get("thread", "")),
+        )
+
+
+def type_name(exc: BaseException) -> str:
+    """``ValueError``; ``torch.OutOfMemoryError`` (a builtin's module left out)."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def record_of(rank: int, exc: BaseException, kind: RecordKind = RecordKind.RAISED) -> RankRecord:
+    """The record of ``exc`` as this process sees it now."""
+    summary = traceback.extract_tb(exc.__traceback__)
+    frames = [UserFrame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in summary]
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > MAX_TRACEBACK:
+        half = MAX_TRACEBACK // 2
+        text = f"{text[:half]}\n... ({len(text) - MAX_TRACEBACK} characters left out) ...\n{text[-half:]}"
+    return RankRecord(
+        rank=rank,
+        pid=os.getpid(),
+        kind=kind,
+        mono_ns=time.monotonic_ns(),
+        wall=time.time(),
+        error_type=type_name(exc),
+        message=_bounded(_message(exc)),
+        traceback=text,
+        frame=innermost_user_frame(frames),
+        causes=tuple(f"{type_name(c)}: {_bounded(_message(c), 500)}" for c in _causes(exc)),
+        thread=threading.current_thread().name,
+    )
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return f"<{type(exc).__name__}: its message could not be read>"
+
+
+def _bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen = {id(exc)}
+    current: BaseException | None = exc.__cause__ or exc.__context__
+    while current is not None and id(current) not in seen and len(out) < MAX_CAUSES:
+        out.append(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return out
+
+
+class RankRecorder:
+    """One rank's recorder: writes its records into ``directory`` (the run's beacon folder on this
+    node). Every method swallows its own failures: a record is never worth a changed error."""
+
+    def __init__(self, directory: Path, rank: int) -> None:
+        self.directory = Path(directory)
+        self.rank = rank
+
+    def path(self, suffix: str, pid: int | None = None) -> Path:
+        return self.directory / f"rank-{self.rank}.{os.getpid() if pid is None else pid}{suffix}"
+
+    def raised(self, exc: BaseException) -> bool:
+        """Record ``exc``, the exception leaving the train function; whether it was written."""
+        try:
+            write_atomic(self.path(RAISED_SUFFIX), record_of(self.rank, exc).to_json())
+            return True
+        except Exception:  # noqa: BLE001 - never in the way of the user's exception
+            return False
+
+    def stopped(self) -> bool:
+        """Record that Ray is stopping this worker (its shutdown call); whether it was written."""
+        try:
+            record = RankRecord(self.rank, os.getpid(), RecordKind.STOPPED, time.monotonic_ns(), time.time())
+            write_atomic(self.path(STOPPED_SUFFIX), record.to_json())
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a record)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def read_records(directory: Path) -> list[RankRecord]:
+    """Every rank's record in ``directory`` (unreadable or torn files left out), by rank."""
+    out = []
+    for suffix in (RAISED_SUFFIX, STOPPED_SUFFIX):
+        for path in Path(directory).glob(f"rank-*{suffix}"):
+            try:
+                out.append(RankRecord.from_json(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return sorted(out, key=lambda r: (r.rank, r.mono_ns))
