@@ -36,7 +36,7 @@ from .lines import Stream
 READ_BYTES = 64 << 10  # one read
 POLL_BYTES = 1 << 20  # at most this much of one file per poll
 MAX_BACKLOG, KEEP_BYTES = 8 << 20, 256 << 10
-SUFFIX = {Stream.OUT: "out", Stream.ERR: "err"}
+SUFFIX = {Stream.ERR: "err", Stream.OUT: "out"}  # stderr first: see rank.py's EchoFilter
 
 
 def worker_files(logs_dir: str | os.PathLike[str], pid: int) -> dict[Stream, Path]:

@@ -3,7 +3,10 @@
 Ray Train V2 sends a train function's ``print`` to the root logger, whose handler writes it to
 stderr; Ray 2.60 also writes it to stdout (``patch_print.redirected_print`` tees when
 ``sys.stdout`` is not ``sys.__stdout__``, which is always so in a Ray worker). Each print would
-be in the run twice: :class:`EchoFilter` keeps the first of a line written to both streams.
+be in the run twice: :class:`EchoFilter` keeps the first of a line written to both streams. The
+tailer reads stderr first, so that copy is the one kept: stderr then holds a rank's prints, its
+logging, its progress bars and its traceback in the order written. (Lines of the two streams
+read in one poll are not ordered between them: the files carry no times.)
 """
 
 from __future__ import annotations
@@ -18,42 +21,44 @@ ECHO_WINDOW_S, ECHO_LINES = 5.0, 512  # the two copies of a print are written mi
 
 class EchoFilter:
     """A line written to one stream is dropped when the same line was written to the other stream
-    in the last ``window_s`` and not yet matched. Bounded: at most ``size`` lines remembered."""
+    in the last ``window_s`` and not yet matched. Bounded: at most ``size`` lines remembered, each
+    by its hash (a collision drops one line in 2**64)."""
 
     def __init__(self, window_s: float = ECHO_WINDOW_S, size: int = ECHO_LINES) -> None:
         self._window = window_s
         self._size = size
         self._seq = 0
-        # text -> (the stream of its unmatched copies, their sequence numbers, oldest first)
-        self._pending: dict[str, tuple[Stream, deque[int]]] = {}
-        self._order: deque[tuple[str, int, float]] = deque()  # (text, seq, when), oldest first
+        # hash of a text -> (the stream of its unmatched copies, their sequence numbers, oldest first)
+        self._pending: dict[int, tuple[Stream, deque[int]]] = {}
+        self._order: deque[tuple[int, int, float]] = deque()  # (hash, seq, when), oldest first
 
     def admit(self, stream: Stream, text: str, now: float) -> bool:
         self._expire(now)
-        waiting = self._pending.get(text)
+        key = hash(text)
+        waiting = self._pending.get(key)
         if waiting is not None and waiting[0] is not stream:
             seqs = waiting[1]
             seqs.popleft()
             if not seqs:
-                del self._pending[text]
+                del self._pending[key]
             return False
         self._seq += 1
         if waiting is None:
-            self._pending[text] = (stream, deque([self._seq]))
+            self._pending[key] = (stream, deque([self._seq]))
         else:
             waiting[1].append(self._seq)
-        self._order.append((text, self._seq, now))
+        self._order.append((key, self._seq, now))
         return True
 
     def _expire(self, now: float) -> None:
         order = self._order
         while order and (len(order) > self._size or now - order[0][2] > self._window):
-            text, seq, _ = order.popleft()
-            waiting = self._pending.get(text)
+            key, seq, _ = order.popleft()
+            waiting = self._pending.get(key)
             if waiting is not None and waiting[1] and waiting[1][0] == seq:
                 waiting[1].popleft()
                 if not waiting[1]:
-                    del self._pending[text]
+                    del self._pending[key]
 
     def __len__(self) -> int:
         return len(self._order)

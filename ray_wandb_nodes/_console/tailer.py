@@ -38,6 +38,10 @@ END_WAIT_S = 2.0
 Sink = Callable[[Sequence[ConsoleLine]], None]
 
 
+def _ERR_FIRST(item: tuple[Stream, FileFollower]) -> int:  # noqa: N802 - a sort key, named as a constant
+    return 0 if item[0] is Stream.ERR else 1
+
+
 @dataclass(frozen=True)
 class RankProcess:
     """A rank of this node's current attempt and its process (the train worker actor's)."""
@@ -291,7 +295,7 @@ class ConsoleTailer:
 
     def _read(self, watched: _Watched, now: float) -> list[ConsoleLine]:
         lines: list[ConsoleLine] = []
-        for stream, follower in watched.files.items():
+        for stream, follower in sorted(watched.files.items(), key=_ERR_FIRST):
             chunk = follower.read()
             if chunk.skipped:
                 lines += watched.console.skipped(stream, chunk.skipped, now)
@@ -302,7 +306,7 @@ class ConsoleTailer:
     def _drain(self, watched: _Watched, now: float) -> list[ConsoleLine]:
         """Read the rank's files to their ends, end its open lines and close them."""
         lines: list[ConsoleLine] = []
-        for stream, follower in watched.files.items():
+        for stream, follower in sorted(watched.files.items(), key=_ERR_FIRST):
             while True:
                 chunk = follower.read()
                 if chunk.skipped:

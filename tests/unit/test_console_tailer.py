@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._console import ConsoleLine, ConsoleTailer, Kind, RankProcess, plan_console
+from ray_wandb_nodes._console import ConsoleLine, ConsoleTailer, Kind, RankProcess, Stream, plan_console
 from ray_wandb_nodes._warn import Warner
 from tests.support.wait import wait_until
 
@@ -35,9 +35,9 @@ class Collected:
         with self._lock:
             self.lines += lines
 
-    def texts(self, rank: int) -> list[str]:
+    def texts(self, rank: int, stream: Stream | None = None) -> list[str]:
         with self._lock:
-            return [x.text for x in self.lines if x.rank == rank]
+            return [x.text for x in self.lines if x.rank == rank and stream in (None, x.stream)]
 
 
 class Ranks:
@@ -94,10 +94,11 @@ def test_a_rank_that_raises_has_its_last_lines_and_traceback_in_the_console_when
     one = sink.texts(1)
     assert {f"hello from pid {pid1}", f"a warning from pid {pid1}", "100%|##########|", "about to fail"} <= set(one)
     # Each stream in order (the two streams' lines interleave as they are read, not as written).
-    err = [x.text for x in sink.lines if x.rank == 1 and x.stream.value == "stderr"]
+    err = sink.texts(1, Stream.ERR)
     assert err[err.index("Traceback (most recent call last):") :][-1] == "ValueError: bad shard 17"
     assert [x for x in err if x.startswith("  File ")][-1].endswith("in main")
-    assert sink.texts(0)[-1] == "the last line, exit 0"
+    assert sink.texts(1, Stream.OUT)[-1] == "about to fail"
+    assert sink.texts(0, Stream.OUT)[-1] == "the last line, exit 0"
 
 
 def test_a_rank_killed_by_sigkill_has_its_last_line_in_the_console(ranks: Ranks) -> None:
@@ -107,7 +108,7 @@ def test_a_rank_killed_by_sigkill_has_its_last_line_in_the_console(ranks: Ranks)
     t.watch([RankProcess(1, pid1)])
     ranks.go_and_wait()
     end(t, failed=True)
-    assert sink.texts(1)[-1] == "the last line before SIGKILL"
+    assert sink.texts(1, Stream.OUT)[-1] == "the last line before SIGKILL"
 
 
 def test_a_healthy_attempt_sends_rank_0_live_and_nothing_of_the_others(ranks: Ranks) -> None:
@@ -139,7 +140,7 @@ def test_a_rank_that_died_before_it_was_watched_is_read_all_the_same(ranks: Rank
     t = tailer(ranks, sink)
     t.watch([RankProcess(1, pid1)])
     end(t, failed=True)
-    assert sink.texts(1)[-1] == "ValueError: bad shard 17"
+    assert sink.texts(1, Stream.ERR)[-1] == "ValueError: bad shard 17"
 
 
 def test_all_sends_every_rank_live_within_its_share_then_its_last_lines(ranks: Ranks) -> None:
