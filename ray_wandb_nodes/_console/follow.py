@@ -34,7 +34,7 @@ from typing import NamedTuple
 from .lines import Stream
 
 READ_BYTES = 64 << 10  # one read
-POLL_BYTES = 1 << 20  # at most this much of one file per poll
+POLL_BYTES = 1 << 20  # at most this much of one file per read() call
 MAX_BACKLOG, KEEP_BYTES = 8 << 20, 256 << 10
 SUFFIX = {Stream.ERR: "err", Stream.OUT: "out"}  # stderr first: see rank.py's EchoFilter
 

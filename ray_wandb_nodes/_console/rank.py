@@ -16,7 +16,10 @@ from collections import deque
 from .budget import RankBudget
 from .lines import PROGRESS_EVERY_S, ConsoleLine, Kind, LineSplitter, Piece, Stream
 
-ECHO_WINDOW_S, ECHO_LINES = 5.0, 512  # the two copies of a print are written microseconds apart
+# The two copies of a print are written microseconds apart; the tailer reads the two streams in
+# turns of 64 KiB (about 600 lines of 100 bytes), so the copies it sees apart are a few turns' lines.
+ECHO_WINDOW_S, ECHO_LINES = 5.0, 2048
+SKIP_NOTE_EVERY_S = 30.0
 
 
 class EchoFilter:
@@ -76,6 +79,8 @@ class RankConsole:
         self.budget = budget
         self._streams = {s: LineSplitter(progress_every_s=progress_every_s) for s in Stream}
         self._echo = EchoFilter()
+        self._skipped = dict.fromkeys(Stream, 0)  # bytes skipped and not yet said
+        self._skip_said: dict[Stream, float] = {}
 
     def feed(self, stream: Stream, data: bytes, now: float) -> list[ConsoleLine]:
         return self._route(stream, self._streams[stream].feed(data, now), now)
@@ -89,13 +94,25 @@ class RankConsole:
         return out
 
     def skipped(self, stream: Stream, nbytes: int, now: float) -> list[ConsoleLine]:
-        """``nbytes`` of ``stream`` were not read (written faster than they could be)."""
+        """``nbytes`` of ``stream`` were not read (written faster than they could be): said at most
+        once every ``SKIP_NOTE_EVERY_S`` a stream, the bytes of the skips in between summed."""
         out = self._route(stream, self._streams[stream].resync(), now)
-        return [*out, self._note(stream, f"{nbytes:,} bytes of its {stream.value} skipped: written faster than read")]
+        self._skipped[stream] += nbytes
+        last = self._skip_said.get(stream)
+        if last is None or now - last >= SKIP_NOTE_EVERY_S:
+            out += self._skip_note(stream, now)
+        return out
 
     def close(self, stream: Stream, now: float) -> list[ConsoleLine]:
         """``stream`` ended (its process is gone, its file read to the end)."""
-        return self._route(stream, self._streams[stream].close(), now)
+        return self._route(stream, self._streams[stream].close(), now) + self._skip_note(stream, now)
+
+    def _skip_note(self, stream: Stream, now: float) -> list[ConsoleLine]:
+        nbytes, self._skipped[stream] = self._skipped[stream], 0
+        if not nbytes:
+            return []
+        self._skip_said[stream] = now
+        return [self._note(stream, f"{nbytes:,} bytes of its {stream.value} skipped: written faster than read")]
 
     def end(self, failed: bool, limit: int) -> list[ConsoleLine]:
         """The attempt ended: the lines kept back, when they are wanted (see ``budget``)."""

@@ -7,7 +7,7 @@ run). Nothing runs in the rank's process: the cost is this thread's, on the logg
 
 The thread owns every piece of its state; the logger's other threads send it commands
 (:class:`Watch`, :class:`EndAttempt`, :class:`Finish`) and never touch it. Its cost is bounded
-whatever the ranks print: each poll reads at most ``follow.POLL_BYTES`` of each file, holds at most
+whatever the ranks print: it reads at most ``READ_RATE`` bytes a second of all files, holds at most
 one open line a stream (``lines.MAX_LINE_BYTES``), one ring of last lines a rank
 (``budget.TAIL_MAX``) and a few hundred remembered lines for echoes (``rank.ECHO_LINES``).
 """
@@ -25,11 +25,15 @@ from pathlib import Path
 
 from .._warn import Warner, describe
 from .budget import ConsolePlan, RankBudget
-from .follow import FileFollower, worker_files
+from .follow import READ_BYTES, FileFollower, worker_files
 from .lines import PROGRESS_EVERY_S, ConsoleLine, Kind, Stream
 from .rank import RankConsole
 
 POLL_S = 0.5
+# Bytes a second the node reads of all its ranks' files together (~20,000 lines of 100 bytes): the
+# bound on the thread's CPU (bench/console_cost.py: ~4 % of a core a MiB a second on 2 loaded
+# cores). A rank that writes faster falls behind and, past follow.MAX_BACKLOG, is skipped ahead.
+READ_RATE = 2 << 20
 FIND_S = 30.0  # a rank's files looked for at every poll this long, then every FIND_LATER_S
 FIND_LATER_S = 10.0
 # How long an attempt's end waits for a rank's process that is still alive (Ray ends the workers
@@ -142,6 +146,7 @@ class ConsoleTailer:
         *,
         warner: Warner | None = None,
         poll_s: float = POLL_S,
+        read_rate: int = READ_RATE,
         progress_every_s: float = PROGRESS_EVERY_S,
         from_end: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -151,6 +156,7 @@ class ConsoleTailer:
         self._sink = sink
         self._warner = warner or Warner()
         self._poll_s = poll_s
+        self._read_rate = read_rate
         self._every = progress_every_s
         self._from_end = from_end
         self._clock = clock
@@ -259,6 +265,8 @@ class ConsoleTailer:
     def _poll(self) -> None:
         now = self._clock()
         self._find(now)
+        reading = sum(1 for w in self._watched.values() if w.files and not w.ended)
+        share = max(READ_BYTES, int(self._read_rate * self._poll_s) // max(reading, 1))
         lines: list[ConsoleLine] = []
         for watched in self._watched.values():
             if watched.ended:
@@ -266,7 +274,7 @@ class ConsoleTailer:
             if watched.files and not watched.alive():
                 lines += self._drain(watched, now)  # its process is gone: nothing more comes
                 continue
-            lines += self._read(watched, now)
+            lines += self._read(watched, now, share)
             lines += watched.console.tick(now)
         self._send(lines)
 
@@ -293,27 +301,31 @@ class ConsoleTailer:
                     "its console is not in the run (RAY_LOG_TO_STDERR=1 keeps it out of files)",
                 )
 
-    def _read(self, watched: _Watched, now: float) -> list[ConsoleLine]:
+    def _read(self, watched: _Watched, now: float, limit: int | None) -> list[ConsoleLine]:
+        """What the rank's files grew by, at most ``limit`` bytes of the two (None: to their ends),
+        in turns of one read a stream, stderr first, so that the two copies of a print are read
+        close together (see ``rank.EchoFilter``). What is not read now is read at the next poll,
+        or skipped once a file is far behind (``follow.MAX_BACKLOG``)."""
         lines: list[ConsoleLine] = []
-        for stream, follower in sorted(watched.files.items(), key=_ERR_FIRST):
-            chunk = follower.read()
-            if chunk.skipped:
-                lines += watched.console.skipped(stream, chunk.skipped, now)
-            if chunk.data:
-                lines += watched.console.feed(stream, chunk.data, now)
+        left = limit
+        turn = sorted(watched.files.items(), key=_ERR_FIRST)
+        while turn and (left is None or left > 0):
+            for stream, follower in list(turn):
+                chunk = follower.read(READ_BYTES if left is None else max(min(READ_BYTES, left), 1))
+                if chunk.skipped:
+                    lines += watched.console.skipped(stream, chunk.skipped, now)
+                if chunk.data:
+                    lines += watched.console.feed(stream, chunk.data, now)
+                    if left is not None:
+                        left -= len(chunk.data)
+                else:
+                    turn.remove((stream, follower))
         return lines
 
     def _drain(self, watched: _Watched, now: float) -> list[ConsoleLine]:
         """Read the rank's files to their ends, end its open lines and close them."""
-        lines: list[ConsoleLine] = []
+        lines = self._read(watched, now, None)
         for stream, follower in sorted(watched.files.items(), key=_ERR_FIRST):
-            while True:
-                chunk = follower.read()
-                if chunk.skipped:
-                    lines += watched.console.skipped(stream, chunk.skipped, now)
-                if not chunk.data:
-                    break
-                lines += watched.console.feed(stream, chunk.data, now)
             lines += watched.console.close(stream, now)
             follower.close()
         watched.ended = True

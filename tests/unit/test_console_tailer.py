@@ -178,3 +178,42 @@ def test_off_watches_nothing(ranks: Ranks) -> None:
     ranks.go_and_wait()
     end(t, failed=True)
     assert sink.lines == []
+
+
+def test_each_poll_reads_a_bounded_share_of_a_rank_s_backlog(tmp_path: Path) -> None:
+    # The rank is this test's own process (alive for the whole test); its file holds 1 MiB of
+    # lines before the tailer starts. At 1 MiB/s and a poll of 50 ms, a poll's share is one read
+    # of 64 KiB: each handing to the sink is at most that many lines (and one open line's end).
+    import os
+
+    from tests.support.console_rank import worker_file
+
+    line = b"x" * 99 + b"\n"
+    worker_file(tmp_path, os.getpid(), "out").write_bytes(line * ((1 << 20) // len(line)))
+    worker_file(tmp_path, os.getpid(), "err").write_bytes(b"")
+    batches: list[int] = []
+    t = ConsoleTailer(
+        plan_console("all", 1, 1), tmp_path, lambda lines: batches.append(len(lines)), poll_s=0.05, read_rate=1 << 20
+    ).start()
+    t.watch([RankProcess(0, os.getpid())])
+    wait_until(lambda: sum(batches) >= (1 << 20) // len(line), WAIT_S, lambda: f"every line; got {sum(batches)}")
+    assert t.finish(failed=False, timeout=WAIT_S)
+    assert max(batches) <= (64 << 10) // len(line) + 1
+    assert len(batches) >= (1 << 20) // (64 << 10)
+
+
+def test_skips_are_said_at_most_every_30_s_with_their_bytes_summed() -> None:
+    from ray_wandb_nodes._console import RankBudget, RankConsole, Stream
+
+    rank = RankConsole(0, RankBudget(live=100, tail=10))
+    said = [(t, [x.text for x in rank.skipped(Stream.OUT, 1_000, now=t)]) for t in (0.0, 10.0, 20.0, 40.0, 50.0)]
+    assert said == [
+        (0.0, ["1,000 bytes of its stdout skipped: written faster than read"]),
+        (10.0, []),
+        (20.0, []),
+        (40.0, ["3,000 bytes of its stdout skipped: written faster than read"]),
+        (50.0, []),
+    ]
+    assert [x.text for x in rank.close(Stream.OUT, now=51.0)] == [
+        "1,000 bytes of its stdout skipped: written faster than read"
+    ]
