@@ -34,6 +34,7 @@ POLL_S = 0.5
 # bound on the thread's CPU (bench/console_cost.py: ~4 % of a core a MiB a second on 2 loaded
 # cores). A rank that writes faster falls behind and, past follow.MAX_BACKLOG, is skipped ahead.
 READ_RATE = 2 << 20
+SEND_LINES = 2_000  # lines held before they go to the sink, within a poll or a drain
 FIND_S = 30.0  # a rank's files looked for at every poll this long, then every FIND_LATER_S
 FIND_LATER_S = 10.0
 # How long an attempt's end waits for a rank's process that is still alive (Ray ends the workers
@@ -276,6 +277,9 @@ class ConsoleTailer:
                 continue
             lines += self._read(watched, now, share)
             lines += watched.console.tick(now)
+            if len(lines) >= SEND_LINES:
+                self._send(lines)
+                lines = []
         self._send(lines)
 
     def _find(self, now: float) -> None:
@@ -320,6 +324,9 @@ class ConsoleTailer:
                         left -= len(chunk.data)
                 else:
                     turn.remove((stream, follower))
+            if len(lines) >= SEND_LINES:  # a long drain holds a batch at a time, never the files
+                self._send(lines)
+                lines = []
         return lines
 
     def _drain(self, watched: _Watched, now: float) -> list[ConsoleLine]:
