@@ -105,6 +105,11 @@ class RankBudget:
             return None, f"the run's console share of this rank ({self._live_total:,} lines) is spent{keep}"
         return None, None
 
+    def replan(self, live: int) -> None:
+        """The run's plan changed: this rank's live share over the run is ``live`` now."""
+        sent = self._live_total - self.live_left
+        self._live_total, self.live_left = live, max(live - sent, 0)
+
     @property
     def live_spent(self) -> bool:
         return self._live_total > 0 and self.live_left == 0

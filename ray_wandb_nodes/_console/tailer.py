@@ -57,9 +57,11 @@ class RankProcess:
 
 @dataclass(frozen=True)
 class Watch:
-    """The ranks of this node's current attempt; ranks watched before and not here end (failed)."""
+    """The ranks of this node's current attempt; ranks watched before and not here end (failed).
+    ``plan``: the run's budget anew (the worker group changed size); what was sent counts still."""
 
     ranks: tuple[RankProcess, ...]
+    plan: ConsolePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,8 @@ class ConsoleTailer:
             self._thread.start()
         return self
 
-    def watch(self, ranks: Sequence[RankProcess]) -> None:
-        self._commands.put(Watch(tuple(ranks)))
+    def watch(self, ranks: Sequence[RankProcess], plan: ConsolePlan | None = None) -> None:
+        self._commands.put(Watch(tuple(ranks), plan))
 
     def end_attempt(self, failed: bool) -> None:
         self._commands.put(EndAttempt(failed))
@@ -187,7 +189,7 @@ class ConsoleTailer:
         """End the run's console within ``timeout`` s; whether every line reached the sink in time."""
         command = Finish(failed)
         self._commands.put(command)
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():  # never started, or finished before
             return True
         done = command.done.wait(timeout)
         return done
@@ -212,7 +214,7 @@ class ConsoleTailer:
     def _handle(self, command: Command) -> bool:
         """Apply ``command``; True when the thread is to stop."""
         if isinstance(command, Watch):
-            self._guarded(lambda: self._watch(command.ranks))
+            self._guarded(lambda: self._watch(command.ranks, command.plan))
         elif isinstance(command, EndAttempt):
             self._guarded(lambda: self._end(command.failed))
         else:
@@ -227,7 +229,12 @@ class ConsoleTailer:
         except Exception as e:  # noqa: BLE001 - the ranks' console must never fail the logger
             self._warner.warn(f"console:{type(e).__name__}", f"the ranks' console lines stopped a step ({describe(e)})")
 
-    def _watch(self, ranks: tuple[RankProcess, ...]) -> None:
+    def _watch(self, ranks: tuple[RankProcess, ...], plan: ConsolePlan | None) -> None:
+        if plan is not None and plan != self.plan:
+            sent = self.plan.node_tails - self._tails_left
+            self.plan, self._tails_left = plan, max(plan.node_tails - sent, 0)
+            for rank, budget in self._budgets.items():
+                budget.replan(plan.live(rank))
         if not self.plan.on:
             return
         now = self._clock()

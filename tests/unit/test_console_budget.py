@@ -180,3 +180,13 @@ def test_a_node_whose_share_of_last_lines_is_spent_says_so() -> None:
         "its last 5 lines not sent: this node's share of the run's last lines is spent",
         [],
     )
+
+
+def test_a_new_plan_keeps_what_a_rank_already_sent() -> None:
+    budget = RankBudget(live=10, tail=5)
+    for i in range(4):
+        budget.admit(line(str(i)))
+    budget.replan(live=6)  # the worker group grew: every rank's share is smaller
+    assert budget.live_left == 2
+    budget.replan(live=3)
+    assert budget.live_left == 0 and budget.live_spent

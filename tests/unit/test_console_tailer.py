@@ -5,17 +5,29 @@ when their attempt fails; a healthy attempt sends none of another rank's lines; 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._console import ConsoleLine, ConsoleTailer, Kind, RankProcess, Stream, plan_console
+from ray_wandb_nodes._console import (
+    ConsoleLine,
+    ConsoleTailer,
+    Kind,
+    RankBudget,
+    RankConsole,
+    RankProcess,
+    Stream,
+    plan_console,
+)
 from ray_wandb_nodes._warn import Warner
+from tests.support.console_rank import worker_file
 from tests.support.wait import wait_until
 
 WAIT_S = 30.0  # a process's start and end on 2 loaded cores: seconds at worst, waited on as events
@@ -184,10 +196,6 @@ def test_each_poll_reads_a_bounded_share_of_a_rank_s_backlog(tmp_path: Path) -> 
     # The rank is this test's own process (alive for the whole test); its file holds 1 MiB of
     # lines before the tailer starts. At 1 MiB/s and a poll of 50 ms, a poll's share is one read
     # of 64 KiB: each handing to the sink is at most that many lines (and one open line's end).
-    import os
-
-    from tests.support.console_rank import worker_file
-
     line = b"x" * 99 + b"\n"
     worker_file(tmp_path, os.getpid(), "out").write_bytes(line * ((1 << 20) // len(line)))
     worker_file(tmp_path, os.getpid(), "err").write_bytes(b"")
@@ -203,8 +211,6 @@ def test_each_poll_reads_a_bounded_share_of_a_rank_s_backlog(tmp_path: Path) -> 
 
 
 def test_skips_are_said_at_most_every_30_s_with_their_bytes_summed() -> None:
-    from ray_wandb_nodes._console import RankBudget, RankConsole, Stream
-
     rank = RankConsole(0, RankBudget(live=100, tail=10))
     said = [(t, [x.text for x in rank.skipped(Stream.OUT, 1_000, now=t)]) for t in (0.0, 10.0, 20.0, 40.0, 50.0)]
     assert said == [
@@ -217,3 +223,11 @@ def test_skips_are_said_at_most_every_30_s_with_their_bytes_summed() -> None:
     assert [x.text for x in rank.close(Stream.OUT, now=51.0)] == [
         "1,000 bytes of its stdout skipped: written faster than read"
     ]
+
+
+def test_finishing_twice_returns_at_once(ranks: Ranks) -> None:
+    t = tailer(ranks, Collected())
+    assert t.finish(failed=False, timeout=WAIT_S)
+    started = time.monotonic()
+    assert t.finish(failed=False, timeout=WAIT_S)  # the thread is gone: nothing to wait for
+    assert time.monotonic() - started < WAIT_S / 2
