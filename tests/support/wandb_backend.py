@@ -70,6 +70,34 @@ class ArtifactRecord:
         return {path: e["ref"] for path, e in entries.items() if e.get("ref")}
 
 
+_LEGACY_LINE = re.compile(
+    r"^(?P<error>ERROR )?(?P<ts>\d{4}-\d\d-\d\dT[\d:.]+) (?:\[(?P<label>[^\]]*)\] )?(?P<text>.*)$", re.S
+)
+
+
+@dataclass(frozen=True)
+class ConsoleLogLine:
+    """One console line as the run stores it: the writer's label, ``"error"`` for a line wandb
+    captured from stderr, and the text. wandb-core sends ``<ts> [label] text`` (``ERROR `` first for
+    stderr), or JSON ``{"level", "ts", "label", "content"}`` where the server advertises
+    ``STRUCTURED_CONSOLE_LOGS`` (``core/internal/runconsolelogs/runlogschangemodel.go``)."""
+
+    label: str | None
+    level: str | None
+    text: str
+    structured: bool
+
+    @classmethod
+    def parse(cls, line: str) -> ConsoleLogLine:
+        if line.startswith("{"):
+            data = json.loads(line)
+            return cls(data.get("label"), data.get("level"), data["content"], True)
+        m = _LEGACY_LINE.match(line)
+        if m is None:
+            return cls(None, None, line, False)
+        return cls(m["label"], "error" if m["error"] else None, m["text"], False)
+
+
 @dataclass
 class RunRecord:
     """Everything the backend received for one run (entity, project, id)."""
@@ -122,6 +150,11 @@ class RunRecord:
     @property
     def output(self) -> list[str]:
         return [line for _, line in self._file_lines("output.log")]
+
+    def console(self) -> list[ConsoleLogLine]:
+        """The run's console lines (``output.log`` on the file_stream) from every writer, each
+        writer's in order, parsed from either format wandb-core sends (see ``ConsoleLogLine``)."""
+        return [ConsoleLogLine.parse(line) for line in self.output]
 
     def system_metrics(self) -> dict[str, dict[str, list[Any]]]:
         """label -> metric name -> values, from the labelled system-metric keys."""
@@ -240,6 +273,9 @@ class WandbTestBackend:
         # Requests answered without a handler: ("graphql", operation or query) or (method, path).
         self.unhandled: list[tuple[str, str]] = []
         self.faults = Faults()
+        # Server features it advertises (ServerFeaturesQuery), e.g. "STRUCTURED_CONSOLE_LOGS": each
+        # run's wandb-core asks once, so set it before the run starts.
+        self.features: set[str] = set()
         backend = self
 
         class Handler(_Handler):
@@ -412,7 +448,8 @@ class WandbTestBackend:
         }
 
     def _server_features(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
-        return {"data": {"serverInfo": {"features": []}}}
+        features = [{"name": name, "isEnabled": True} for name in sorted(self.features)]
+        return {"data": {"serverInfo": {"features": features}}}
 
     def _viewer(self, v: dict[str, Any], client_id: str | None) -> dict[str, Any]:
         return {

@@ -1,0 +1,43 @@
+"""The ranks' console in the run: what each rank prints, labelled by rank, in the run's Logs tab.
+
+Read on each node by its logger, from the files Ray already writes for every worker process
+(``follow``), never by redirecting a rank's file descriptors: nothing runs in the rank. ``lines``
+splits bytes into lines and collapses progress bars; ``budget`` keeps a run under W&B's 100,000
+lines (whose lines, how many, the last lines of a failed rank); ``rank`` is one rank's pipeline;
+``tailer`` is the logger's thread; ``sender`` writes the lines into the run. Nothing here imports
+Ray; ``sender`` alone uses wandb, and only the run it is given.
+"""
+
+from .budget import CONSOLE_MODES, PLUGIN_LINES, RUN_LINES, ConsoleMode, ConsolePlan, RankBudget, plan_console
+from .follow import FileFollower, worker_files
+from .lines import MAX_LINE_BYTES, PROGRESS_EVERY_S, ConsoleLine, Kind, LineSplitter, Stream
+from .rank import EchoFilter, RankConsole
+from .sender import RunConsole, format_line
+from .tailer import ConsoleTailer, EndAttempt, Finish, RankProcess, Watch
+
+__all__ = [
+    "CONSOLE_MODES",
+    "MAX_LINE_BYTES",
+    "PLUGIN_LINES",
+    "PROGRESS_EVERY_S",
+    "RUN_LINES",
+    "ConsoleLine",
+    "ConsoleMode",
+    "ConsolePlan",
+    "ConsoleTailer",
+    "EchoFilter",
+    "EndAttempt",
+    "FileFollower",
+    "Finish",
+    "Kind",
+    "LineSplitter",
+    "RankBudget",
+    "RankConsole",
+    "RankProcess",
+    "RunConsole",
+    "Stream",
+    "Watch",
+    "format_line",
+    "plan_console",
+    "worker_files",
+]
