@@ -108,6 +108,11 @@ class RelayOnNode:
             .remote(config)
         )
 
+    @property
+    def actor(self) -> Any:
+        """The relay's actor handle (None before :meth:`start` and after :meth:`stop`)."""
+        return self._actor
+
     def route(self, timeout_s: float) -> RelayRoute | None:
         """Where writers find the relay, once it listens (None: it did not within ``timeout_s``)."""
         import ray
