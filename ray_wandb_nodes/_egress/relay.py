@@ -24,11 +24,11 @@ about 14,200 lines: a general proxy server with plugins, a web server, TLS inter
 acceptor processes made with ``multiprocessing``, which a Ray worker should not fork), pproxy
 (MIT, 2.7.9, about 2,700 lines of many protocols and ciphers, upkeep slow) and mitmproxy (well
 kept, but built to decrypt TLS: the one thing this relay must never do). What the plugin needs is
-one route of two methods with an allow-list and a token: about 300 lines of standard-library
-asyncio that a site's security reviewer reads in one sitting, with no dependency to pin, patch
-or audit, no TLS code at all, and the same tests as the rest of the plugin. Its cost is ours to
-keep: HTTP/1.1 heads are parsed here (``heads.py``), strictly, and only the request line and
-``Proxy-Authorization`` matter to the decision.
+one route of two methods with an allow-list and a token: a few hundred lines of standard-library
+asyncio (this module, ``heads.py`` and ``allow.py``) that a site's security reviewer reads in one
+sitting, with no dependency to pin, patch or audit, no TLS code at all, and the same tests as the
+rest of the plugin. Its cost is ours to keep: HTTP/1.1 heads are parsed here (``heads.py``),
+strictly, and only the request line and ``Proxy-Authorization`` matter to the decision.
 
 **Where it runs.** One :class:`Relay` is owned by one asyncio event loop; ``runner.py`` gives it a
 loop on a thread of its own, and ``actor.py`` runs that in a small actor pinned to the

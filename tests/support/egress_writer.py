@@ -4,9 +4,10 @@ the relay when ``RWN_RELAY`` (``host:port``) and ``RWN_RELAY_TOKEN`` are set.
 
     python -m tests.support.egress_writer primary|node RUN_ID LABEL STOP_FILE
 
-The W&B host, key, project and folder come from the environment (``WANDB_*``), as on a node. It
-prints one JSON line once it has joined (what its process and its wandb-core hold: proxy
-variables, whether the process's wandb settings name the relay), writes until ``STOP_FILE``
+The W&B host, key, project and folder come from the environment (``WANDB_*``), as on a node;
+``RWN_SAMPLING_S`` (1) and ``RWN_STREAM_S`` (1, or ``default``) set how often it samples and
+sends. It prints one JSON line once it has joined (what its process and its wandb-core hold:
+proxy variables, whether the process's wandb settings name the relay), writes until ``STOP_FILE``
 exists (the primary a row every 0.2 s, a node writer system metrics only), finishes, and prints
 ``finished``. Run by ``tests/unit/test_egress_wandb.py`` (a node writer inside a node's network
 namespace) and ``bench/relay_cost.py``.
@@ -46,10 +47,9 @@ def core_environ() -> dict[str, str]:
 def main() -> None:
     role, run_id, label, stop_file = sys.argv[1:5]
     interval = float(os.environ.get("RWN_SAMPLING_S", "1"))
-    stream = float(os.environ.get("RWN_STREAM_S", "1"))
-    options = build_options(
-        sampling_interval_s=interval, wandb_init_kwargs={"settings": {"x_file_stream_transmit_interval": stream}}
-    )
+    stream = os.environ.get("RWN_STREAM_S", "1")  # "default": wandb's own file_stream interval
+    settings = {} if stream == "default" else {"x_file_stream_transmit_interval": float(stream)}
+    options = build_options(sampling_interval_s=interval, wandb_init_kwargs={"settings": settings})
     env = capture_env(os.environ)
     spec = primary_spec(
         options, env, mode="online", run_id=run_id, label=label, display_name=None, group=None, config={},
