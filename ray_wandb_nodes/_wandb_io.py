@@ -55,14 +55,17 @@ def share_host_with_process(wandb: Any, settings: dict[str, Any]) -> None:
     writer's thread waited on them (a self-hosted server's run asked the public one). A process
     whose own ``WANDB_BASE_URL`` names another host (a driver whose runs were sent elsewhere by
     the callback's settings) keeps it. A writer with no host of its own (the default W&B host)
-    still gives the process its key.
+    still gives the process its key. A writer's proxy (``https_proxy``, ``http_proxy``: the
+    user's, or the relay's) becomes the process's too: the Python API objects wandb makes for a
+    table copy the process's settings, not the run's (wandb/wandb#10082: a table hung on a
+    proxy given to ``init`` alone).
     """
     base_url = settings.get("base_url")
     if base_url and os.environ.get("WANDB_BASE_URL", base_url) != base_url:
         return
     if base_url:
         os.environ["WANDB_BASE_URL"] = base_url
-    shared = {k: settings[k] for k in ("base_url", "api_key") if settings.get(k)}
+    shared = {k: settings[k] for k in ("base_url", "api_key", "https_proxy", "http_proxy") if settings.get(k)}
     if shared:  # with no host of its own, the default W&B host: the key still goes with it
         wandb.setup(settings=wandb.Settings(**shared))
 

@@ -16,6 +16,9 @@ does not serve) are listed in ``backend.unhandled``.
 
 Faults can be injected (``backend.faults``) to answer with an HTTP status,
 delay, or drop the connection, for tests of outages.
+
+Given an ``ssl.SSLContext`` (``tls=``) it serves HTTPS instead, as W&B's cloud does: its
+``base_url`` and the upload URLs it hands out are then ``https://``; everything else is the same.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -262,9 +266,11 @@ class Faults:
 
 
 class WandbTestBackend:
-    """A local W&B backend on 127.0.0.1; use as a context manager or start()/stop()."""
+    """A local W&B backend on 127.0.0.1; use as a context manager or start()/stop().
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``tls``: serve HTTPS with this server context (see ``tests/support/tls.py``)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
         self._lock = threading.RLock()
         self.runs: dict[tuple[str, str, str], RunRecord] = {}
         self.artifacts: dict[str, ArtifactRecord] = {}  # by artifact id
@@ -283,13 +289,14 @@ class WandbTestBackend:
 
         self._server = _QuietServer((host, port), Handler)
         self._server.daemon_threads = True
+        self._server.tls = tls
         self._thread: threading.Thread | None = None
 
     # lifecycle -------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self._server.tls else 'http'}://{host}:{port}"
 
     def start(self) -> WandbTestBackend:
         self._thread = threading.Thread(target=self._server.serve_forever, name="wandb-test-backend", daemon=True)
@@ -675,6 +682,24 @@ def operation_of(body: dict[str, Any]) -> str | None:
 
 
 class _QuietServer(ThreadingHTTPServer):
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.tls is not None:  # the handshake on the request's own thread, not the accepting one
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is not None:
+            try:
+                request.settimeout(30)
+                request.do_handshake()
+                request.settimeout(None)
+            except (ssl.SSLError, OSError):
+                return  # a client that does not trust the certificate, or went away
+        super().finish_request(request, client_address)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients that close keep-alive connections at exit are normal here.
         pass
