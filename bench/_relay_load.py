@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_wandb_nodes._config.secrets import Secret
 from ray_wandb_nodes._egress import RelayConfig, RelayThread, allow_list
 from ray_wandb_nodes._egress.actor import raise_descriptor_limit
-from ray_wandb_nodes._secrets import Secret
 
 HEADER = struct.Struct("!II")
 

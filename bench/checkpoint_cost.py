@@ -60,11 +60,11 @@ def measure(gb: float, files: int) -> dict[str, Any]:
 
     from bench._harness import test_backend
     from bench.fleet_scale import Quiet
-    from ray_wandb_nodes._artifacts import checkpoint_artifact
-    from ray_wandb_nodes._options import build_options
-    from ray_wandb_nodes._primary import PrimaryWriter
-    from ray_wandb_nodes._secrets import capture_env
-    from ray_wandb_nodes._writers import primary_spec
+    from ray_wandb_nodes._config.options import build_options
+    from ray_wandb_nodes._config.secrets import capture_env
+    from ray_wandb_nodes._run.primary import PrimaryWriter
+    from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
+    from ray_wandb_nodes._wandb.writers import primary_spec
 
     root = tempfile.mkdtemp(prefix="ray_wandb_nodes_ckpt_")
     controller = os.path.join(root, "controller")  # wandb's folders on the controller's node

@@ -34,15 +34,15 @@ import time
 import tracemalloc
 from typing import Any
 
+from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.secrets import CapturedEnv
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, Prestart
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.targets import SharedTarget
 from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
-from ray_wandb_nodes._options import build_options
-from ray_wandb_nodes._primary import PrimaryWriter
-from ray_wandb_nodes._secrets import CapturedEnv
-from ray_wandb_nodes._writers import primary_spec
+from ray_wandb_nodes._run.primary import PrimaryWriter
+from ray_wandb_nodes._wandb.writers import primary_spec
 from tests.support.fakes import busy_node, logger_status
 
 TICKS_PER_MINUTE = int(60 / POLL_S)

@@ -61,7 +61,7 @@ def main() -> int:
     from ray.train.torch import TorchTrainer
 
     from ray_wandb_nodes import WandbNodesCallback
-    from ray_wandb_nodes._naming import node_label
+    from ray_wandb_nodes._wandb.naming import node_label
 
     has_gpu = torch.cuda.is_available()
     if not has_gpu and not args.allow_no_gpu:

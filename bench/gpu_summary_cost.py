@@ -42,7 +42,8 @@ def main() -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    from ray_wandb_nodes._health import BUFFER_SAMPLES, SummaryReader, summarize
+    from ray_wandb_nodes._health import SummaryReader, summarize
+    from ray_wandb_nodes._wandb.writers import BUFFER_SAMPLES
 
     run = wandb.init(
         mode="offline",

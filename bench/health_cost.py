@@ -38,7 +38,7 @@ from ray_wandb_nodes._fleet import health as fleet_health
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, HealthMonitor, HealthOptions
-from ray_wandb_nodes._wandb_io import health_table
+from ray_wandb_nodes._wandb.runs import health_table
 from tests.support.fakes import busy_node, logger_status
 
 POLLS_PER_MINUTE = 20  # the fleet pings each logger every 3 s

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray_wandb_nodes import _phases
 from ray_wandb_nodes._hang import Phase, arm_rank, disarm_rank, in_phase, train_starts
 from ray_wandb_nodes._hang.beacon import default_root
+from ray_wandb_nodes._worker import phases as _phases
 
 KINDS = ("bare", "not_armed", "armed", "nested")
 

@@ -100,7 +100,7 @@ def fit_once(nodes: int, with_callback: bool, backend: Any, storage: str, steps:
 def node_labels() -> dict[str, str]:
     import ray
 
-    from ray_wandb_nodes._naming import node_label
+    from ray_wandb_nodes._wandb.naming import node_label
 
     return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes()}
 

@@ -42,8 +42,8 @@ from typing import Any
 from ray_wandb_nodes._hang.beacon import Beacon, default_root
 from ray_wandb_nodes._steps import CPU_RATE, RegionWriter, StepRecorder
 from ray_wandb_nodes._steps.ddp import TORCH_DEFAULT_RATE
-from ray_wandb_nodes._steps.inputs import Current, timed_fetch
 from ray_wandb_nodes._steps.recorder import READ_EVERY
+from ray_wandb_nodes._worker.step_inputs import Current, timed_fetch
 
 MODES = ("off", "on", "off_again")  # off_again: the same as off, the noise between two rounds alike
 
@@ -113,7 +113,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
     from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-    from ray_wandb_nodes._steps import arm_steps, disarm_steps
+    from ray_wandb_nodes._worker.steps import arm_steps, disarm_steps
 
     torch.set_num_threads(1)
     file_store = dist.FileStore(store, 2)  # type: ignore[attr-defined]

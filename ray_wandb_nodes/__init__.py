@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 __all__ = ["WandbNodesCallback", "WandbNodesTuneCallback", "__version__", "long_phase"]
 
 if TYPE_CHECKING:
-    from ._phases import long_phase
+    from ._worker.phases import long_phase
     from .train import WandbNodesCallback
     from .tune import WandbNodesTuneCallback
 
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return WandbNodesTuneCallback
     if name == "long_phase":
-        from ._phases import long_phase
+        from ._worker.phases import long_phase
 
         return long_phase
     raise AttributeError(f"module 'ray_wandb_nodes' has no attribute {name!r}")

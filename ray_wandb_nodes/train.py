@@ -17,11 +17,12 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from . import _handoff, _ray
-from ._setup import configure
-from ._train_run import TrainRun
-from ._train_workers import TrainWorkers
-from ._trial_relay import TrialRelay
+from . import _ray
+from ._config.setup import configure
+from ._run import handoff as _handoff
+from ._run.train_run import TrainRun
+from ._run.train_workers import TrainWorkers
+from ._run.trial_relay import TrialRelay
 from ._warn import Warner, describe, guarded
 
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from ray.tune import Callback
 
 from . import _ray
-from ._options import invalid
-from ._secrets import capture_env
-from ._session import SharedSession
-from ._setup import configure, default_base_url
-from ._tune_run import TuneRuns
+from ._config.options import invalid
+from ._config.secrets import capture_env
+from ._config.setup import configure, default_base_url
+from ._run.session import SharedSession
+from ._run.tune_run import TuneRuns
 from ._warn import Warner, guarded
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         session.report(dict(result))
         path = result.get("checkpoint_path")  # a Train run inside the trial reported a checkpoint
         if self.upload_checkpoints and isinstance(path, str) and path:
-            from ._artifacts import CheckpointAt
+            from ._wandb.artifacts import CheckpointAt
 
             _, storage = _ray.trial_storage(trial)
             self._log_checkpoint(session, trial, CheckpointAt.from_result(path, storage))
@@ -243,7 +243,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def _rows(self, result: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         import wandb
 
-        from ._tune_rows import tune_rows
+        from ._run.tune_rows import tune_rows
 
         return tune_rows(
             result,

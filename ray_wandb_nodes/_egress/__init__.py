@@ -18,7 +18,14 @@ from .allow import AllowList, Endpoint, allow_list, endpoint_of, parse_entry
 from .proxies import proxy_for
 from .reach import DEFAULT_TIMEOUT_S, Reach, Reachability, check_reach
 from .relay import Relay, RelayConfig, RelayStats
-from .route import RAY_PROXY_VARIABLES, RelayRoute, new_token, ray_proxy_variables, writer_environment, writer_settings
+from .route import (
+    RAY_PROXY_VARIABLES,
+    RelayRoute,
+    new_token,
+    ray_proxy_variables,
+    writer_environment,
+    writer_settings,
+)
 from .runner import RelayThread
 
 __all__ = [

@@ -42,7 +42,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .._secrets import Secret
+from .._config.secrets import Secret
 from .allow import AllowList, Endpoint
 from .heads import (
     CONNECTED,

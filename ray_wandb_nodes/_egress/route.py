@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._secrets import Secret
+from .._config.secrets import Secret
 
 PROXY_USER = "relay"
 # The variables through which a proxy reaches Ray's own gRPC and HTTP clients (gRPC's core reads

@@ -6,13 +6,13 @@ beside its hang beacon); ``node`` is what the node's logger tells of its ranks f
 controller saw into one row a failing rank; ``choose`` names the first death the cause and
 the rest its consequence; ``words`` writes the alert, the summary fields and the files.
 ``texts`` reads the libraries' words (gloo, NCCL, Ray). Nothing here imports Ray or wandb:
-``_ray_failures`` reads Ray's objects into these values.
+``_ray.failures`` reads Ray's objects into these values.
 """
 
 from .choose import Cause, Verdict, choose
 from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
 from .node import DeathWatch, Gone, NodeFacts, OomCounter, node_facts, oom_kills, process_gone
-from .record import RankRecord, RankRecorder, RecordKind, read_records, type_name
+from .record import RankRecord, RankRecorder, RecordKind, read_records
 from .table import RankPlace, rank_failures
 from .texts import innermost_user_frame, ray_death, shape_of
 from .words import FailureNotice, FailureSummary, failure_notice, recovered_notice
@@ -49,5 +49,4 @@ __all__ = [
     "read_records",
     "recovered_notice",
     "shape_of",
-    "type_name",
 ]

@@ -1,6 +1,6 @@
 """What is known of one rank's failure, as plain values: the row of the table the first death is
 chosen from (:class:`RankFailure`), and what Ray's controller said of each rank on the poll it
-decided on (:class:`RayPoll`), read from Ray's objects by ``_ray_failures``.
+decided on (:class:`RayPoll`), read from Ray's objects by ``_ray.failures``.
 
 Order comes from facts that need no two hosts' clocks: whether Ray's controller saw the failure on
 the poll it decided on, whether that poll found the rank still running (then it failed later), and
@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from .._ray.failures import RayPoll, RayRankError
+
+__all__ = ["RayPoll", "RayRankError"]  # what Ray said of a rank: read by ``_ray``, typed there
 
 
 class Kind(enum.Enum):
@@ -108,26 +112,3 @@ class RankFailure:
     by_ray: bool = True  # Ray's controller saw it on the poll it decided on
     alive_after: bool = False  # that poll found the rank running: it failed after the job was failing
     window: Window | None = None  # when, on its node's clock
-
-
-@dataclass(frozen=True)
-class RayRankError:
-    """What Ray's controller said of one rank that failed, read from its poll (``_ray_failures``)."""
-
-    rank: int
-    error_type: str  # the train function's exception's type, or Ray's for a death
-    message: str
-    traceback: str = ""  # Ray's traceback text of a raise (the user's frames)
-    died: bool = False  # the process is gone (Ray's health check failed: ActorDiedError, OutOfMemoryError)
-    preempted: bool = False  # Ray says its node was preempted
-    timed_out: bool = False  # Ray's health check of it timed out
-    causes: tuple[str, ...] = ()  # the exception's causes (``__cause__``/``__context__``), "Type: message" each
-
-
-@dataclass(frozen=True)
-class RayPoll:
-    """The poll of the workers on which Ray's controller decided the job failed."""
-
-    errors: tuple[RayRankError, ...]
-    running: tuple[int, ...] = ()  # ranks that answered running, with no error
-    unanswered: tuple[int, ...] = ()  # ranks whose poll had not answered (dead, hung or slow)

@@ -3,7 +3,7 @@ beacon (``rank-<rank>.<pid>.failure.json`` in the run's folder on its node), so 
 logger reads it even when Ray's controller only saw the cascade, or saw nothing yet.
 
 - :meth:`RankRecorder.raised`: the train function's exception, as it leaves the function
-  (Ray's training thread hands it over, see ``_ray_failures.hook_train_errors``): its type and
+  (Ray's training thread hands it over, see ``_ray.failures.hook_train_errors``): its type and
   message, its traceback, its causes, the innermost frame of the user's code and the moment, on
   this node's monotonic clock (the beacon's). Written once, at failure: nothing on the hot path.
 - :meth:`RankRecorder.stopped`: Ray asked the worker to shut down (its orderly stop after a
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .._ray.failures import type_name
 from .facts import UserFrame
 from .texts import innermost_user_frame
 
@@ -81,12 +82,6 @@ class RankRecord:
             causes=tuple(str(c) for c in data.get("causes", ())),
             thread=str(data.get("thread", "")),
         )
-
-
-def type_name(exc: BaseException) -> str:
-    """``ValueError``; ``torch.OutOfMemoryError`` (a builtin's module left out)."""
-    cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def record_of(rank: int, exc: BaseException, kind: RecordKind = RecordKind.RAISED) -> RankRecord:

@@ -13,7 +13,7 @@ from .._hang import DUMPS_TIMEOUT_S, PYSPY_TIMEOUT_S, RankEvidence, RankFacts, R
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
-    from .targets import SharedTarget
+    from .watched import WatchedRun
 
 # Every node's answer, waited for together: each node bounds its own dumps (``DUMPS_TIMEOUT_S``);
 # past this, a node that has not answered is named in verdict.txt and its ranks are judged from
@@ -57,7 +57,7 @@ class Refreshes:
 
 
 def evidence(
-    target: SharedTarget,
+    target: WatchedRun,
     pool: LoggerPool,
     ranks: Mapping[int, tuple[RankProgress, str]],
     ask: Ask,

@@ -42,7 +42,7 @@ from .hang_nodes import Ask, Refreshes, ask_loggers, evidence
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
-    from .targets import SharedTarget
+    from .watched import WatchedRun
 
 END_TIMEOUT_S = 10.0  # every node's answer to an end (a control call: answered while its writers are busy)
 
@@ -131,7 +131,7 @@ class HangWatch:
 
     def check(
         self,
-        target: SharedTarget,
+        target: WatchedRun,
         pool: LoggerPool,
         warner: Warner,
         deliver: Callable[[HangNotice], None],
@@ -181,7 +181,7 @@ class HangWatch:
 
     def _judge(
         self,
-        target: SharedTarget,
+        target: WatchedRun,
         pool: LoggerPool,
         ranks: Mapping[int, tuple[RankProgress, str]],
         before: Mapping[int, Counts],
@@ -216,7 +216,7 @@ class HangWatch:
 
     def _raise(
         self,
-        target: SharedTarget,
+        target: WatchedRun,
         pool: LoggerPool,
         hang: Judged,
         warner: Warner,
@@ -256,7 +256,7 @@ class HangWatch:
         ]  # fmt: skip
         return moved, finished
 
-    def close(self, target: SharedTarget, pool: LoggerPool, deliver: Callable[[HangNotice], None]) -> None:
+    def close(self, target: WatchedRun, pool: LoggerPool, deliver: Callable[[HangNotice], None]) -> None:
         """The run ends: a hang still open gets its closing notice before the run's primary
         finishes (progress again where a rank moved or finished, else the run ended with it); one
         whose attempt the watch ended (``on_hang="restart"``) closed with that attempt."""
@@ -276,7 +276,7 @@ class HangWatch:
         else:
             deliver(ended_notice(self.episode, self.stopped or tuple(sorted(self.counts)), after))
 
-    def progress(self, target: SharedTarget, pool: LoggerPool) -> dict[int, Reading]:
+    def progress(self, target: WatchedRun, pool: LoggerPool) -> dict[int, Reading]:
         """The run's ranks as last read (rank -> its reading), placed ranks of its current attempt
         only (their folder: ``target.attempt``; none before its ranks are armed)."""
         out: dict[int, Reading] = {}
@@ -298,7 +298,7 @@ class HangWatch:
         return out
 
     def end_attempt(
-        self, target: SharedTarget, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
+        self, target: WatchedRun, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
     ) -> None:
         """``on_hang="restart"``: end the stopped ranks (``why`` is the error they raise), so that
         Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run).
@@ -330,16 +330,6 @@ class HangWatch:
             f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
             "FailureConfig decides whether the attempt restarts from its last checkpoint",
         )
-
-
-def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:
-    """The run's end, before its primary finishes: an open hang's closing notice (``HangWatch.close``)."""
-    if target.hangs is None:
-        return
-    try:
-        target.hangs.close(target, pool, target.primary.hang)
-    except Exception as e:  # noqa: BLE001 - the run's end goes on
-        warner.warn(f"hang-close:{target.run_id}", f"the open hang's closing notice failed ({describe(e)})")
 
 
 def _ranks(processes: list[RankProcess]) -> str:

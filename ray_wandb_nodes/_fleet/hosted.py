@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._health import ReadProblem, SummaryReader
-from .._metrics import Stepper
-from .._uploads import ArtifactUploads, Upload
+from .._wandb.metrics import Stepper
+from .._wandb.uploads import ArtifactUploads, Upload
+from .._wandb.writers import WriterSpec
 from .._warn import Warner
-from .._writers import WriterSpec
 
 EARLY_ROWS = 10_000  # rows kept for a writer not added yet (a restarted actor gets its writers back later)
 

@@ -43,13 +43,13 @@ from typing import Any, TypeVar
 import ray
 
 from .. import _ray
-from .._artifacts import checkpoint_artifact
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
-from .._metrics import Stepper
-from .._wandb_io import init_writer
+from .._wandb.artifacts import checkpoint_artifact
+from .._wandb.metrics import Stepper
+from .._wandb.runs import init_writer
+from .._wandb.writers import WriterSpec, node_dir
 from .._warn import describe
-from .._writers import WriterSpec, node_dir
 from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
 from .node_offline import OfflineRuns

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .._health import NodeEnd
-from .._naming import LABELS
+from .._wandb.naming import LABELS
 from .cap import node_kind
 
 _T = TypeVar("_T")

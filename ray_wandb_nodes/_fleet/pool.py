@@ -21,8 +21,8 @@ from typing import Any
 
 from .._hang import RankProgress
 from .._health import NodeSummary, read_warning
+from .._wandb.writers import WriterSpec
 from .._warn import Warner, describe
-from .._writers import WriterSpec
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
 from .plan import run_of

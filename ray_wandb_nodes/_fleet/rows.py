@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._metrics import to_row
+from .._wandb.metrics import to_row
 from .._warn import Warner, warn_skipped
 from .commands import LogArtifact, LogRow
 from .pool import LoggerHandle

@@ -12,17 +12,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from .._wandb.writers import WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
-from .._writers import WriterSpec, node_spec, observer_spec, offline_index
 from ..offline.index import OfflineIndex
 from ..offline.storage import StorageSpot
 from .nodes import NodeInfo
 from .plan import RunWants, run_of
+from .run_writer import RunWriter
 
 if TYPE_CHECKING:
     from .._gpu_ids import RankGpus
     from .._health import HealthMonitor
-    from .._primary import PrimaryWriter
     from .hangs import HangWatch
 
 
@@ -82,10 +82,10 @@ class RunTarget:
 class SharedTarget(RunTarget):
     """A shared run: node writers join the run the ``primary`` creates."""
 
-    primary: PrimaryWriter
+    primary: RunWriter
     # Read on every plan for more nodes (a Train run inside a Tune trial publishes its own).
     extra_nodes: Callable[[], Iterable[str]] | None = None
-    spec_for: Callable[[PrimaryWriter, NodeInfo], WriterSpec] | None = None
+    spec_for: Callable[[RunWriter, NodeInfo], WriterSpec] | None = None
     # The run's node health (table, straggler and node-lost alerts); None: none kept.
     health: HealthMonitor | None = None
     health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)

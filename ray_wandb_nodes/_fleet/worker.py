@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._health import NodeEnd
+from .._wandb.writers import WriterSpec
 from .._warn import Warner, describe
-from .._writers import WriterSpec
 from .actors import RayActors
 from .collect import OfflineCollection
 from .commands import (
@@ -33,7 +33,6 @@ from .commands import (
     RunReady,
     SetNodes,
 )
-from .hangs import close_hangs
 from .health import FleetHealth, judge_final, rank_report, stragglers
 from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
@@ -248,3 +247,13 @@ class FleetWorker:
         self.awaits.release_all()
         for r in self.retirements:
             r.writers_done.set()
+
+
+def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:
+    """The run's end, before its primary finishes: an open hang's closing notice (``HangWatch.close``)."""
+    if target.hangs is None:
+        return
+    try:
+        target.hangs.close(target, pool, target.primary.hang)
+    except Exception as e:  # noqa: BLE001 - the run's end goes on
+        warner.warn(f"hang-close:{target.run_id}", f"the open hang's closing notice failed ({describe(e)})")

@@ -56,50 +56,18 @@ max(60 s, 10 %) (at most half the timeout): the evidence is taken while the proc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+from .._config.values import AUTO, HangTimeout, parse_hang_timeout
 from .slot import LONG_PHASES, Phase, RankProgress
 
-AUTO = "auto"
+__all__ = ["AUTO", "HangTimeout", "parse_hang_timeout"]  # the option's value, owned by the configuration
 AUTO_FLOOR_S = 120.0
 CADENCE_FACTOR = 5.0
 LONG_FACTOR = 3.0
 LONG_FLOOR_S = 600.0
 MARGIN_FLOOR_S = 60.0
 MARGIN_FRACTION = 0.1
-
-
-@dataclass(frozen=True)
-class HangTimeout:
-    """A validated ``hang_timeout_s``: off (``None``), ``"auto"``, or a fixed number of seconds."""
-
-    seconds: float | None = None
-    auto: bool = False
-
-    @property
-    def enabled(self) -> bool:
-        return self.auto or self.seconds is not None
-
-
-def parse_hang_timeout(value: object) -> HangTimeout:
-    """``hang_timeout_s`` as given by a user; a clear ``ValueError`` for anything else."""
-    if value is None:
-        return HangTimeout()
-    if isinstance(value, str):
-        if value.strip().lower() == AUTO:
-            return HangTimeout(auto=True)
-        raise ValueError(
-            f'hang_timeout_s={value!r}: expected a number of seconds > 0, "auto" (follow the job\'s cadence) '
-            "or None (off)"
-        )
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(
-            f'hang_timeout_s={value!r}: expected a number of seconds > 0, "auto" (follow the job\'s cadence) '
-            "or None (off)"
-        )
-    return HangTimeout(seconds=float(value))
 
 
 def evidence_margin_s(pg_timeout_s: float) -> float:

@@ -9,18 +9,18 @@ tables (``table``) hold; ``alerts`` and ``degradation`` write the words. The nam
 
 from .alerts import ALERT_WAIT_S, Alert, gpu_finding, gpu_name
 from .degradation import read_warning
-from .gpus import GpuEvent, GpuHealth
+from .gpu import GpuEvent
+from .gpus import GpuHealth
 from .kinds import Degradation, EventKind, GpuState, NodeEnd, NodeState
 from .messages import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
 from .monitor import HealthMonitor, HealthOptions, NodeView, Notice, TickResult
-from .reader import BUFFER_SAMPLES, SummaryReader, aged
+from .reader import SummaryReader, aged
 from .rule import StragglerRule
 from .summary import gpu_ints, summarize
 from .table import COLUMNS, GPU_COLUMNS
 
 __all__ = [
     "ALERT_WAIT_S",
-    "BUFFER_SAMPLES",
     "COLUMNS",
     "GPU_COLUMNS",
     "Alert",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .kinds import EventKind
 
 if TYPE_CHECKING:
-    from .gpus import Gpu, GpuEvent
+    from .gpu import Gpu, GpuEvent
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from .gpu_idle import idle_verdict
 from .gpu_slow import is_busy, others_median
 
 if TYPE_CHECKING:
-    from .gpus import Gpu
+    from .gpu import Gpu
 
 K = TypeVar("K", bound=Hashable)
 Values = tuple[float, ...]

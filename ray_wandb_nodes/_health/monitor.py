@@ -25,8 +25,9 @@ from .degradation import no_gpu_warning, reports_no_gpu
 from .gpus import GpuHealth
 from .kinds import Degradation, EventKind, NodeEnd, NodeState
 from .messages import NodeSummary
-from .node_judge import NodeJudge, TrackedNode, lost_when_gone
+from .node_judge import NodeJudge, lost_when_gone
 from .table import COLUMNS, GPU_COLUMNS, node_order, node_row
+from .tracked import TrackedNode
 
 TABLE_EVERY_S = 60.0
 HOLD_S = 300.0  # a GPU's recovery is said once it held this long: a flapping GPU is one episode

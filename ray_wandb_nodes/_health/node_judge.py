@@ -20,16 +20,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from .._metrics import flatten
+from .._wandb.metrics import flatten
 from .alerts import Alert, lost_alert, node_who, straggler_alert
 from .gpus import GpuHealth
-from .kinds import EventKind, NodeEnd, NodeState
-from .messages import NodeSummary
+from .kinds import EventKind, NodeEnd
 from .rule import NodeStreak, StragglerRule, judge
 from .summary import gpu_util
+from .tracked import TrackedNode
 
 SYSTEM_FLOOR = 10.0  # percentage points
 # A node seen gone this soon after its ranks went off it may have died with them (its death the
@@ -40,42 +39,6 @@ SYSTEM_FLOOR = 10.0  # percentage points
 # removes an idle node later (KubeRay after 60 s, then a drain or SIGTERM: past the 30 s; Ray's
 # own after 5 min). One it drained as idle never died with ranks running.
 LOST_GRACE_S = {NodeEnd.UNKNOWN: 70.0, NodeEnd.CRASHED: 70.0, NodeEnd.TERMINATED: 30.0, NodeEnd.PREEMPTED: 30.0}
-
-
-@dataclass
-class TrackedNode:
-    """One node as the monitor keeps it."""
-
-    node_id: str
-    label: str
-    hostname: str
-    ranks: tuple[int, ...] = ()
-    summary: NodeSummary | None = None
-    summaries: int = 0  # how many it has taken (a new one: its value is worked out again)
-    fresh: int = 0  # system samples not judged yet
-    metric: float | None = None
-    state: NodeState = NodeState.OK
-    in_run: bool = True
-    ranks_off_at: float | None = None  # when its ranks last went off it (a restart, a resize, the run leaving it)
-    gone: bool = False  # seen gone from the cluster (judged lost or left, once)
-    had_ranks: tuple[int, ...] = ()  # its last ranks (a lost node's alert); empty: it never hosted one
-    got: tuple[float, float] | None = None  # its summary's arrival (this clock), and age then (the node's)
-    kind: str | None = None  # what the system rule compares it as ("gpu:<model>", "cpu"), sticky for GPUs
-    ints_t: float | None = None  # the newest integer GPU samples of its summary
-    fresh_t0: float | None = None  # when its oldest sample not judged yet was taken (the node's clock)
-    intervals: int = 0  # sampling intervals its summaries have stood for, in all
-    expects_gpu: bool = False  # Ray gave its ranks GPUs
-    no_gpu_said: bool = False  # its "no GPU reported" warning is out
-
-    def age(self, now: float) -> float | None:
-        """Its latest sample's age: as the node said on arrival, plus the time since (this clock)."""
-        return None if self.got is None else self.got[1] + max(0.0, now - self.got[0])
-
-    def span(self) -> tuple[float, float] | None:
-        """When its samples not judged yet were taken (the node's clock)."""
-        if self.fresh_t0 is None or self.summary is None:
-            return None
-        return float(self.fresh_t0), float(self.summary.t)
 
 
 def lost_when_gone(node: TrackedNode, end: NodeEnd, now: float, *, working: bool) -> bool:

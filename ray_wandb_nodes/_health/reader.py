@@ -12,13 +12,11 @@ from dataclasses import replace
 from typing import Any
 
 from .._gpu_ids import nvml_inventory, visible_gpu_ids
-from .._wandb_log import LogTail, split_label
+from .._wandb.txlog import LogTail, split_label
 from .kinds import Degradation
 from .messages import GpuIntBatch, GpuInventory, NodeSummary, ReadProblem
 from .summary import gpu_ints, summarize
 
-# Samples wandb keeps per writer: enough for the reads between two pings at any interval.
-BUFFER_SAMPLES = 16
 # The integer GPU series of a log block wait on the node until two pings have carried them (the
 # driver side keeps the newest it has, so a repeat is dropped there and one lost reply loses
 # nothing), however long pings take to come round: at 1,000 nodes a logger is pinged about every

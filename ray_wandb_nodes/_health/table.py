@@ -10,8 +10,8 @@ from .kinds import GpuState
 from .summary import gpu_mem, gpu_util
 
 if TYPE_CHECKING:
-    from .gpus import Gpu
-    from .node_judge import TrackedNode
+    from .gpu import Gpu
+    from .tracked import TrackedNode
 
 COLUMNS = [
     "node",

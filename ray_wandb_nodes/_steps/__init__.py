@@ -1,19 +1,19 @@
 """Slow ranks: every rank's step taken apart on its own clock, and the rank the others wait for.
 
-The rank's side: ``arm`` puts the hooks in place (the optimizer's global step hooks, ``next()``
-on training iterators in ``inputs``, DDP's reducer timers in ``ddp``) that feed one
-``recorder`` a process, which publishes running totals into the region its beacon slot keeps
-for it (``region``: the layout, the writer, the decoder). The reading side: ``windows`` turns
+The rank's side: the train worker's set-up puts the hooks in place (``_worker.steps``: the
+optimizer's global step hooks, ``next()`` on training iterators in ``_worker.step_inputs``,
+DDP's reducer timers read in ``ddp``) that feed one ``recorder`` a process, which publishes
+running totals into the region its beacon slot keeps for it (``region``: the layout, the writer,
+the decoder). The reading side: ``windows`` turns
 two reads of every rank into per-step parts over the same steps; ``attribution`` names the slow
 rank, its cause and its impact (pure); ``flight`` gives collective waits from the flight
 recorder where DDP is not used. Nothing here imports Ray, wandb or torch at import time: the
-hooks are put in place as their modules are imported (``_on_import``). The rule, its alerts and
+hooks are put in place as their modules are imported (``_worker.on_import``). The rule, its alerts and
 the ``ranks`` table are node health's (``_health.rank_rule``, ``_health.rank_table``).
 """
 
-from .arm import arm_steps, armed_steps, disarm_steps
 from .attribution import Attribution, Basis, Cause, CommFinding, RankFinding, attribute
-from .ddp import CPU_RATE, CUDA_RATE, DdpSums, ddp_sums, sampled_iterations
+from .ddp import CPU_RATE, CUDA_RATE, DdpSums, PatchDdp, ddp_sums, sampled_iterations
 from .flight import CollectiveWait, TimedCollective, collective_waits, timed_collectives
 from .recorder import StepRecorder
 from .region import REGION_SIZE, RegionWriter, Sources, StepTotals, decode
@@ -29,6 +29,7 @@ __all__ = [
     "CollectiveWait",
     "CommFinding",
     "DdpSums",
+    "PatchDdp",
     "RankFinding",
     "RankWindow",
     "RegionWriter",
@@ -37,13 +38,10 @@ __all__ = [
     "StepTotals",
     "StepWindows",
     "TimedCollective",
-    "arm_steps",
-    "armed_steps",
     "attribute",
     "collective_waits",
     "ddp_sums",
     "decode",
-    "disarm_steps",
     "rank_window",
     "sampled_iterations",
     "timed_collectives",

@@ -30,7 +30,7 @@ _MOVED = {
     **{name: "ray_wandb_nodes.report" for name in ("load", "format_text", "to_json", "write_png", "read_run")},
     "report": "ray_wandb_nodes.report.summary",
     **{name: f"ray_wandb_nodes.report.{name}" for name in ("render", "sync", "walk", "gpu_flags")},
-    "txlog": "ray_wandb_nodes._wandb_log",
+    "txlog": "ray_wandb_nodes._wandb.txlog",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._wandb_log import read_run
+    from .._wandb.txlog import read_run
     from .render import format_text, to_json, write_png
     from .summary import load
 
@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(render, name)
     if name == "read_run":
-        from .._wandb_log import read_run
+        from .._wandb.txlog import read_run
 
         return read_run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._wandb_log import RunLog, read_run
+from .._wandb.txlog import RunLog, read_run
 from .gpu_flags import gpu_flags
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 

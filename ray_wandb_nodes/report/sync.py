@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._wandb_log import read_run
+from .._wandb.txlog import read_run
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 
@@ -94,8 +94,8 @@ def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:
 
 def logged_in() -> tuple[bool, str]:
     """Whether this machine has a W&B key for the base URL (env, or netrc from `wandb login`)."""
-    from .._secrets import capture_env
-    from .._setup import default_base_url
+    from .._config.secrets import capture_env
+    from .._config.setup import default_base_url
 
     default = default_base_url()
     env = capture_env(os.environ, default_base_url=default)

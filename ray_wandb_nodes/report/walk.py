@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .._wandb_log import RunLog
+from .._wandb.txlog import RunLog
 from ..offline.index import INDEX, read_index
 
 

@@ -378,11 +378,11 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
     actor answered them only after it (the other job's ranks then had "no answer from node")."""
     import ray
 
+    from ray_wandb_nodes._config.options import build_options
+    from ray_wandb_nodes._config.secrets import capture_env
     from ray_wandb_nodes._fleet.node_logger import logger_class
     from ray_wandb_nodes._hang import RankProcess, attempt_key
-    from ray_wandb_nodes._options import build_options
-    from ray_wandb_nodes._secrets import capture_env
-    from ray_wandb_nodes._writers import run_spec
+    from ray_wandb_nodes._wandb.writers import run_spec
 
     held_s = 60.0  # far past answer_s: an answer within it came while the join waited
     answer_s = 20.0  # a control call's answer on 2 loaded cores (they take milliseconds)

@@ -344,7 +344,7 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
     import json
 
     from ray_wandb_nodes import cli
-    from ray_wandb_nodes._wandb_log import read_run
+    from ray_wandb_nodes._wandb.txlog import read_run
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):
         name = unique("hang-no-failures-left")

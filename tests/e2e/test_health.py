@@ -58,7 +58,7 @@ def corrupt_node_log(base: str) -> None:
 
     import ray
 
-    from ray_wandb_nodes._naming import node_label
+    from ray_wandb_nodes._wandb.naming import node_label
 
     label = node_label(socket.gethostname(), ray.get_runtime_context().get_node_id())
     (path,) = glob.glob(os.path.join(base, "ray_wandb_nodes", label, "wandb", "run-*", "run-*.wandb"))

@@ -193,7 +193,7 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from ray_wandb_nodes import cli
-    from ray_wandb_nodes._wandb_log import read_run
+    from ray_wandb_nodes._wandb.txlog import read_run
     from ray_wandb_nodes.offline.index import node_local_dir
 
     with offline_backend(tmp_path, monkeypatch) as (wandb_dir, own_backend):

@@ -127,7 +127,7 @@ def node_labels() -> dict[str, str]:
     """node id -> the label the plugin gives that node."""
     import ray
 
-    from ray_wandb_nodes._naming import node_label
+    from ray_wandb_nodes._wandb.naming import node_label
 
     return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes() if n["Alive"]}
 

@@ -1,5 +1,5 @@
 """One process whose train function ends, as a Train worker's does: run by Ray Train's own
-``ThreadRunner``, with the plugin's hook (``_ray_failures.hook_train_errors``) recording the rank
+``ThreadRunner``, with the plugin's hook (``_ray.failures.hook_train_errors``) recording the rank
 into ``DIR`` unless ``MODE`` says ``bare``. Prints what Ray kept of the error, as JSON.
 
 - ``raise`` / ``bare``: the train function raises ``ValueError("bad shard 17")`` from a cause;
@@ -40,7 +40,7 @@ def main() -> None:
     from ray.train.v2._internal.execution.worker_group.thread_runner import ThreadRunner
 
     from ray_wandb_nodes._failure import RankRecorder
-    from ray_wandb_nodes._ray_failures import hook_train_errors
+    from ray_wandb_nodes._ray.failures import hook_train_errors
 
     if mode != "bare":
         assert hook_train_errors(RankRecorder(directory, 3).raised)

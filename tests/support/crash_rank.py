@@ -1,6 +1,6 @@
 """One rank of the failure tests: torch.distributed over gloo on this machine (a FileStore), one
 all_reduce a step, its train function run by Ray Train's own ``ThreadRunner`` with the plugin's
-hook on it (``_ray_failures.hook_train_errors``) writing the rank's record beside its beacons,
+hook on it (``_ray.failures.hook_train_errors``) writing the rank's record beside its beacons,
 as a Train worker is set up. At step ``AT`` the rank named ``BAD`` (or, in ``two``, ranks 1 and 3)
 ends in ``MODE``:
 
@@ -63,7 +63,7 @@ def main() -> None:
     from ray.train.v2._internal.execution.worker_group.thread_runner import ThreadRunner
 
     from ray_wandb_nodes._failure import RankRecorder
-    from ray_wandb_nodes._ray_failures import hook_train_errors
+    from ray_wandb_nodes._ray.failures import hook_train_errors
 
     recorder = RankRecorder(Path(directory), int(rank))
     assert hook_train_errors(recorder.raised)

@@ -1,8 +1,8 @@
 """Capture what Ray Train V2's controller sees when a rank fails, for the unit tests of the first
 death: four ranks (TorchTrainer, gloo) on two nodes of a local cluster, one scenario a fit with
-``max_failures=0``; a probe callback reads each poll with errors through ``_ray_failures.poll_of``
+``max_failures=0``; a probe callback reads each poll with errors through ``_ray.failures.poll_of``
 (the plugin's own reader) and every rank's train function is armed with the plugin's hook
-(``_ray_failures.hook_train_errors``), its records written under the scenario's folder. Ray's
+(``_ray.failures.hook_train_errors``), its records written under the scenario's folder. Ray's
 memory monitor is captured on a plain actor (a Train worker runs no task while it trains, so the
 monitor's choice of it cannot be forced here): its ``OutOfMemoryError`` read as Train's poll wraps it.
 
@@ -32,7 +32,7 @@ import ray
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
 
 from ray_wandb_nodes._failure import RankRecorder, read_records
-from ray_wandb_nodes._ray_failures import hook_train_errors, poll_of, rank_error
+from ray_wandb_nodes._ray.failures import hook_train_errors, poll_of, rank_error
 
 ROOT = Path(tempfile.gettempdir()) / "rwn-crash-ray"
 

@@ -22,11 +22,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.secrets import Secret, capture_env
 from ray_wandb_nodes._egress import RelayRoute, ray_proxy_variables, writer_settings
-from ray_wandb_nodes._options import build_options
-from ray_wandb_nodes._secrets import Secret, capture_env
-from ray_wandb_nodes._wandb_io import init_writer
-from ray_wandb_nodes._writers import node_spec, primary_spec
+from ray_wandb_nodes._wandb.runs import init_writer
+from ray_wandb_nodes._wandb.writers import node_spec, primary_spec
 
 
 def core_environ() -> dict[str, str]:

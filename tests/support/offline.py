@@ -40,7 +40,7 @@ def write_offline_run(folder: Path, run_id: str, label: str, rows: list[dict[str
     (path,) = folder.glob("wandb/offline-run-*/run-*.wandb")
     # finish() can return before wandb-core has written the log out (seen with a second offline
     # run in one process): wait, bounded, for its exit record.
-    from ray_wandb_nodes._wandb_log import read_run
+    from ray_wandb_nodes._wandb.txlog import read_run
 
     wait_until(
         lambda: read_run(str(path), strict=False).exit_code is not None, 15, "the run's exit record", every_s=0.1

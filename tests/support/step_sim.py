@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_wandb_nodes._steps import RegionWriter, StepRecorder, StepTotals, decode, sampled_iterations
-from ray_wandb_nodes._steps.inputs import Current, timed_fetch
+from ray_wandb_nodes._worker.step_inputs import Current, timed_fetch
 
 MS = 1_000_000  # ns
 

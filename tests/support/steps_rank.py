@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray_wandb_nodes._steps import arm_steps, disarm_steps
+from ray_wandb_nodes._worker.steps import arm_steps, disarm_steps
 
 BASE_S = 0.1  # every rank's input a batch: steps of 100 ms and up (each published), long beside scheduling noise
 SLOW_S = 0.2

@@ -5,7 +5,7 @@
   as the plugin's hook on Ray's ``ThreadRunner`` wrote it, each process's death as watched from
   outside, its exit;
 - ``tests/support/crash_evidence/ray-2.60.json``: Ray Train V2's poll on which its controller
-  decided, read by ``_ray_failures.poll_of`` (``python -m tests.support.crash_ray_capture``).
+  decided, read by ``_ray.failures.poll_of`` (``python -m tests.support.crash_ray_capture``).
 
 The gloo worlds are placed two ranks a node (ranks 0-1 on ``node-0``, 2-3 on ``node-1``), one GPU
 a rank; all four ran on one machine, so their monotonic times are one clock, as one node's are.

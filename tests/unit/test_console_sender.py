@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._console import ConsoleLine, ConsoleTailer, Kind, RankProcess, RunConsole, Stream, plan_console
+from ray_wandb_nodes._console import (
+    ConsoleLine,
+    ConsoleTailer,
+    Kind,
+    RankProcess,
+    RunConsole,
+    Stream,
+    plan_console,
+)
 from tests.support.env import FAST
 from tests.support.runs import unique
 from tests.support.wait import wait_until

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.secrets import Secret
 from ray_wandb_nodes._egress import RelayConfig, RelayThread, allow_list, new_token
-from ray_wandb_nodes._secrets import Secret
 from tests.support.wait import wait_until
 
 TOKEN = new_token()

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from ray_wandb_nodes._config.secrets import Secret
 from ray_wandb_nodes._egress import (
     RAY_PROXY_VARIABLES,
     RelayRoute,
@@ -17,7 +18,6 @@ from ray_wandb_nodes._egress import (
     writer_environment,
     writer_settings,
 )
-from ray_wandb_nodes._secrets import Secret
 from tests.support.env import DUMMY_KEY
 
 ROUTE = RelayRoute("10.0.0.1", 3128, Secret("tok-en_1"))
@@ -53,7 +53,7 @@ _PROCESS = """
 import json, os, sys, wandb
 from ray_wandb_nodes._egress import ray_proxy_variables
 if sys.argv[1] == "share":
-    from ray_wandb_nodes._wandb_io import share_host_with_process
+    from ray_wandb_nodes._wandb.runs import share_host_with_process
     share_host_with_process(wandb, json.loads(sys.argv[2]))
 s = wandb.setup().settings
 print(json.dumps({"https": s.https_proxy, "http": s.http_proxy, "ray": sorted(ray_proxy_variables(os.environ))}))

@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from ray_wandb_nodes._options import build_options
+from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.secrets import capture_env
 from ray_wandb_nodes._ray import TrainStart
-from ray_wandb_nodes._secrets import capture_env
-from ray_wandb_nodes._train_run import ABORT_S, TrainRun
+from ray_wandb_nodes._run.train_run import ABORT_S, TrainRun
 from ray_wandb_nodes._warn import Warner
 from tests.support.env import FAST
 from tests.support.runs import unique
@@ -87,7 +87,7 @@ def test_an_abort_ends_within_its_bound_while_a_checkpoint_upload_stalls(
 def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
     backend: WandbTestBackend, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ray_wandb_nodes._primary import PrimaryWriter
+    from ray_wandb_nodes._run.primary import PrimaryWriter
 
     name = unique("rows-and-artifact")
     run = main_run(tmp_path, monkeypatch, name, upload_checkpoints=True, finish_timeout_s=30)
@@ -119,7 +119,7 @@ def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
 def test_a_checkpoint_is_uploaded_from_where_it_is_never_copied(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import wandb
 
-    from ray_wandb_nodes._artifacts import checkpoint_artifact
+    from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
 
     monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "data"))  # wandb's staging folder is under it
     ckpt = checkpoint(tmp_path / "ckpt")
@@ -175,7 +175,7 @@ def test_a_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_
 def test_a_checkpoint_deleted_before_or_while_its_artifact_is_built_is_never_built(tmp_path: Any) -> None:
     import wandb
 
-    from ray_wandb_nodes._artifacts import CheckpointGoneError, checkpoint_artifact, still_whole
+    from ray_wandb_nodes._wandb.artifacts import CheckpointGoneError, checkpoint_artifact, still_whole
 
     gone = checkpoint(tmp_path / "gone")
     shutil.rmtree(gone.path)  # Ray deleted it before the artifact thread got to it
@@ -192,7 +192,7 @@ def test_a_checkpoint_deleted_before_or_while_its_artifact_is_built_is_never_bui
 
 
 def test_the_warning_of_a_skipped_checkpoint_names_it_why_and_the_fix() -> None:
-    from ray_wandb_nodes._uploads import Upload
+    from ray_wandb_nodes._wandb.uploads import Upload
 
     upload = Upload("checkpoint-abc", ("latest",), 3, "/s/run/checkpoint_2026")
     said = upload.skipped("W&B did not commit its upload (ValueError: uploads failed)", gone=True)
@@ -205,7 +205,7 @@ def test_the_warning_of_a_skipped_checkpoint_names_it_why_and_the_fix() -> None:
 def test_an_upload_wandb_did_not_commit_is_named_once_and_an_offline_run_waits_on_none(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from ray_wandb_nodes._uploads import ArtifactUploads, Upload
+    from ray_wandb_nodes._wandb.uploads import ArtifactUploads, Upload
 
     class Logged:  # what run.log_artifact returns: wait() raises what wandb-core answered
         def wait(self) -> None:
@@ -234,7 +234,7 @@ def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_ne
     import ray
 
     from ray_wandb_nodes._fleet.node_logger import NodeLogger
-    from ray_wandb_nodes._writers import run_spec
+    from ray_wandb_nodes._wandb.writers import run_spec
     from tests.unit.test_fleet_unit import one_node_pool
 
     monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n1"))

@@ -97,7 +97,7 @@ def test_a_hook_callback_that_raises_changes_nothing_for_ray() -> None:
     pytest.importorskip("ray")
     from ray.train.v2._internal.execution.worker_group.thread_runner import ThreadRunner
 
-    from ray_wandb_nodes._ray_failures import hook_train_errors
+    from ray_wandb_nodes._ray.failures import hook_train_errors
 
     seen: list[BaseException] = []
 

@@ -18,7 +18,7 @@ from ray_wandb_nodes._fleet.pool import LoggerPool
 from ray_wandb_nodes._fleet.retire import Retirement
 from ray_wandb_nodes._fleet.targets import SharedTarget
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions, SummaryReader
-from ray_wandb_nodes._wandb_log import BLOCK_SIZE, LogTail
+from ray_wandb_nodes._wandb.txlog import BLOCK_SIZE, LogTail
 from ray_wandb_nodes._warn import Warner
 from tests.support.fakes import ints, logger_status, summary
 from tests.support.offline import offline_run

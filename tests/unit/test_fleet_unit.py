@@ -14,8 +14,8 @@ from ray_wandb_nodes._fleet.plan import RunWants
 from ray_wandb_nodes._fleet.pool import LoggerHandle, LoggerPool
 from ray_wandb_nodes._fleet.retire import Retirement, advance_all
 from ray_wandb_nodes._fleet.targets import StandaloneTarget
+from ray_wandb_nodes._wandb.writers import WriterSpec
 from ray_wandb_nodes._warn import Warner
-from ray_wandb_nodes._writers import WriterSpec
 from tests.support.fakes import logger_status, summary
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes import _frameworks
+from ray_wandb_nodes._worker import frameworks as _frameworks
 
 
 def call_from(module: str, fake: Any, **kwargs: Any) -> Any:
@@ -75,7 +75,7 @@ def test_wandb_imported_after_the_patch_gives_frameworks_a_real_disabled_run(tmp
     lookup = "import importlib.util; assert importlib.util.find_spec('wandb') is not None" if looked_up else ""
     code = f"""
 import sys
-from ray_wandb_nodes._frameworks import quiet_frameworks
+from ray_wandb_nodes._worker.frameworks import quiet_frameworks
 quiet_frameworks(0, "job-2")
 assert "wandb" not in sys.modules
 {lookup}
@@ -101,7 +101,7 @@ def test_the_users_own_calls_that_land_on_the_disabled_run_are_said_once(tmp_pat
     does not hand the disabled run back), left alone."""
     code = """
 import logging, sys
-from ray_wandb_nodes._frameworks import quiet_frameworks
+from ray_wandb_nodes._worker.frameworks import quiet_frameworks
 said = []
 class Keep(logging.Handler):
     def emit(self, record):

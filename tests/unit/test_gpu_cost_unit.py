@@ -190,13 +190,13 @@ def _sent(fleet: Any) -> list[tuple[float, bool, int]]:
 
 
 def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fleet(monkeypatch: Any) -> None:
-    from ray_wandb_nodes import _session
+    from ray_wandb_nodes._run import session as _session
     from tests.unit.test_fleet_unit import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
     ticks = iter(range(100, 1000))
     monkeypatch.setattr(_session, "time", SimpleNamespace(time=lambda: float(next(ticks)), monotonic=time.monotonic))
-    session = _session.SharedSession(target, fleet, 1.0)
+    session = _session.SharedSession(target, target.primary, fleet, 1.0)
     ranks = [{"loss": 1.0}, {"loss": 2.0}]
     for _ in range(10):
         session.report_ranks(ranks)
@@ -219,12 +219,12 @@ def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fl
 
 
 def test_with_the_metric_rule_every_report_goes_to_the_fleet_with_its_metrics(monkeypatch: Any) -> None:
-    from ray_wandb_nodes import _session
+    from ray_wandb_nodes._run import session as _session
     from tests.unit.test_fleet_unit import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
     target.health.options = HealthOptions(metric="loss")
-    session = _session.SharedSession(target, fleet, 1.0)
+    session = _session.SharedSession(target, target.primary, fleet, 1.0)
     for _ in range(4):
         session.report_ranks([{"loss": 1.0}, {"loss": 2.0}])
     assert [(c, n) for _, c, n in _sent(fleet)] == [(False, 2)] * 4

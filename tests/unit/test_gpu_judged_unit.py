@@ -288,7 +288,7 @@ def test_a_restart_s_new_ranks_are_in_set_up_again_until_they_report() -> None:
 
 
 def test_every_report_reaches_the_run_s_monitor_with_its_checkpoint_without_a_metric_rule() -> None:
-    from ray_wandb_nodes._session import SharedSession
+    from ray_wandb_nodes._run.session import SharedSession
     from tests.unit.test_fleet_unit import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
@@ -298,7 +298,7 @@ def test_every_report_reaches_the_run_s_monitor_with_its_checkpoint_without_a_me
     target.health.report = lambda metrics, now=None, checkpoint=False: (
         seen.append((len(metrics), checkpoint)) or report(metrics, now, checkpoint)
     )
-    session = SharedSession(target, fleet, 1.0)
+    session = SharedSession(target, target.primary, fleet, 1.0)
     session.report_ranks([{"loss": 1.0}, {"loss": 2.0}])
     session.report_ranks([{"loss": 1.0}, {"loss": 2.0}], checkpoint=True)
     while not fleet._commands.empty():

@@ -8,7 +8,13 @@ import json
 import pytest
 
 from ray_wandb_nodes._hang.dumps import evidence_from_dumps
-from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus, flight_recorder_env, parse_flight_recorder
+from ray_wandb_nodes._hang.flight import (
+    Collective,
+    FlightRecord,
+    PgStatus,
+    flight_recorder_env,
+    parse_flight_recorder,
+)
 from tests.unit.hang_fixtures import capture, filled_ring
 
 

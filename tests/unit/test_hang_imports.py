@@ -49,8 +49,8 @@ def test_arming_a_rank_loads_no_torch(tmp_path: Path) -> None:
     the flight recorder's variable of the installed torch's version."""
     code = f"""
 import os, sys
-import ray_wandb_nodes._worker_setup
-from ray_wandb_nodes import _phases
+import ray_wandb_nodes._worker.setup
+from ray_wandb_nodes._worker import phases as _phases
 from ray_wandb_nodes._hang import arm_rank, disarm_rank, hook_steps, train_starts
 arm_rank("no-torch", 0, root={str(tmp_path)!r})
 _phases.hook_saves()

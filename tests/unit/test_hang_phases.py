@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 import ray_wandb_nodes
-from ray_wandb_nodes import _phases
 from ray_wandb_nodes._hang import (
     LONG_PHASES,
     ArmedRank,
@@ -37,6 +36,7 @@ from ray_wandb_nodes._hang import (
     read_slots,
     train_starts,
 )
+from ray_wandb_nodes._worker import phases as _phases
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -189,7 +189,7 @@ def test_the_installed_frameworks_entry_points_are_wrapped_imported_before_or_af
     code = """
 import sys
 import lightning.pytorch
-from ray_wandb_nodes import _phases, _on_import
+from ray_wandb_nodes._worker import on_import as _on_import, phases as _phases
 _phases.hook_evaluation()
 _phases.hook_saves()
 _phases.hook_evaluation()
@@ -368,7 +368,7 @@ def test_one_wrapper_a_save_function_where_it_is_defined_and_re_exported() -> No
 SAVES_IN_A_WORKER = """
 import io, json, sys, tempfile, threading, types
 from pathlib import Path
-from ray_wandb_nodes import _phases
+from ray_wandb_nodes._worker import phases as _phases
 from ray_wandb_nodes._hang import arm_rank, read_slots, train_starts
 
 root, mode = Path(sys.argv[1]), sys.argv[2]

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._fleet.hangs import HangWatch, aged, poll_s
-from ray_wandb_nodes._hang import HangNotice, HangTimeout, Phase, RankEvidence, RankProcess, RankProgress, hang_notice
+from ray_wandb_nodes._hang import (
+    HangNotice,
+    HangTimeout,
+    Phase,
+    RankEvidence,
+    RankProcess,
+    RankProgress,
+    hang_notice,
+)
 from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
 from ray_wandb_nodes._hang.verdict import judge
 from ray_wandb_nodes._warn import Warner

@@ -1,6 +1,8 @@
-"""The package's shape, read from its source with ``ast`` (nothing is imported): packages import
-one way, no private name crosses from one package into another, every import is one a reader
-can see; a module over 400 lines or a class over 250 (``end_lineno - lineno + 1``) is said, as a guide.
+"""The package's shape, read from its source with ``ast`` (nothing is imported): imports run down
+a declared order of layers (``tests/support/layers.py``, from the adapters to the leaves), no module of a
+package imports itself back through others, no private name crosses from one package into
+another, every import is one a reader can see; a module over 400 lines or a class over 250
+(``end_lineno - lineno + 1``) is said, as a guide.
 
 A unit is a subpackage of ``ray_wandb_nodes`` (``_fleet/``, ``_health/``, ``offline/``,
 ``report/``, any new one) or one top-level module (``_session.py``). Top-level modules are units
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.layers import LAYERS
+
 ROOT = Path(__file__).resolve().parents[2] / "ray_wandb_nodes"
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 250
 
@@ -45,6 +49,8 @@ class Layout:
 
     modules: dict[str, Module]
     findings: dict[str, dict[str, str]] = field(default_factory=dict)
+    edges: dict[str, dict[str, str]] = field(default_factory=dict)  # unit -> unit it imports -> one place it does
+    module_edges: dict[str, dict[str, str]] = field(default_factory=dict)  # the same, between a unit's modules
 
     def find(self, kind: str, key: str, detail: str, label: str = "") -> None:
         self.findings.setdefault(kind, {}).setdefault(f"{label or kind}: {key}", detail)
@@ -111,7 +117,7 @@ def interface(module: Module) -> set[str] | None:
 def analyse(root: Path) -> Layout:
     layout = Layout(read_modules(root))
     modules = layout.modules
-    edges: dict[str, dict[str, str]] = {}  # unit -> unit it imports -> one place it does
+    edges = layout.edges
     for module in modules.values():
         _dynamic_imports(layout, module)
         _sizes(layout, module)
@@ -119,6 +125,8 @@ def analyse(root: Path) -> Layout:
         classes: dict[str, tuple[Module, str]] = {}
         for imp in imports(modules, module):
             target = modules.get(imp.target)
+            if target is not None and target.unit == module.unit and target is not module and not target.is_package:
+                layout.module_edges.setdefault(module.name, {}).setdefault(target.name, f"{module.rel}:{imp.line}")
             if target is None or target.unit == module.unit:
                 continue
             edges.setdefault(module.unit, {}).setdefault(target.unit, f"{module.rel}:{imp.line}")
@@ -129,7 +137,33 @@ def analyse(root: Path) -> Layout:
                 classes[imp.alias] = (target, imp.name)
         _private_attributes(layout, module, module_aliases, classes)
     _cycles(layout, edges)
+    _module_cycles(layout)
     return layout
+
+
+def layer_findings(layout: Layout, layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Units no layer places, and each import that does not go down the layers."""
+    level = {unit: i for i, units in enumerate(layers) for unit in units}
+    units = sorted({m.unit for m in layout.modules.values()})
+    found = [f"{unit} is in no layer: place it in LAYERS" for unit in units if unit not in level]
+    for unit, targets in sorted(layout.edges.items()):
+        for target, where in sorted(targets.items()):
+            if unit in level and target in level and level[target] <= level[unit] and level[unit] > 0:
+                found.append(f"{unit} (layer {level[unit]}) imports {target} (layer {level[target]}) at {where}")
+    return found
+
+
+def _module_cycles(layout: Layout) -> None:
+    # Modules of one package that import each other back (type-checking imports too): the circle
+    # is a sign that one of them holds what both need (a value type, a protocol).
+    for scc in _strongly_connected(layout.module_edges):
+        if len(scc) > 1:
+            start = min(scc)
+            path = _cycle_through(start, scc, layout.module_edges)
+            steps = " -> ".join(
+                f"{a} ({layout.module_edges[a][b]})" for a, b in zip(path, [*path[1:], path[0]], strict=True)
+            )
+            layout.find("module-cycle", " ".join(sorted(scc)), f"{steps} -> {path[0]}")
 
 
 def _dynamic_imports(layout: Layout, module: Module) -> None:
@@ -164,6 +198,8 @@ def _private_import(layout: Layout, imp: Import, target: Module) -> None:
         return
     if not target.unit.endswith("/"):
         return  # a top-level module: its public names are its interface
+    if imp.name is None and target.is_package:
+        return  # the package itself, used through its names
     package = layout.modules[f"{target.name.split('.')[0]}.{target.unit.rstrip('/')}"]
     offered = interface(package)
     if offered is None:
@@ -327,6 +363,16 @@ def test_packages_import_one_way(layout: Layout) -> None:
     )
 
 
+def test_imports_run_down_the_layers(layout: Layout) -> None:
+    found = layer_findings(layout, LAYERS)
+    assert not found, "imports against the layer order (tests/support/layers.py, LAYERS):\n" + "\n".join(found)
+
+
+def test_no_module_imports_itself_back(layout: Layout) -> None:
+    found = _unexpected(layout, "module-cycle")
+    assert not found, "modules of a package that import each other back:\n" + "\n".join(found)
+
+
 def test_no_private_name_crosses_a_package(layout: Layout) -> None:
     found = _unexpected(layout, "private")
     assert not found, "private names of another package:\n" + "\n".join(found)
@@ -390,6 +436,11 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         "interface: c/ declares no __all__",
     }
     assert set(found["dynamic"]) == {"dynamic: c/__init__.py import_module"}
+    layers = (("__init__.py", "top.py"), ("a/",), ("b/", "c/"))
+    assert layer_findings(analyse(tmp_path / "pkg"), layers) == [
+        "_util.py is in no layer: place it in LAYERS",
+        "b/ (layer 2) imports a/ (layer 1) at b/n.py:1",
+    ]
     assert set(found["module"]) == {"module: c/big.py"}
     assert set(found["class"]) == {"class: c/big.py Big"}
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from ray_wandb_nodes._metrics import flatten, jsonable, to_row
+from ray_wandb_nodes._wandb.metrics import flatten, jsonable, to_row
 
 
 def test_nested_metrics_flatten_with_slashes() -> None:
@@ -59,7 +59,7 @@ def test_exclude_prefix_matches_whole_path_segments_only() -> None:
 
 
 def test_config_names_what_wandb_cannot_serialise() -> None:
-    from ray_wandb_nodes._metrics import config_for_wandb
+    from ray_wandb_nodes._wandb.metrics import config_for_wandb
 
     warnings: list[str] = []
     out = config_for_wandb(

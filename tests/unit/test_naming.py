@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ray_wandb_nodes._naming import node_label, train_run_id
+from ray_wandb_nodes._wandb.naming import node_label, train_run_id
 
 # labels ------------------------------------------------------------------------------------
 
@@ -79,8 +79,8 @@ def test_no_two_alive_nodes_share_a_label_even_when_their_node_ids_begin_alike()
     by_prefix = {n.node_id[:8]: n.label for n in nodes.values()}
     assert by_prefix["d00d00a1"].endswith("-d00d00a1") and by_prefix["d00d00b1"].endswith("-d00d00b")
     # Placements and node-strategy run ids name those nodes as the fleet does: one entry each.
-    from ray_wandb_nodes._strategies import Placement, plan_runs
-    from ray_wandb_nodes._train_run import placement_config
+    from ray_wandb_nodes._run.train_run import placement_config
+    from ray_wandb_nodes._wandb.strategies import Placement, plan_runs
 
     placements = [Placement(rank, n.node_id, n.hostname) for rank, n in enumerate(nodes.values())]
     by_node = placement_config(placements)["ray_train"]["ranks_by_node"]
@@ -89,7 +89,7 @@ def test_no_two_alive_nodes_share_a_label_even_when_their_node_ids_begin_alike()
 
 
 def test_a_node_keeps_its_label_and_a_restart_finds_the_same_ones() -> None:
-    from ray_wandb_nodes._naming import NodeLabels
+    from ray_wandb_nodes._wandb.naming import NodeLabels
 
     host = "gpu-host"
     first, second, third = "beef01" + "1" * 50, "beef01" + "2" * 50, "beef01" + "3" * 50

@@ -23,8 +23,8 @@ from ray_wandb_nodes._fleet.pool import LoggerPool
 from ray_wandb_nodes._hang.beacon import read_slots
 from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.folders import attempt_key, run_dir
+from ray_wandb_nodes._wandb.writers import WriterSpec
 from ray_wandb_nodes._warn import Warner
-from ray_wandb_nodes._writers import WriterSpec
 from tests.support.fakes import logger_status
 from tests.unit.test_hang_folders import rank_process
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes._wandb_log import RunLog, read_run
+from ray_wandb_nodes._wandb.txlog import RunLog, read_run
 from ray_wandb_nodes.report.summary import NodeSummary, RunReport, flag
 from tests.support.offline import offline_run, write_offline_run
 from tests.support.runs import unique

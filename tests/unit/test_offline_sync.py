@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes._wandb_log import read_run
+from ray_wandb_nodes._wandb.txlog import read_run
 from tests.support.offline import copy_folder, offline_run
 from tests.support.wandb_backend import WandbTestBackend
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes._wandb_log import BLOCK_SIZE, TransactionLogError, read_run
+from ray_wandb_nodes._wandb.txlog import BLOCK_SIZE, TransactionLogError, read_run
 from ray_wandb_nodes.report.summary import load
 from tests.support.offline import copy_folder, offline_run
 

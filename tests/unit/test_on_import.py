@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from ray_wandb_nodes import _on_import
+from ray_wandb_nodes._worker import on_import as _on_import
 
 
 @pytest.fixture

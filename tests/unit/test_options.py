@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import WandbNodesCallback, WandbNodesTuneCallback
-from ray_wandb_nodes import _options_doc as gen
-from ray_wandb_nodes._options import (
+from ray_wandb_nodes._config import options_doc as gen
+from ray_wandb_nodes._config.options import (
     BY_NAME,
     OPTIONS,
     POSITIONAL,
@@ -52,7 +52,7 @@ def expected_params(callback: str) -> list[tuple[str, Any, Any, str]]:
 def test_each_callbacks_signature_is_the_tables(callback: str) -> None:
     params = list(inspect.signature(CLASSES[callback].__init__).parameters.values())[1:]
     got = [(p.name, p.kind, p.default, p.annotation) for p in params]
-    assert got == expected_params(callback), "run: python -m ray_wandb_nodes._options_doc"
+    assert got == expected_params(callback), "run: python -m ray_wandb_nodes._config.options_doc"
     assert [name for name, *_ in got] == [o.name for o in options_of(callback)]
 
 
@@ -78,7 +78,7 @@ def test_each_callbacks_docstring_documents_each_of_its_options_by_the_table(cal
     doc = CLASSES[callback].__doc__
     assert doc is not None
     want = [(("**" if o.name == VAR_KEYWORD else "") + o.name, " ".join(o.doc.split())) for o in options_of(callback)]
-    assert args_entries(doc) == want, "run: python -m ray_wandb_nodes._options_doc"
+    assert args_entries(doc) == want, "run: python -m ray_wandb_nodes._config.options_doc"
 
 
 @pytest.mark.parametrize("callback", [TRAIN, TUNE])
@@ -96,17 +96,17 @@ def test_the_docs_site_reads_the_same_args_statically(callback: str) -> None:
 def test_the_generator_leaves_the_callbacks_source_as_it_is(callback: str) -> None:
     path, _ = gen.CALLBACKS[callback]
     source = path.read_text()
-    assert gen.rewrite(source, callback) == source, "run: python -m ray_wandb_nodes._options_doc"
+    assert gen.rewrite(source, callback) == source, "run: python -m ray_wandb_nodes._config.options_doc"
 
 
 def test_the_options_page_is_the_generated_one() -> None:
-    assert gen.PAGE.read_text() == gen.page(), "run: python -m ray_wandb_nodes._options_doc"
+    assert gen.PAGE.read_text() == gen.page(), "run: python -m ray_wandb_nodes._config.options_doc"
     assert gen.main(["--check"]) == 0
 
 
 def test_the_options_page_has_each_option_once_in_its_section() -> None:
     text = gen.page()
-    assert "python -m ray_wandb_nodes._options_doc" in text.split("\n## ")[0]  # how to regenerate, on top
+    assert "python -m ray_wandb_nodes._config.options_doc" in text.split("\n## ")[0]  # how to regenerate, on top
     for key, (title, _) in SECTIONS.items():
         body = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
         rows = re.findall(r"^\| `\**(\w+)` \|", body, flags=re.M)
@@ -122,7 +122,7 @@ def test_options_fields_are_the_tables_stored_options() -> None:
 
 
 def test_the_abort_warning_names_a_real_option() -> None:
-    from ray_wandb_nodes._train_run import abort_uploads_warning
+    from ray_wandb_nodes._run.train_run import abort_uploads_warning
 
     text = abort_uploads_warning(10.0, ["checkpoint-r"], None)
     named = re.findall(r"\(([a-z_]+) bounds a run's end", text)

@@ -16,7 +16,7 @@ from ray.train.v2._internal.exceptions import (
 from ray.train.v2._internal.execution.worker_group.poll import WorkerGroupPollStatus, WorkerStatus
 
 from ray_wandb_nodes._failure import RayRankError
-from ray_wandb_nodes._ray_failures import max_failures, poll_of, rank_error, retries
+from ray_wandb_nodes._ray.failures import max_failures, poll_of, rank_error, retries
 from tests.unit.failure_fixtures import ray_captures
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "/job/train.py", line 59, in loop\n    raise ValueError("x")\n'

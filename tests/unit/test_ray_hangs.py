@@ -14,7 +14,7 @@ import pytest
 
 from ray_wandb_nodes._hang import HangNotice
 from ray_wandb_nodes._health import Alert
-from ray_wandb_nodes._ray_hangs import relay_ray_hangs, stop_relay
+from ray_wandb_nodes._run.ray_hangs import relay_ray_hangs, stop_relay
 from ray_wandb_nodes._warn import Warner
 
 nccl_ras = pytest.importorskip("ray.train.v2._internal.callbacks.nccl_ras", reason="Ray's detector is new in 2.60")

@@ -7,7 +7,7 @@ import ray
 
 from ray_wandb_nodes import WandbNodesCallback, WandbNodesTuneCallback
 from ray_wandb_nodes._ray import train_callback_bases
-from ray_wandb_nodes._ray_range import SUPPORTED_RAY, minor, unsupported_ray
+from ray_wandb_nodes._ray.range import SUPPORTED_RAY, minor, unsupported_ray
 
 pytestmark = pytest.mark.smoke
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_wandb_nodes._secrets import Secret, capture_env
+from ray_wandb_nodes._config.secrets import Secret, capture_env
 
 
 def test_key_comes_from_argument_then_file_then_env_then_netrc(tmp_path: Path) -> None:

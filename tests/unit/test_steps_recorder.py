@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._steps import RegionWriter, Sources, StepRecorder, StepTotals, decode
-from ray_wandb_nodes._steps.inputs import Current, TimeRayData, timed_fetch
 from ray_wandb_nodes._steps.recorder import PUBLISH_EVERY, READ_EVERY, SLOW_STEP_NS
+from ray_wandb_nodes._worker.step_inputs import Current, TimeRayData, timed_fetch
 
 MS = 1_000_000
 
@@ -152,7 +152,7 @@ def test_a_failing_region_turns_the_anatomy_off_and_the_optimizer_never_sees_it(
 @pytest.fixture
 def armed() -> Iterator[tuple[StepRecorder, bytearray]]:
     pytest.importorskip("torch")
-    from ray_wandb_nodes._steps import arm_steps, disarm_steps
+    from ray_wandb_nodes._worker.steps import arm_steps, disarm_steps
 
     region = bytearray(256)
     recorder = arm_steps(region)
@@ -182,7 +182,7 @@ def test_a_real_dataloader_and_optimizer_feed_an_armed_rank_with_no_code(armed: 
 def test_disarmed_the_hooks_count_nothing(armed: tuple[StepRecorder, bytearray]) -> None:
     import torch
 
-    from ray_wandb_nodes._steps import arm_steps, disarm_steps
+    from ray_wandb_nodes._worker.steps import arm_steps, disarm_steps
 
     recorder, _ = armed
     assert arm_steps(bytearray(256)) is recorder  # armed once a process
@@ -277,7 +277,8 @@ def test_armed_before_torch_is_imported_the_hooks_go_in_as_it_is() -> None:
 
     script = """
 import sys
-from ray_wandb_nodes._steps import arm_steps, Sources
+from ray_wandb_nodes._steps import Sources
+from ray_wandb_nodes._worker.steps import arm_steps
 assert "torch" not in sys.modules
 recorder = arm_steps(bytearray(256))
 import torch

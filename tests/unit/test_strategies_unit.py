@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ray_wandb_nodes import WandbNodesCallback
-from ray_wandb_nodes._strategies import Placement, child_run_id, combine_ranks, plan_runs
+from ray_wandb_nodes._wandb.strategies import Placement, child_run_id, combine_ranks, plan_runs
 
 PLACEMENTS = [
     Placement(rank=0, node_id="aaaaaa01", hostname="gpu-a", gpu_ids=("0",)),

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._artifacts import checkpoint_aliases
-from ray_wandb_nodes._options import build_options
+from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._ray import TrainStart
-from ray_wandb_nodes._strategies import Placement
-from ray_wandb_nodes._train_run import placement_config, train_config
+from ray_wandb_nodes._run.train_run import placement_config, train_config
+from ray_wandb_nodes._wandb.artifacts import checkpoint_aliases
+from ray_wandb_nodes._wandb.strategies import Placement
 
 
 def start(**overrides: Any) -> TrainStart:
@@ -85,7 +85,7 @@ def test_best_checkpoint_rule(
 
 
 def test_an_aborts_warning_names_each_pending_checkpoint_once() -> None:
-    from ray_wandb_nodes._train_run import abort_uploads_warning
+    from ray_wandb_nodes._run.train_run import abort_uploads_warning
 
     text = abort_uploads_warning(10.0, ["checkpoint-r", "checkpoint-r", "checkpoint-t"], "checkpoint-r")
     assert text == (
@@ -120,9 +120,11 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     import threading
     from types import SimpleNamespace
 
-    from ray_wandb_nodes import _handoff, _trial_relay, train
+    from ray_wandb_nodes import train
     from ray_wandb_nodes._fleet.commands import RanksFinished
-    from ray_wandb_nodes._train_run import TrainRun
+    from ray_wandb_nodes._run import handoff as _handoff
+    from ray_wandb_nodes._run import trial_relay as _trial_relay
+    from ray_wandb_nodes._run.train_run import TrainRun
     from ray_wandb_nodes._warn import Warner
 
     # A Train run of its own: a command on the fleet's queue when the set changes, none otherwise.

@@ -12,9 +12,9 @@ import pytest
 import wandb
 
 from ray_wandb_nodes import WandbNodesTuneCallback
-from ray_wandb_nodes._artifacts import artifact_name, checkpoint_uri
 from ray_wandb_nodes._health import COLUMNS
-from ray_wandb_nodes._tune_rows import tune_rows
+from ray_wandb_nodes._run.tune_rows import tune_rows
+from ray_wandb_nodes._wandb.artifacts import artifact_name, checkpoint_uri
 
 
 def rows(result: dict[str, Any], **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -157,7 +157,7 @@ def test_local_checkpoints_are_uploaded_remote_ones_referenced() -> None:
 def test_remote_checkpoint_becomes_a_reference_even_without_storage_libraries(tmp_path: Any) -> None:
     from types import SimpleNamespace
 
-    from ray_wandb_nodes._artifacts import checkpoint_artifact
+    from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
 
     remote = checkpoint_artifact(
         wandb,
@@ -185,7 +185,7 @@ def test_artifact_names_are_what_wandb_accepts() -> None:
 # a trial's node table ---------------------------------------------------------------------------
 def test_a_trials_table_is_logged_while_it_runs_and_at_its_end_only_on_a_change() -> None:
     from ray_wandb_nodes._health import HealthOptions
-    from ray_wandb_nodes._tune_run import TrialHealth
+    from ray_wandb_nodes._run.tune_run import TrialHealth
     from tests.support.fakes import summary
 
     now = [1000.0]
@@ -218,8 +218,8 @@ def test_a_trials_mark_is_cleared_off_the_hook_and_a_retried_trial_keeps_its_new
 ) -> None:
     import threading
 
-    from ray_wandb_nodes import _handoff
-    from ray_wandb_nodes._tune_run import TrialMarks
+    from ray_wandb_nodes._run import handoff as _handoff
+    from ray_wandb_nodes._run.tune_run import TrialMarks
     from ray_wandb_nodes._warn import Warner
 
     store: dict[str, str] = {}
@@ -250,7 +250,7 @@ def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
     import threading
     from types import SimpleNamespace
 
-    from ray_wandb_nodes._tune_run import TuneRuns
+    from ray_wandb_nodes._run.tune_run import TuneRuns
 
     class Session:
         finishing = False
@@ -273,7 +273,7 @@ def test_a_trials_end_ends_its_run_once_and_returns_at_once() -> None:
 
 
 def test_a_trials_rows_send_only_the_config_that_changed() -> None:
-    from ray_wandb_nodes._tune_run import _new_config_only
+    from ray_wandb_nodes._run.tune_run import _new_config_only
 
     build = _new_config_only(lambda result: rows(result))
     first = {"score": 1, "trial_id": "t1", "date": "d1", "config": {"lr": 0.1}}
@@ -344,8 +344,8 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     import threading
     from types import SimpleNamespace
 
-    from ray_wandb_nodes import _handoff
-    from ray_wandb_nodes._tune_run import TrialMarks, relayed_nodes
+    from ray_wandb_nodes._run import handoff as _handoff
+    from ray_wandb_nodes._run.tune_run import TrialMarks, relayed_nodes
     from ray_wandb_nodes._warn import Warner
 
     monkeypatch.setattr(_handoff, "published_workers", lambda trial_id: ({"n1": (0,), "n2": (1,)}, "t1.a1.0badcafe"))
@@ -371,7 +371,7 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
 
 
 def test_the_attempts_state_crosses_the_hand_off_as_one_typed_value() -> None:
-    from ray_wandb_nodes._handoff import AttemptState
+    from ray_wandb_nodes._run.handoff import AttemptState
 
     state = AttemptState(frozenset({3, 1}), 7)
     assert AttemptState.from_json(state.to_json()) == state

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ray_wandb_nodes._health import BUFFER_SAMPLES
-from ray_wandb_nodes._options import build_options
-from ray_wandb_nodes._secrets import CapturedEnv, Secret
-from ray_wandb_nodes._writers import node_dir, node_spec, primary_spec
+from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.secrets import CapturedEnv, Secret
+from ray_wandb_nodes._wandb.writers import BUFFER_SAMPLES, node_dir, node_spec, primary_spec
 from tests.support.env import DUMMY_KEY, WANDB_TABLES
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -147,10 +146,10 @@ def without_wandb_env(**extra: str) -> dict[str, str]:
 _LONE_WRITER = """
 import sys, time, warnings
 import wandb
-from ray_wandb_nodes._options import build_options
-from ray_wandb_nodes._secrets import CapturedEnv, Secret
-from ray_wandb_nodes._wandb_io import health_table, init_writer
-from ray_wandb_nodes._writers import primary_spec
+from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.secrets import CapturedEnv, Secret
+from ray_wandb_nodes._wandb.runs import health_table, init_writer
+from ray_wandb_nodes._wandb.writers import primary_spec
 
 base_url, key, run_id, folder = sys.argv[1:]
 env = CapturedEnv(base_url=base_url, project="lone", entity=None, api_key=Secret(key))
@@ -198,7 +197,7 @@ def test_a_writer_in_a_process_without_w_and_b_environment_sends_every_call_to_i
 
 _SHARE = """
 import os, sys, wandb
-from ray_wandb_nodes._wandb_io import share_host_with_process
+from ray_wandb_nodes._wandb.runs import share_host_with_process
 
 share_host_with_process(wandb, dict(eval(sys.argv[1])))
 print(os.environ.get("WANDB_BASE_URL"), wandb.setup().settings.base_url, wandb.setup().settings.api_key)

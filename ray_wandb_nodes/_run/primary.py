@@ -1,0 +1,393 @@
+"""The run's primary writer: one background thread that owns the ``wandb`` run.
+
+Hooks only put work on a queue (a dict copy, no I/O), so the Train controller's event
+loop and Tune's loop never wait on W&B. The thread creates the run, logs rank 0's
+reports (or a trial's results) against the step metric, logs the artifacts that
+:class:`~ray_wandb_nodes._wandb.uploads.ArtifactUploads` builds, and finishes the run with the
+training's exit code. Offline, :class:`PrimaryIndex` keeps the primary's part of the run
+folder's index.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from .._hang import HangNotice
+from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
+from .._wandb.metrics import RowBuilder, Stepper
+from .._wandb.runs import health_table, init_writer
+from .._wandb.strategies import report_rows
+from .._wandb.uploads import ArtifactUploads
+from .._wandb.writers import WriterSpec, offline_index
+from .._warn import Warner, describe, warn_skipped
+from ..offline.index import OfflineIndex
+from .hang_writes import hang_alert, save_hang
+
+_LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
+_ALERT, _HEALTH, _HANG = "alert", "health", "hang"
+_WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
+
+
+class PrimaryWriter:
+    """A run's primary: the writer thread and its queue, which the hooks fill and never wait on."""
+
+    def __init__(
+        self,
+        spec: WriterSpec,
+        *,
+        warner: Warner,
+        rows: RowBuilder | None = None,
+        prepare: Callable[[WriterSpec], WriterSpec] | None = None,
+    ) -> None:
+        """``prepare`` runs on the writer thread before ``wandb.init`` and may adjust the spec."""
+        self.spec = spec
+        self._rows = rows or report_rows("rank0", ())
+        self._prepare = prepare
+        self._on_ready: Callable[[], None] | None = None
+        self._warner = warner
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=f"ray_wandb_nodes-{spec.run_id}", daemon=True)
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        self._finish_requested = False
+        self.run: Any = None
+        self.error: BaseException | None = None
+        self.entity: str | None = None
+        self.project: str | None = None
+        self._writes: RunWrites | None = None  # once the run exists
+        self._dropped = 0  # reports that came while there was no run
+        self.exit_code: int | None = None
+        self.index: OfflineIndex | None = offline_index(spec)
+        self._offline = PrimaryIndex(self.index, warner) if self.index is not None else None
+        self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
+        self._uploads = ArtifactUploads(
+            lambda artifact, upload: self._queue.put((_ARTIFACT, (artifact, upload))), self._done, warner
+        )
+        self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
+
+    # called from hooks: never blocks on W&B --------------------------------------------------
+    def start(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Start the writer thread; ``on_ready()`` is called on it once the run exists."""
+        self._on_ready = on_ready
+        self._thread.start()
+
+    def log(self, payload: Any) -> None:
+        """Queue one report (a dict, or all ranks' dicts) for the row builder, which reads it on
+        the writer thread and never changes it; the caller must not change it either."""
+        self._queue.put((_LOG, payload))
+
+    def update_config(self, config: Mapping[str, Any]) -> None:
+        self._queue.put((_CONFIG, dict(config)))
+
+    def log_artifact(
+        self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint", where: str = ""
+    ) -> None:
+        """``make(wandb)`` builds the artifact on the artifact thread (never the writer thread);
+        the writer thread then logs it with ``aliases``. ``name`` and the checkpoint's path
+        ``where`` name it in warnings."""
+        self._uploads.add(make, aliases, name, where)
+
+    def abandon_uploads(self) -> tuple[list[str], str | None]:
+        """An abort: build and log no more artifacts, and finish without them. Returns the
+        checkpoints not handed to wandb (dropped) and the last one that was (wandb may still be
+        uploading it)."""
+        return self._uploads.abandon()
+
+    def alert(self, alert: Alert) -> None:
+        """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
+        self._queue.put((_ALERT, alert))
+
+    def hang(self, notice: HangNotice) -> None:
+        """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
+        self._queue.put((_HANG, notice))
+
+    def log_health(
+        self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
+    ) -> None:
+        """Log the straggler count and, when given, the ``nodes`` and ``gpus`` tables, at the current step."""
+        self._queue.put((_HEALTH, (stragglers, table, gpu_table)))
+
+    @property
+    def summary(self) -> NodeSummary | None:
+        """The latest summary of this writer's own node's samples (None before the first), with
+        its age (``age_s``) on this node's clock."""
+        return aged(self._reader.summary)
+
+    @property
+    def read_problems(self) -> tuple[ReadProblem, ...]:
+        """What kept this writer's reader from its samples (empty: nothing)."""
+        return tuple(self._reader.problems.values())
+
+    @property
+    def logged(self) -> int:
+        """Reports logged as rows of the run."""
+        return self._writes.logged if self._writes is not None else 0
+
+    @property
+    def dropped(self) -> int:
+        """Reports not logged: no run to log them to, or a row or a log that failed."""
+        return self._dropped + (self._writes.dropped if self._writes is not None else 0)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and self.run is not None
+
+    @property
+    def failed(self) -> bool:
+        return self._ready.is_set() and self.run is None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def request_finish(self, exit_code: int) -> None:
+        """Ask the thread to flush and finish the run with ``exit_code``; returns at once."""
+        if self._finish_requested:
+            return
+        self._finish_requested = True
+        self._queue.put((_FINISH, exit_code))
+        if not self._thread.ident:
+            self._done.set()  # never started: nothing to finish
+
+    @property
+    def creating(self) -> bool:
+        """Whether the writer thread is still inside ``wandb.init``."""
+        return bool(self._thread.ident) and not self._ready.is_set()
+
+    def wait_done(self, timeout: float, why: str = "") -> bool:
+        """Wait for the finish; False (and one warning) when not done within ``timeout``."""
+        if not self._done.wait(timeout):
+            self._warner.warn(
+                f"primary:finish-timeout:{self.spec.run_id}",
+                f"the W&B run {self.spec.run_id} did not finish within {timeout:.0f}s{': ' + why if why else ''} "
+                f"({self._queue.qsize()} queued item(s) not written); training results are unaffected",
+            )
+        return self._done.is_set()
+
+    # the writer thread -----------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._init()
+            read_at = 0.0
+            while True:
+                try:
+                    kind, payload = self._queue.get(timeout=self._sample_s)
+                except queue.Empty:
+                    kind, payload = "", None
+                if self.run is not None and time.monotonic() - read_at >= self._sample_s:
+                    read_at = time.monotonic()
+                    self._reader.read(self.run)
+                if kind == _FINISH:
+                    self._log_built()
+                    self._finish(payload)
+                    return
+                self._handle(kind, payload)
+        finally:
+            self._ready.set()
+            self._done.set()
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        writes = self._writes
+        if writes is None or not kind:
+            self._dropped += kind == _LOG
+            if kind == _ARTIFACT:
+                self._uploads.settled(payload[1])
+            return
+        if kind == _LOG:
+            writes.report(payload)
+        elif kind == _CONFIG:
+            writes.config(payload)
+        elif kind == _ARTIFACT:
+            self._uploads.log(writes.run, *payload)
+        elif kind == _ALERT:
+            writes.alert(payload)
+        elif kind == _HEALTH:
+            writes.health(*payload)
+        elif kind == _HANG:
+            writes.alert(hang_alert(payload, self.spec.label))
+            save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
+
+    def _init(self) -> None:
+        started = time.monotonic()
+        try:
+            if self._prepare is not None:
+                self.spec = self._prepare(self.spec)
+            self.run = init_writer(self.spec)
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+            self._warner.warn(
+                f"primary:init:{self.spec.run_id}",
+                f"could not create the W&B run {self.spec.run_id} after {time.monotonic() - started:.0f}s, "
+                f"so nothing is logged to W&B for this run; training goes on ({describe(e)})",
+            )
+            return
+        finally:
+            self._ready.set()
+        self.entity, self.project = self.run.entity, self.run.project
+        if self._on_ready is not None:
+            self._on_ready()
+        if self._offline is not None:
+            self._offline.started(self.spec, self.entity, self.project)
+        self._writes = RunWrites(self.run, self.spec, self._rows, self._warner, self._offline)
+
+    def _log_built(self) -> None:
+        """Before the finish: log the artifacts still being built (not after an abort)."""
+        while not self._uploads.abandoned and self.run is not None and self._uploads.pending:
+            try:
+                kind, payload = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._handle(kind, payload)
+
+    def _finish(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+        if self.run is None:
+            if self._dropped:
+                self._warner.warn(
+                    f"primary:dropped:{self.spec.run_id}",
+                    f"{self._dropped} report(s) were not logged because the W&B run "
+                    f"{self.spec.run_id} could not be created",
+                )
+            return
+        try:
+            self.run.finish(exit_code=exit_code)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(
+                f"primary:finish:{self.spec.run_id}", f"finishing the W&B run {self.spec.run_id} failed ({describe(e)})"
+            )
+        if not self._uploads.abandoned:  # the finish waited for the uploads: say which W&B did not commit
+            self._uploads.finished(_WATCH_END_S)
+        if self._offline is not None:
+            self._offline.finished(exit_code)
+
+
+class RunWrites:
+    """What the writer thread writes into its run once the run exists: rows from reports at the
+    step metric, config, alerts (offline: into the folder's index) and the node tables. Each
+    failure is one warning and a count; training goes on."""
+
+    def __init__(
+        self, run: Any, spec: WriterSpec, rows: RowBuilder, warner: Warner, offline: PrimaryIndex | None
+    ) -> None:
+        self.run = run
+        self._rows = rows
+        self._warner = warner
+        self._offline = offline
+        # A resumed run (restart, auto-resume by name) continues its step count.
+        self._stepper = Stepper.resuming(spec.step_metric, run)
+        self.logged = 0
+        self.dropped = 0
+
+    def report(self, metrics: Any) -> None:
+        """One report (a dict, or all ranks' dicts) as one row at the step metric, and its config."""
+        try:
+            row, config, skipped = self._rows(metrics)
+        except Exception as e:  # noqa: BLE001
+            self.dropped += 1
+            self._warner.warn(
+                f"rows:{type(e).__name__}", f"a report could not be turned into a W&B row ({describe(e)})"
+            )
+            return
+        warn_skipped(self._warner, skipped)
+        if config:
+            self.config(config)
+        self._stepper.stamp(row)
+        try:
+            self.run.log(row)
+            self.logged += 1
+        except Exception as e:  # noqa: BLE001
+            self.dropped += 1
+            self._warner.warn(f"log:{type(e).__name__}", f"a report could not be logged to W&B ({describe(e)})")
+
+    def step_row(self) -> dict[str, Any]:
+        """A row at the current step (the run's own step metric)."""
+        return {self._stepper.key: self._stepper.value}
+
+    def config(self, config: dict[str, Any]) -> None:
+        try:
+            self.run.config.update(config, allow_val_change=True)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"config:{type(e).__name__}", f"run config could not be updated ({describe(e)})")
+
+    def alert(self, alert: Alert) -> None:
+        if self._offline is not None:  # offline: wandb keeps no alert; the report prints these
+            self._offline.alert(alert)
+            return
+        try:
+            self.run.alert(title=alert.title, text=alert.text, level=alert.level, wait_duration=ALERT_WAIT_S)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"alert:{type(e).__name__}", f"a W&B alert could not be raised ({describe(e)})")
+
+    def health(
+        self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
+    ) -> None:
+        row = self.step_row()
+        if stragglers is not None:
+            row["nodes/stragglers"] = stragglers
+        try:
+            if table is not None:
+                row["nodes"] = health_table(COLUMNS, table)
+                if gpu_table:
+                    row["gpus"] = health_table(GPU_COLUMNS, gpu_table)
+            self.run.log(row)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
+
+
+class PrimaryIndex:
+    """Offline: the primary's part of the run folder's index. The run and the primary's own
+    offline run once it exists, every alert (wandb keeps none offline; the report prints them),
+    and the exit code. A write that fails is one warning; training goes on."""
+
+    def __init__(self, index: OfflineIndex, warner: Warner) -> None:
+        self.index = index
+        self._warner = warner
+
+    def started(self, spec: WriterSpec, entity: str | None, project: str | None) -> None:
+        self._write(lambda: index_primary(self.index, spec, entity, project))
+
+    def alert(self, alert: Alert) -> None:
+        def add() -> None:
+            raised = list(self.index.data.get("alerts") or [])
+            self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
+
+        self._write(add)
+
+    def finished(self, exit_code: int) -> None:
+        self._write(lambda: self.index.update(exit_code=exit_code))
+
+    def _write(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except OSError as e:
+            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+
+
+def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, project: str | None) -> None:
+    """Offline: name the run and the primary's own offline run in the run's folder index
+    (``OSError`` when it cannot be written)."""
+    import socket
+
+    try:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001
+        node_id = None
+    index.update(entity=entity or None, project=project or index.data["project"])
+    index.set_writer(
+        {
+            "role": "primary",
+            "label": spec.label,
+            "node_id": node_id,
+            "hostname": socket.gethostname(),
+            "state": "written",
+            # its folder, as a node's is nodes/<label>: every fit of the run writes there
+            "path": index.relative(spec.init_kwargs["dir"]),
+        }
+    )

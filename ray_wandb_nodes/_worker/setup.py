@@ -1,0 +1,84 @@
+"""On the train workers: what the plugin sets up in each worker process before the train
+function starts. Hang detection's side of a rank (``_hang``): armed as soon as the worker exists
+(before Train sets up torch's process group, so the flight recorder's variable is read), then
+its reports wrap in the beacon's report phase once the train context exists, the frameworks'
+evaluation loops in its evaluating phase and the saves in its checkpointing phase (``_phases``:
+the saves' patches are awaited from arming on, so that a module that imports ``save_file`` by
+name during Ray's set-up gets the wrapped one). The frameworks' own W&B runs are quieted in the
+same call (``_frameworks``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .. import _ray
+from .._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, train_starts
+from .._warn import describe
+from . import frameworks as _frameworks
+from . import phases as _phases
+
+_arm_failure = ""  # why arming failed in this process ("" when it did not)
+
+
+class WorkerSetup(NamedTuple):
+    """What one train worker says of its set-up (the answer to :func:`setup`)."""
+
+    rank: int
+    hang: str  # "armed", "off", or why the rank is not armed
+
+
+def arm(rank: int, attempt: str) -> None:
+    """Queued on a new worker ahead of Train's own calls: arm it as ``rank`` of the attempt
+    ``attempt`` (its folder's key, drawn by the callback for its worker group). A failure is kept
+    for :func:`setup` to report; the worker goes on."""
+    global _arm_failure
+    try:
+        arm_rank(attempt, rank)
+        _phases.hook_saves()  # saves: the checkpointing phase (imports nothing)
+        _arm_failure = ""
+    except Exception as e:  # noqa: BLE001 - hang detection off on this rank, training goes on
+        _arm_failure = describe(e)
+
+
+class ReportHook:
+    """Ray Train's report hooks on a rank (the shape of a ``TrainContextCallback``): a report is
+    the report phase while inside Ray's barrier and a stamp when it returns; a checkpoint's
+    transfer inside it (Ray 2.55 and later) is the checkpoint phase, allowed longer. The sync of
+    the checkpoint's name, a barrier of every report, stays the report phase."""
+
+    def on_report(self) -> contextlib.AbstractContextManager[None]:
+        return in_report()
+
+    @contextlib.contextmanager
+    def on_checkpoint_sync(self) -> Iterator[None]:
+        yield
+
+    @contextlib.contextmanager
+    def on_checkpoint_transfer(self) -> Iterator[None]:
+        with in_phase(Phase.CHECKPOINTING):
+            yield
+
+
+def setup(rank: int, run_id: str | None, attempt: str | None) -> WorkerSetup:
+    """Once the worker's train context exists, before the train function: quiet the frameworks'
+    own W&B runs, and hook this rank's reports, evaluation loops and saves to its beacon (armed by
+    :func:`arm` in the attempt ``attempt``, or now where that did not run: then the flight recorder
+    may miss a process group already made)."""
+    _frameworks.quiet_frameworks(rank, run_id)
+    if not attempt:
+        return WorkerSetup(rank, "off")
+    if armed_rank() is None:
+        arm(rank, attempt)
+        if armed_rank() is None:
+            return WorkerSetup(rank, f"not armed: {_arm_failure or 'unknown'}")
+    hook_steps()  # torch is imported by now where Train set up its process group
+    _phases.hook_evaluation()  # HF's and Lightning's evaluation loops: the evaluating phase
+    _phases.hook_saves()  # the frameworks', torch's and safetensors' saves: the checkpointing phase
+    train_starts()
+    try:
+        hooked = _ray.add_report_hook(ReportHook())
+    except Exception as e:  # noqa: BLE001
+        return WorkerSetup(rank, f"armed, reports not seen: {describe(e)}")
+    return WorkerSetup(rank, "armed" if hooked else "armed, reports not seen: this Ray has no report hook")

@@ -1,0 +1,81 @@
+"""Arming a rank's step anatomy: one recorder a process, written into the region its beacon slot
+keeps for it, and the hooks that feed it, each put in place once its module is imported (before
+or after this call: ``_on_import``), so that a job without torch pays nothing:
+
+- ``torch.optim.optimizer``: the global optimizer-step pre- and post-hooks (every optimizer);
+- ``torch.utils.data.dataloader`` and ``ray.data.iterator``: ``next()`` timed (``inputs``);
+- ``torch.nn.parallel.distributed``: every DDP made is read for its timers (``ddp``).
+
+Disarming removes the optimizer hooks and publishes the last totals; the patched methods stay
+(they cannot be taken back safely while an iterator may be inside one) and pass through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .._steps.ddp import PatchDdp
+from .._steps.recorder import StepRecorder
+from .._steps.region import RegionWriter
+from .on_import import when_imported
+from .step_inputs import Current, TimeDataLoaders, TimeRayData
+
+CURRENT = Current()
+_removers: list[Callable[[], None]] = []
+
+
+def arm_steps(region: memoryview | bytearray | None) -> StepRecorder:
+    """Arm this process's step anatomy, written into ``region`` (a writable buffer of 256 bytes:
+    the beacon's step region; None: kept in the process only, for tests). Idempotent: a second
+    call returns the recorder armed first."""
+    if CURRENT.recorder is not None:
+        return CURRENT.recorder
+    recorder = StepRecorder(RegionWriter(region) if region is not None else None)
+    CURRENT.recorder = recorder
+    when_imported("torch.optim.optimizer", HookOptimizers(CURRENT))
+    when_imported("torch.utils.data.dataloader", TimeDataLoaders(CURRENT))
+    when_imported("torch.nn.parallel.distributed", PatchDdp(_attach))
+    when_imported("ray.data.iterator", TimeRayData(CURRENT))
+    return recorder
+
+
+def armed_steps() -> StepRecorder | None:
+    return CURRENT.recorder
+
+
+def disarm_steps() -> None:
+    """The worker's end: the last totals published, the optimizer hooks removed, the region let go."""
+    recorder, CURRENT.recorder = CURRENT.recorder, None
+    while _removers:
+        with contextlib.suppress(Exception):
+            _removers.pop()()
+    if recorder is not None:
+        recorder.publish()
+        recorder.close()
+
+
+def _attach(ddp: Any) -> None:
+    recorder = CURRENT.recorder
+    if recorder is not None:
+        recorder.attach_ddp(ddp)
+
+
+@dataclass(frozen=True)
+class HookOptimizers:
+    """The patch on ``torch.optim.optimizer``: the recorder's optimizer hooks, process-wide."""
+
+    current: Current
+
+    def __call__(self, module: ModuleType) -> None:
+        recorder = self.current.recorder
+        pre = getattr(module, "register_optimizer_step_pre_hook", None)
+        post = getattr(module, "register_optimizer_step_post_hook", None)
+        if recorder is None or pre is None or post is None:
+            return  # torch before 2.0: no global hooks, no optimizer part
+        _removers.append(pre(recorder.optimizer_pre).remove)
+        _removers.append(post(recorder.optimizer_post).remove)
+        recorder.hooks_in_place()
