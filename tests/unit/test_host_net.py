@@ -1,6 +1,7 @@
 """The test hosts' network (``tests/support/host_net.py``) without Ray: what each ``Block`` does to
 a host's connections, an open connection across a block and back, and the sweep that leaves
-nothing. Needs root and ``ip`` (skipped with the reason elsewhere), a second at most."""
+nothing (these need root and ``ip``: skipped with the reason elsewhere, a few seconds); and the
+reasons the multi-host tests give where they cannot run."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import hosts
 from tests.support.host_net import PREFIX, Block, Network, sweep_leftovers, take_slot
 from tests.support.hosts import unsupported
 
-pytestmark = pytest.mark.skipif(bool(unsupported()), reason=unsupported() or "")
+needs_hosts = pytest.mark.skipif(bool(unsupported()), reason=unsupported() or "")
 
 # Connects to argv[1]:argv[2] from inside a host; prints what became of it.
 PROBE = """
@@ -90,6 +92,19 @@ def in_host(netns: str, script: str, *args: object) -> list[str]:
     return ["ip", "netns", "exec", netns, sys.executable, "-c", script, *map(str, args)]
 
 
+def test_without_root_the_reason_says_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 1000)
+    assert unsupported() == "the multi-host tests need root (network, UTS, mount and PID namespaces, a bridge)"
+
+
+def test_without_a_tool_the_reason_names_it_and_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(hosts.shutil, "which", lambda tool: None if tool in ("nsenter", "setpriv") else f"/bin/{tool}")
+    reason = unsupported()
+    assert reason == "the multi-host tests need nsenter, setpriv (Debian: apt-get install iproute2 util-linux)"
+
+
+@needs_hosts
 def test_each_block_fails_a_connect_as_it_says_and_unblocking_reaches_the_address_again() -> None:
     with one_host() as (network, netns), echo_server(network.address(2)) as port:
         wandb = network.address(2)
@@ -114,6 +129,7 @@ def test_each_block_fails_a_connect_as_it_says_and_unblocking_reaches_the_addres
             assert subprocess.run(reach_head, capture_output=True, text=True).stdout.strip() == "connected"
 
 
+@needs_hosts
 def test_an_open_connection_stalls_while_dropped_and_carries_on_once_unblocked() -> None:
     with one_host() as (network, netns), echo_server(network.address(2)) as port:
         client = subprocess.Popen(
@@ -139,6 +155,7 @@ def test_an_open_connection_stalls_while_dropped_and_carries_on_once_unblocked()
             client.wait()
 
 
+@needs_hosts
 def test_the_sweep_leaves_no_namespace_link_or_folder_of_the_slot() -> None:
     with one_host() as (network, netns):
         network.folder.mkdir()
