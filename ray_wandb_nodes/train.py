@@ -97,6 +97,11 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             up to 2 GiB a node), ``storage`` (the run's storage path, which every node must reach) or ``auto``
             (the storage unless it is this machine's local file system, else Ray); a node that cannot use the
             storage falls back to Ray
+        egress: how node writers reach W&B: ``direct`` (each from its own node; a node without a route writes
+            offline and its series are brought into the run at its end, with one warning) or ``relay`` (a node
+            without a route sends live through a relay on the Train controller's node, or the Tune driver's)
+        egress_hosts: with ``egress='relay'``, more hosts the relay tunnels to besides the run's W&B host and
+            its storage host: ``host`` (port 443), ``host:port``, or ``*.domain`` (its subdomains)
         api_key: the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside
             the callback, never through ``runtime_env`` or the run config
         api_key_file: a file holding the W&B API key (give this or ``api_key``, not both)
@@ -136,6 +141,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,
         offline_transfer: str = "auto",
+        egress: str = "direct",
+        egress_hosts: list[str] | None = None,
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,

@@ -3,4 +3,4 @@ generated from it, what both callbacks do when built, and the driver's W&B secre
 every node. Imports nothing of the package but the leaves."""
 
 # Each module's public names are the package's interface (they were top-level modules).
-__all__ = ["checks", "options", "options_doc", "secrets", "setup", "values"]
+__all__ = ["checks", "hosts", "options", "options_doc", "secrets", "setup", "values"]

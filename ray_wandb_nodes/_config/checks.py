@@ -206,3 +206,21 @@ HANG_TIMEOUT = Check(
     'a number of seconds > 0, "auto" (follow the job\'s cadence, below the process-group timeout) or None (off)',
     _hang_timeout,
 )
+
+
+_HOST_ENTRIES = "a list of hosts (``host``: port 443; ``host:port``; ``[v6]:port``; ``*.domain[:port]``) or None"
+
+
+def _egress_hosts(value: Any) -> tuple[str, ...]:
+    from .hosts import parse_entry
+
+    entries = _text_list(value)
+    for entry in entries:
+        try:
+            parse_entry(entry)
+        except ValueError as e:
+            raise RejectedError(f"{_HOST_ENTRIES}: {e}") from None
+    return tuple(entry.strip() for entry in entries)
+
+
+EGRESS_HOSTS = Check(_HOST_ENTRIES, _egress_hosts)

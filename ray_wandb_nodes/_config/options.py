@@ -24,6 +24,7 @@ TRAIN, TUNE = "train", "tune"
 BOTH = (TRAIN, TUNE)
 STRATEGIES = ("shared", "main", "node", "all")
 RANK_METRICS = ("rank0", "reduce", "all")
+EGRESS = ("direct", "relay")
 _SAME = object()  # tune_default: as the Train default
 
 
@@ -54,6 +55,11 @@ SECTIONS = {
     "hangs": ("Hangs", "A rank that stops while the others wait: named live, with every rank's stacks in the run."),
     "bounds": ("Bounds and scale", "How long the plugin waits, and how many writers join one run."),
     "offline": ("Offline mode", 'With `mode="offline"` every node writes an offline run on its own disk.'),
+    "egress": (
+        "Nodes without a route to W&B",
+        "A node writer checks that it reaches W&B before it joins; what a node that does not reach it does "
+        "(see [Clusters without a route to W&B](egress.md)).",
+    ),
     "key": ("The W&B key and wandb.init", "The API key never enters the run config, `runtime_env` or a log line."),
 }
 
@@ -190,6 +196,17 @@ OPTIONS: tuple[Option, ...] = (
         "it is this machine's local file system, else Ray); a node that cannot use the storage falls back to Ray",
     ),
     Option(
+        "egress", "direct", "str", c.choice(*EGRESS), BOTH, "egress",
+        "how node writers reach W&B: ``direct`` (each from its own node; a node without a route writes offline "
+        "and its series are brought into the run at its end, with one warning) or ``relay`` (a node without a "
+        "route sends live through a relay on the Train controller's node, or the Tune driver's)",
+    ),
+    Option(
+        "egress_hosts", None, "list[str] | None", c.EGRESS_HOSTS, BOTH, "egress",
+        "with ``egress='relay'``, more hosts the relay tunnels to besides the run's W&B host and its storage "
+        "host: ``host`` (port 443), ``host:port``, or ``*.domain`` (its subdomains)",
+    ),
+    Option(
         "api_key", None, "str | None", c.API_KEY, BOTH, "key",
         "the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside the "
         "callback, never through ``runtime_env`` or the run config",
@@ -268,6 +285,8 @@ class Options:
     finish_timeout_s: float
     max_node_writers: int  # node writers of one shared run (see _fleet/cap.py)
     offline_transfer: str
+    egress: str  # "direct" or "relay" (see _egress)
+    egress_hosts: tuple[str, ...]  # more hosts the relay tunnels to
     wandb_init_kwargs: Mapping[str, Any]
     settings: Mapping[str, Any]  # from wandb_init_kwargs' ``settings``
 
@@ -295,6 +314,12 @@ def build_options(
         raise ValueError(
             "ray_wandb_nodes: both api_key and api_key_file were given; pass only one of them "
             "(the key itself is not shown here)"
+        )
+    if checked["egress_hosts"] and checked["egress"] != "relay":
+        raise invalid(
+            "egress_hosts",
+            list(checked["egress_hosts"]),
+            "the hosts a relay tunnels to apply with egress='relay' only (egress is 'direct': nothing relays)",
         )
     checked["mode"] = resolve_mode(checked["mode"], env_mode)
     checked["wandb_init_kwargs"], checked["settings"] = _init_kwargs(checked["wandb_init_kwargs"], init_params)

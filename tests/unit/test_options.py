@@ -162,6 +162,8 @@ BAD = {
     "finish_timeout_s": "10",
     "max_node_writers": 0,
     "offline_transfer": "s3",
+    "egress": "proxy",
+    "egress_hosts": ["storage.example.com/bucket"],
     "api_key": "",
     "api_key_file": 3,
     "wandb_init_kwargs": {"reinit": True},
