@@ -1,23 +1,20 @@
 """Upload an offline run folder into one W&B run, the way shared mode would have written it.
 
-Syncing several offline runs of one id with plain ``wandb sync`` does not merge them: each
-starts its files at offset 0 and overwrites the one before (wandb issue #3841). wandb's own
-sync does honour shared mode when it is asked to (``WANDB_MODE=shared``): each file is then a
-writer of its own, the way it was when the run was online. So this runs ``wandb beta sync --id``
-(what ``wandb sync`` runs from wandb 0.29; on 0.28 ``wandb sync`` is the older uploader, which
-ignores shared mode) once per writer, the primary first (``x_primary``, it owns the run's final state), then
-every node writer as a non-primary writer that never sets the run's state.
+This runs ``wandb beta sync --id`` (what ``wandb sync`` runs from wandb 0.29; on 0.28 ``wandb
+sync`` is the older uploader, which ignores shared mode) once per writer, in its writer's role
+(``_wandb.sync``: why shared mode), the primary first (``x_primary``, it owns the run's final
+state), then every node writer as a non-primary writer that never sets the run's state.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._wandb.sync import SHARED_ROLES, sync_command, sync_environment
 from .._wandb.txlog import read_run
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
@@ -45,24 +42,13 @@ class SyncStep:
 
     @property
     def shared(self) -> bool:
-        return self.role in ("primary", "node")
+        return self.role in SHARED_ROLES
 
     def command(self, entity: str | None, project: str | None) -> list[str]:
-        cmd = [sys.executable, "-m", "wandb", "beta", "sync", "--id", self.run_id]
-        if project or self.project:
-            cmd += ["--project", str(project or self.project)]
-        if entity or self.entity:
-            cmd += ["--entity", str(entity or self.entity)]
-        return [*cmd, self.path]
+        return sync_command(self.path, self.run_id, project or self.project, entity or self.entity)
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.shared:
-            primary = "true" if self.role == "primary" else "false"
-            env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
-        else:
-            env.pop("WANDB_MODE", None)
-        return env
+        return sync_environment(self.role, os.environ)
 
 
 def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:

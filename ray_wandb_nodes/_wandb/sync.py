@@ -1,0 +1,118 @@
+"""One writer's offline run uploaded into its W&B run, as shared mode would have written it:
+``wandb beta sync --id`` in a process of its own, told its writer's role.
+
+Syncing several offline runs of one id with plain ``wandb sync`` does not merge them: each starts
+its files at offset 0 and overwrites the one before (wandb issue #3841). wandb's own sync honours
+shared mode when asked (``WANDB_MODE=shared``): each file is then a writer of its own, as it was
+online; a node writer's is a non-primary writer that never sets the run's state
+(``WANDB_X_PRIMARY=false``, ``WANDB_X_UPDATE_FINISH_STATE=false``), its keys under the label it
+wrote them with. Used by the command line's ``ray-wandb-nodes sync`` and by the fleet at the end
+of a run whose nodes without a route to W&B wrote offline.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .._config.secrets import Secret
+
+SHARED_ROLES = ("primary", "node")  # writers of a shared run; "run": a run of its own
+_TAIL_LINES = 5
+
+
+def sync_command(path: str, run_id: str, project: str | None, entity: str | None) -> list[str]:
+    """The command that uploads the offline run folder ``path`` into the run ``run_id``."""
+    cmd = [sys.executable, "-m", "wandb", "beta", "sync", "--id", run_id]
+    if project:
+        cmd += ["--project", project]
+    if entity:
+        cmd += ["--entity", entity]
+    return [*cmd, path]
+
+
+def sync_environment(role: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with the mode a writer of ``role`` is synced in: shared, primary or not, for a
+    shared run's writers; a run of its own for the rest."""
+    env = dict(environ)
+    if role in SHARED_ROLES:
+        primary = "true" if role == "primary" else "false"
+        env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
+    else:
+        env.pop("WANDB_MODE", None)
+    return env
+
+
+def offline_runs(folder: str) -> list[str]:
+    """The offline run folders (``offline-run-...``, each holding one ``.wandb`` file) under
+    ``folder``, not following links (wandb's ``latest-run`` is one)."""
+    found = []
+    for root, _, names in os.walk(folder):
+        found += [root for name in names if name.endswith(".wandb")]
+    return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class SyncInto:
+    """The W&B run a node's offline run goes into, and the credentials to send it with (the
+    run's own: its host and key, never shown)."""
+
+    run_id: str
+    role: str  # of the writer whose run it is: "node" (a shared run's) or "run" (a run of its own)
+    project: str | None
+    entity: str | None
+    base_url: str | None
+    api_key: Secret | None
+
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The sync's process environment: ``environ`` less W&B's own variables, with the run's
+        host and key, in the writer's role."""
+        env = {k: v for k, v in environ.items() if not k.startswith("WANDB_")}
+        env.update(WANDB_SILENT="true", WANDB_ERROR_REPORTING="false")
+        if self.base_url:
+            env["WANDB_BASE_URL"] = self.base_url
+        if self.api_key is not None:
+            env["WANDB_API_KEY"] = self.api_key.reveal()
+        return sync_environment(self.role, env)
+
+
+def sync_folder(
+    into: SyncInto,
+    folder: str,
+    deadline: float,
+    *,
+    environ: Mapping[str, str] | None = None,
+    runner: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> str | None:
+    """Upload every offline run under ``folder`` into ``into``'s run, one after another, before
+    ``deadline`` (monotonic); None when all went up (wandb's ``.synced`` mark beside each file),
+    else what failed, in a line."""
+    runs = offline_runs(folder)
+    if not runs:
+        return f"no offline run in {folder}"
+    env = into.environment(os.environ if environ is None else environ)
+    for path in runs:
+        if _synced(path):
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "no time was left to sync it"
+        command = sync_command(path, into.run_id, into.project, into.entity)
+        try:
+            done = runner(command, env=env, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            return f"wandb sync did not finish within {left:.0f}s"
+        except OSError as e:
+            return f"wandb sync could not start ({e.strerror or e})"
+        if done.returncode != 0 or not _synced(path):
+            tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-_TAIL_LINES:])
+            return f"wandb sync exited {done.returncode}: {tail}" if tail else f"wandb sync exited {done.returncode}"
+    return None
+
+
+def _synced(path: str) -> bool:
+    return any(name.endswith(".wandb.synced") for name in os.listdir(path))
