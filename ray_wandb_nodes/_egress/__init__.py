@@ -6,7 +6,9 @@ writes offline and is brought into the run at its end (the default), or, with th
 sends through a relay on the Train controller's node (``relay.Relay``, run by ``actor.RelayOnNode``
 in a small actor there): a forward proxy that tunnels only to the run's W&B and storage hosts
 (``allow``), only for holders of the run's token, and never decrypts TLS. A writer reaches it
-through wandb's own proxy settings, in its process only (``route``).
+through wandb's own proxy settings, in its process only (``route``). ``way`` is what the fleet and
+a node's logger exchange about it: the route handed to a writer (``WriterEgress``), the way the
+writer found (``Egress``: direct, relay or offline), and the writer's spec for that way.
 
 Imports nothing of Ray or wandb at module level: the relay and the check run in any process.
 """
@@ -27,11 +29,13 @@ from .route import (
     writer_settings,
 )
 from .runner import RelayThread
+from .way import Egress, Way, WriterEgress, base_url_of, find_way, for_way, online
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "RAY_PROXY_VARIABLES",
     "AllowList",
+    "Egress",
     "Endpoint",
     "Reach",
     "Reachability",
@@ -42,10 +46,16 @@ __all__ = [
     "RelayRoute",
     "RelayStats",
     "RelayThread",
+    "Way",
+    "WriterEgress",
     "allow_list",
+    "base_url_of",
     "check_reach",
     "endpoint_of",
+    "find_way",
+    "for_way",
     "new_token",
+    "online",
     "parse_entry",
     "proxy_for",
     "ray_proxy_variables",

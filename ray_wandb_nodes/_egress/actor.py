@@ -85,6 +85,7 @@ class RelayOnNode:
         self.token = new_token()
         self._bounds = bounds  # RelayConfig's max_connections, idle_timeout_s, ...
         self._actor: Any = None
+        self._asked: Any = None  # the one outstanding address() call, which route() waits on
         self._host = ""
         self._port = 0
 
@@ -114,16 +115,19 @@ class RelayOnNode:
         return self._actor
 
     def route(self, timeout_s: float) -> RelayRoute | None:
-        """Where writers find the relay, once it listens (None: it did not within ``timeout_s``)."""
+        """Where writers find the relay, once it listens (None: it did not within ``timeout_s``;
+        0 asks without waiting, and asking again waits on the same call). Raises what the actor
+        raised when it could not start (its address taken, its node gone)."""
         import ray
 
         if self._actor is None:
             return None
-        ref = self._actor.address.remote()
-        ready, _ = ray.wait([ref], timeout=timeout_s)
+        if self._asked is None:
+            self._asked = self._actor.address.remote()
+        ready, _ = ray.wait([self._asked], timeout=timeout_s)
         if not ready:
             return None
-        host, port = ray.get(ref)
+        host, port = ray.get(self._asked)
         return RelayRoute(host, port, self.token)
 
     def stats(self, timeout_s: float) -> RelayStats | None:
@@ -141,7 +145,7 @@ class RelayOnNode:
             ray.kill(self._actor, no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
-        self._actor = None
+        self._actor = self._asked = None
         return stats
 
     def _ask(self, method: str, timeout_s: float) -> RelayStats | None:

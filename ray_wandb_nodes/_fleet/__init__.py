@@ -3,14 +3,25 @@
 ``fleet`` (the command queue, its one thread, retiring runs) carries out what ``plan`` (a pure
 function) decides, through the ``pool`` (logger actors, placement groups, joins, health) and the
 offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself
-(``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``watches`` says
+(``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``egress`` the
+run's relay and the nodes without a route to W&B, ``watches`` says
 which ranks' folders each one watches, ``janitor`` removes placement groups a dead controller
 left, ``nodes`` reads Ray's node list.
 """
 
-from .fleet import POLL_S, NodeFleet
+from .fleet import POLL_S, NodeFleet, RelayPlan
 from .hangs import HangWatch, poll_s
 from .nodes import NodeInfo
 from .targets import RunTarget, SharedTarget, StandaloneTarget
 
-__all__ = ["POLL_S", "HangWatch", "NodeFleet", "NodeInfo", "RunTarget", "SharedTarget", "StandaloneTarget", "poll_s"]
+__all__ = [
+    "POLL_S",
+    "HangWatch",
+    "NodeFleet",
+    "NodeInfo",
+    "RelayPlan",
+    "RunTarget",
+    "SharedTarget",
+    "StandaloneTarget",
+    "poll_s",
+]

@@ -6,22 +6,31 @@ run there meanwhile). At a run's end it brings every node's run over in parallel
 node, bounded by a deadline: through the run's storage when there is one (a node or driver side
 that cannot use it falls back to Ray), else through Ray in chunks. Every node ends up named in
 the run's index: collected, empty, left on its node (and where), or lost with its node.
+
+An online run's nodes that had no route to W&B (``egress.py``) wrote offline runs too: theirs
+come to the run's ``fallback`` folder the same way, and each is synced into the online run as it
+arrives (``_wandb.sync``), within the same deadline; a node's run that could not be synced in time
+stays in the folder, and one warning gives the command that syncs it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._wandb.sync import SyncInto, sync_folder
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex, node_local_dir
 from ..offline.storage import StorageSpot, fetch, remove, remove_folder_if_empty
 from ..offline.transfer import MAX_COLLECT_BYTES, receive
 from .nodes import NodeInfo
 from .pool import LoggerHandle
+
+SYNCS = 4  # wandb sync processes at once on the driver side (each a Python and a wandb-core)
 
 
 def _left(deadline: float) -> float:
@@ -41,6 +50,9 @@ class CollectJob:
     threads: list[threading.Thread] = field(default_factory=list)
     deadline: float = 0.0
     recorded: set[str] = field(default_factory=set)  # labels whose index entry a collector wrote
+    # An online run's: each node's offline run, once here, is synced into it (its nodes had no route).
+    sync: SyncInto | None = None
+    synced: set[str] = field(default_factory=set)  # labels synced into the run
 
     @property
     def running(self) -> bool:
@@ -54,17 +66,31 @@ class OfflineCollection:
         self._hosted: dict[str, set[str]] = {}
         # run id -> nodes whose offline data is being collected
         self.collecting: dict[str, set[str]] = {}
+        self._syncs = threading.BoundedSemaphore(SYNCS)
+        self._online: set[str] = set()  # online runs whose nodes without a route to W&B wrote offline
+
+    def hosted_offline(self, node_id: str, run_id: str) -> None:
+        """A writer of the online run ``run_id`` on ``node_id`` writes offline (no route to W&B)."""
+        self._online.add(run_id)
+        self.hosted(node_id, run_id)
 
     def hosted(self, node_id: str, run_id: str) -> None:
         """A writer of the offline run ``run_id`` started on ``node_id``."""
         self._hosted.setdefault(node_id, set()).add(run_id)
 
     def job(
-        self, run_id: str, index: OfflineIndex, role: str, storage: StorageSpot | None, handles: list[LoggerHandle]
+        self,
+        run_id: str,
+        index: OfflineIndex,
+        role: str,
+        storage: StorageSpot | None,
+        handles: list[LoggerHandle],
+        sync: SyncInto | None = None,
     ) -> CollectJob:
-        """The job of bringing ``run_id`` over from the nodes (of ``handles``) that hosted it."""
+        """The job of bringing ``run_id`` over from the nodes (of ``handles``) that hosted it
+        (``sync``: into the online run as each arrives)."""
         sources = [h for h in handles if run_id in self._hosted.get(h.node.node_id, ())]
-        return CollectJob(run_id=run_id, index=index, role=role, storage=storage, sources=sources)
+        return CollectJob(run_id=run_id, index=index, role=role, storage=storage, sources=sources, sync=sync)
 
     def start(self, job: CollectJob, timeout: float) -> None:
         """Bring each node's offline run to the run's folder, in parallel, within ``timeout``."""
@@ -95,6 +121,8 @@ class OfflineCollection:
             self.collecting.pop(job.run_id, None)
         if job.storage is not None and not any(t.is_alive() for t in job.threads):
             remove_folder_if_empty(job.storage)
+        if job.sync is not None and job.sources and job.synced >= {h.node.label for h in job.sources}:
+            shutil.rmtree(job.index.folder, ignore_errors=True)  # every node's series is in the run
 
     def lost(self, node: NodeInfo, index_of: dict[str, tuple[OfflineIndex, str]]) -> None:
         """``node`` left the cluster: its offline runs (``index_of``: run id -> index, role)
@@ -114,6 +142,8 @@ class OfflineCollection:
         if state != "empty":
             fields["source"] = f"{node.hostname}:{node_local_dir(run_id, node.label)}"
         where = f"; it is at {fields['source']}" if "source" in fields else ""
+        if state != "empty" and run_id in self._online:  # a node without a route: its series are not in the run
+            where += " (its series are not in the run: `ray-wandb-nodes sync` it from a machine that reaches W&B)"
         self._warner.warn(
             f"offline:{run_id}:{node.node_id}",
             f"the offline run of {node.label} was not brought to {index.folder} ({error}){where}",
@@ -165,6 +195,8 @@ class OfflineCollection:
             job.recorded.add(node.label)
         path = job.index.relative(dest)
         self._set_writer(job.index, node, job.role, state="collected", via=via, path=path, bytes=info["bytes"])
+        if job.sync is not None:
+            self._sync(job, node, dest)
         try:
             ray.get(actor.discard_offline.remote(job.run_id, node.label), timeout=_left(deadline))
         except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays
@@ -173,6 +205,29 @@ class OfflineCollection:
                 f"the offline run of {node.label} was brought over, but its copy on the node could not be removed "
                 f"({describe(e)})",
             )
+
+    def _sync(self, job: CollectJob, node: NodeInfo, dest: str) -> None:
+        """A node's offline run, here now, into the online run (before the job's deadline); what
+        could not be synced stays here, and one warning gives the command."""
+        assert job.sync is not None
+        if self._syncs.acquire(timeout=max(0.0, job.deadline - time.monotonic())):
+            try:
+                error = sync_folder(job.sync, dest, job.deadline)
+            finally:
+                self._syncs.release()
+        else:
+            error = "no time was left to sync it"
+        if error is None:
+            job.synced.add(node.label)
+            self._set_writer(job.index, node, job.role, state="synced")
+            shutil.rmtree(dest, ignore_errors=True)
+            return
+        self._set_writer(job.index, node, job.role, state="collected", path=job.index.relative(dest), error=error)
+        self._warner.warn(
+            f"offline-sync:{job.run_id}:{node.node_id}",
+            f"the series of {node.label} (no route to W&B) were brought to {job.index.folder} but not synced into "
+            f"the W&B run {job.run_id} ({error}); sync them with: ray-wandb-nodes sync {job.index.folder}",
+        )
 
     def _through_storage(self, handle: LoggerHandle, job: CollectJob, info: dict[str, Any], dest: str) -> bool:
         """The node copies its archive into the storage and the driver side fetches it: True.

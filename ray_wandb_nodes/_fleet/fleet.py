@@ -36,10 +36,11 @@ from .commands import (
     SetNodes,
     Shutdown,
 )
+from .egress import RelayPlan
 from .targets import RunTarget
 from .worker import LISTING_NODES, FleetWorker
 
-__all__ = ["LISTING_NODES", "POLL_S", "NodeFleet"]
+__all__ = ["LISTING_NODES", "POLL_S", "NodeFleet", "RelayPlan"]
 
 POLL_S = 3.0
 _BUSY_POLL_S = 0.2  # while runs are being retired
@@ -47,11 +48,12 @@ _RELAY_POLL_S = 1.0  # while a run learns its nodes from elsewhere (a Train run 
 _AWAIT_POLL_S = 0.05  # while a worker group's start waits for its node writers
 
 
-def _wait_s(poll_s: float, *, awaiting: bool, retiring: bool, relay: bool) -> float:
-    """How long the fleet thread waits for a command before a poll."""
+def _wait_s(poll_s: float, *, awaiting: bool, retiring: bool, relay: bool, egress: bool = False) -> float:
+    """How long the fleet thread waits for a command before a poll (``egress``: writers wait for
+    the run's relay to listen)."""
     if awaiting:
         return _AWAIT_POLL_S
-    if retiring:
+    if retiring or egress:
         return _BUSY_POLL_S
     return min(poll_s, _RELAY_POLL_S) if relay else poll_s
 
@@ -67,9 +69,11 @@ class NodeFleet:
         actors: RayActors | None = None,
         clock: Callable[[], float] = time.monotonic,
         free_resources: Callable[[], dict[str, dict[str, float]]] = _ray.free_resources,
+        relay: RelayPlan | None = None,
     ) -> None:
         """``list_nodes``, ``actors``, ``clock``, ``free_resources``: Ray's and time's;
-        ``bench/fleet_scale.py`` simulates them."""
+        ``bench/fleet_scale.py`` simulates them. ``relay``: the runs' nodes without a route to
+        W&B send through a relay on this node (started with the fleet's thread, stopped with it)."""
         self._warner = warner
         self._poll_s = poll_s
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
@@ -82,6 +86,7 @@ class NodeFleet:
             clock=clock,
             free_resources=free_resources,
             wake=lambda: self._commands.put(Poll()),
+            relay=relay,
         )
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ray_wandb_nodes-fleet", daemon=True)
@@ -183,14 +188,22 @@ class NodeFleet:
             if not self._stopped.wait(timeout + slack_s):
                 self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
         self.worker.pool.kill_all()
+        self.worker.egress.stop(0.0)  # the relay's actor, should the fleet thread not have stopped it
 
     # the fleet thread ------------------------------------------------------------------------
     def _main(self) -> None:
         w = self.worker
         try:
+            w.egress.start()  # the relay, when the runs want one: its actor starts as the run's primary does
             while True:
                 relay = w.relaying
-                wait = _wait_s(self._poll_s, awaiting=bool(w.awaits), retiring=bool(w.retirements), relay=relay)
+                wait = _wait_s(
+                    self._poll_s,
+                    awaiting=bool(w.awaits),
+                    retiring=bool(w.retirements),
+                    relay=relay,
+                    egress=w.egress.holding,
+                )
                 try:
                     command: Command = self._commands.get(timeout=wait)
                 except queue.Empty:

@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._egress import Egress
 from .._health import ReadProblem, SummaryReader
 from .._wandb.metrics import Stepper
 from .._wandb.uploads import ArtifactUploads, Upload
@@ -67,6 +68,7 @@ class HostedRun:
     reader: SummaryReader = field(default_factory=SummaryReader)  # its samples, read on the sampler thread
     read_error: ReadProblem | None = None  # its samples or transaction log could not be read
     uploads: ArtifactUploads | None = None  # its checkpoint artifacts (a standalone run's)
+    egress: Egress | None = None  # its way to W&B, as its checks found it before it joined
 
     @property
     def label(self) -> str:

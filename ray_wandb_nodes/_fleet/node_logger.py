@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import ray
 
 from .. import _ray
+from .._egress import WriterEgress, find_way, for_way, online
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
 from .._wandb.artifacts import checkpoint_artifact
@@ -91,8 +92,13 @@ class NodeLogger(OfflineRuns):
             self.add_writer(spec)
 
     # writers (the default group: one call at a time, in order) ---------------------------------
-    def add_writer(self, spec: WriterSpec) -> LoggerStatus:
-        """Start ``spec``'s writer (idempotent per run id); returns :meth:`status`."""
+    def add_writer(self, spec: WriterSpec, egress: WriterEgress | None = None) -> LoggerStatus:
+        """Start ``spec``'s writer (idempotent per run id); returns :meth:`status`.
+
+        With ``egress``, an online writer first checks its way to W&B from this node (bounded:
+        ``egress.timeout_s`` a check, at most two): straight, else through the relay when the
+        run has one, else it writes offline here, to be brought into the run at its end. What it
+        found rides the status (``egress``)."""
         held = self._hosted.get(spec.run_id)
         if held is not None and held.run is not None:
             return self.status()
@@ -100,6 +106,11 @@ class NodeLogger(OfflineRuns):
             record = self._hosted.setdefault(spec.run_id, HostedRun(spec.run_id))
             record.spec, record.error = spec, None
         try:
+            if egress is not None and online(spec):
+                found = find_way(spec, egress)
+                spec = for_way(spec, found, egress.route)
+                with self._lock:
+                    record.spec, record.egress = spec, found
             offline = spec.settings.get("mode") == "offline"
             path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline)
             run = init_writer(spec, dir=path)
@@ -233,6 +244,7 @@ class NodeLogger(OfflineRuns):
             labels = {r.key: r.label for r in added}
             logged = {r.key: r.logged for r in hosted if r.logged}
             errors = {r.key: r.error for r in (*hosted, *ended) if r.error}
+            egress = {r.key: r.egress for r in hosted if r.egress is not None}
         if self._warm_error:
             errors["warm"] = self._warm_error
         problems = {r.key: p for r in (*hosted, *ended) if (p := r.problems())}
@@ -250,6 +262,7 @@ class NodeLogger(OfflineRuns):
             progress=self.progress(),
             final=final or {},
             warnings=self._said.said,
+            egress=egress,
         )
 
     def summaries(self, hosted: Sequence[HostedRun] | None = None, now: float | None = None) -> dict[str, NodeSummary]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._egress import Egress, WriterEgress
 from .._hang import RankProgress
 from .._health import NodeSummary, read_warning
 from .._wandb.writers import WriterSpec
@@ -94,6 +95,10 @@ class LoggerPool:
         self.changed = False  # a logger was lost or restarted: the fleet re-plans
         # (node, writer key) of every join that has answered (joined, failed or timed out)
         self.joined: set[tuple[str, str]] = set()
+        # What each online writer gets to find its way to W&B (the relay's route, once the run's
+        # relay listens); the ways its joins found, until the fleet takes them (take_ways()).
+        self.egress = WriterEgress()
+        self._ways: list[tuple[LoggerHandle, str, Egress]] = []
 
     # what the pool holds ------------------------------------------------------------------------
     def __bool__(self) -> bool:
@@ -144,8 +149,17 @@ class LoggerPool:
         return handle.actor.finish.remote(run_id, exit_code)
 
     def _join(self, handle: LoggerHandle, spec: WriterSpec) -> None:
-        ref = handle.actor.add_writer.remote(spec)
+        ref = handle.actor.add_writer.remote(spec, self.egress)
         self._joins.append(_Join(handle=handle, run_id=spec.run_id, ref=ref, started=self._clock()))
+
+    def joining(self, run_id: str) -> bool:
+        """Whether a join of a writer of ``run_id`` (a run id or an observer key) has not answered."""
+        return any(run_of(j.run_id)[0] == run_of(run_id)[0] for j in self._joins)
+
+    def take_ways(self) -> list[tuple[LoggerHandle, str, Egress]]:
+        """The ways to W&B the joins that answered since the last call found: (logger, writer key, way)."""
+        ways, self._ways = self._ways, []
+        return ways
 
     def check_joins(self) -> None:
         """Turn each writer's join result into one warning when it could not join."""
@@ -188,6 +202,8 @@ class LoggerPool:
         if handle.pid is None:
             handle.pid = status.pid
         self._took_summary(handle, status)
+        if run_id is not None and run_id in status.egress:  # a join's answer: the way its checks found
+            self._ways.append((handle, run_id, status.egress[run_id]))
         for rid, error in status.errors.items():
             if run_id is None or rid == run_id:
                 self._warner.warn(

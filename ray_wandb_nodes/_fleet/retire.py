@@ -14,6 +14,7 @@ from .._health import NodeSummary
 from .._warn import Warner, describe
 from .collect import CollectJob, OfflineCollection
 from .commands import Retire
+from .egress import sync_into
 from .plan import run_of
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget
@@ -131,4 +132,6 @@ def retire(
             target.index.update(worker_nodes=sorted(target.nodes))
         except OSError as e:
             warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
+    elif target is not None and target.fallback is not None:  # online, with nodes that had no route to W&B
+        r.job = collection.job(run_id, target.fallback, target.role, None, pool.handles(), sync=sync_into(target))
     return r

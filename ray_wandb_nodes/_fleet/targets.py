@@ -37,6 +37,9 @@ class RunTarget:
     # through ``storage`` when set (the run's storage), else through Ray.
     storage: StorageSpot | None = None
     index: OfflineIndex | None = None
+    # An online run's nodes without a route to W&B write offline: the folder their runs come to
+    # at the run's end, to be synced into it (the fleet makes it as it finds the first such node).
+    fallback: OfflineIndex | None = None
     # True once the run exists and writers may join it (the fleet thread sets it).
     ready: bool = False
     # The train ranks on each node (node id -> ranks), as the run's last placement said.

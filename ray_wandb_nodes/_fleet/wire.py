@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._egress import Egress
 from .._hang import RankProgress
 from .._health import NodeSummary, ReadProblem
 
@@ -48,6 +49,10 @@ class LoggerStatus:
     warnings: Mapping[str, str] = field(default_factory=dict)
     """What the logger's writers warned of (a checkpoint left out of its artifact), by key: said
     once on the driver side."""
+    egress: Mapping[str, Egress] = field(default_factory=dict)
+    """Each online writer's way to W&B (direct, through the relay, or offline), by writer key, as
+    the checks before its join found it; a writer not checked yet (or offline by the run's own
+    mode) is not here."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))

@@ -33,6 +33,7 @@ from .commands import (
     RunReady,
     SetNodes,
 )
+from .egress import FleetEgress, RelayPlan
 from .health import FleetHealth, judge_final, rank_report, stragglers
 from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
@@ -44,6 +45,7 @@ from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, ext
 from .watches import FleetWatches
 
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
+END_LISTING_S = 2.0  # a run's end reads the node listing afresh, waiting this long at most
 
 
 class FleetWorker:
@@ -58,6 +60,7 @@ class FleetWorker:
         clock: Callable[[], float],
         free_resources: Callable[[], dict[str, dict[str, float]]],
         wake: Callable[[], None] = lambda: None,
+        relay: RelayPlan | None = None,
     ) -> None:
         self.warner = warner
         self._wake = wake  # a turn of the fleet thread now, not at the next poll
@@ -75,6 +78,7 @@ class FleetWorker:
         self._health = FleetHealth(warner)
         self._watches = FleetWatches(warner)  # the attempt folders each logger watches
         self._collection = OfflineCollection(warner)
+        self.egress = FleetEgress(warner, relay)  # the relay, and the nodes without a route to W&B
         self._alive: dict[str, NodeInfo] = {}
         self._ended: dict[str, NodeEnd] = {}  # the listing's dead nodes, how each ended (node health's lost or left)
 
@@ -89,6 +93,7 @@ class FleetWorker:
             self.apply(command)
             self._refresh_nodes()
             self.pool.check_joins()
+            self._check_egress()
             self.pool.check_health(self._spec_for)
             if self.pool.changed:
                 self.pool.changed, self.dirty = False, True
@@ -140,16 +145,27 @@ class FleetWorker:
             if isinstance(target, StandaloneTarget):
                 self._rows.deliver(command, target, self.pool.host_of(target.run_id))
 
-    def _refresh_nodes(self) -> None:
+    def _check_egress(self) -> None:
+        """The relay's start, and the ways to W&B the joins that answered found (one warning a
+        batch of nodes without one, whose offline runs come to the run at its end)."""
+        self.egress.poll(self.pool)
+        self.egress.took(self.pool.take_ways(), self.targets, self._collection.hosted_offline)
+        self.egress.announce(self.pool)
+
+    def _refresh_nodes(self, now_s: float | None = None) -> None:
         """Re-read the alive nodes (one GCS call) once a poll, past 1,000 nodes once per poll and
         1,000 nodes (5,000: every 15 s); a change re-plans. Between listings a lost node shows as
-        its logger's failed ping, and Train's worker-group hooks tell the nodes a run uses."""
+        its logger's failed ping, and Train's worker-group hooks tell the nodes a run uses.
+        ``now_s``: read now, waiting at most that long (a run's end)."""
         now = self._clock()
         every = self._poll_s * max(1.0, len(self._alive) / LISTING_NODES)
-        if (not self.targets and not self.pool) or (self._listed_at is not None and now - self._listed_at < every):
+        due = self._listed_at is None or now - self._listed_at >= every or now_s is not None
+        if (not self.targets and not self.pool) or not due:
             return
         self._listed_at = now
-        records = self._list_nodes()
+        records = self._list_nodes() if now_s is None else bounded(self._list_nodes, now_s)
+        if records is None:  # the listing did not answer in time: the last one stands
+            return
         alive = alive_nodes(records, self._alive)
         if alive.keys() != self._alive.keys():  # else the same object stays: nothing downstream redoes work
             self.dirty = True
@@ -174,7 +190,7 @@ class FleetWorker:
         kinds = {n: i.kind for n, i in alive.items()}
         wants = [t.wants(extra_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
         step = plan(self.pool.runs_by_node(), wants, alive, self._collection.collecting)
-        offline = {rid: (t.index, t.role) for rid, t in self.targets.items() if t.index is not None}
+        offline = {rid: (i, t.role) for rid, t in self.targets.items() if (i := t.index or t.fallback) is not None}
         for node_id in step.lost:
             handle = self.pool.drop(node_id)
             if handle is not None:
@@ -183,7 +199,9 @@ class FleetWorker:
             self.pool.finish_writer(node_id, key)
         if step.start:
             self.pool.start([alive[node_id] for node_id in step.start])
-        for node_id, key in step.add:
+        if step.add and self.egress.holding:  # writers join once the run's relay listens (bounded)
+            self.dirty = True
+        for node_id, key in () if self.egress.holding else step.add:
             spec = self._spec_for(key, alive[node_id])
             if spec is None:
                 continue
@@ -213,12 +231,16 @@ class FleetWorker:
         if isinstance(target, SharedTarget) and target.hangs is not None:
             extra_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, last
         if target is not None:
+            # The nodes as Ray says now, not as last listed (every poll_s): a node Ray marked dead
+            # just before the run ended is that run's loss, named in it.
+            self._refresh_nodes(now_s=END_LISTING_S)
             self._check_health(only=run_id)  # what the pings brought, judged now
         if isinstance(target, SharedTarget) and target.hangs is not None:
             close_hangs(target, self.pool, self.warner)  # before the primary's finish: the last notice in the run
             if isinstance(target, SharedTarget) and target.health is not None:
                 # the final judgement and the last tables: once the node writers have finished
                 judge = functools.partial(judge_final, target, self.warner)
+        self.egress.announce(self.pool, ending=run_id)  # nodes without a route found last: named before the end
         self.targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
@@ -241,12 +263,30 @@ class FleetWorker:
                 time.sleep(0.1)
         self.check_retirements(final=True)
         self._watches.close()
+        self.egress.stop()  # every writer that sent through it has finished
 
     def release(self) -> None:
         """The thread ends: nobody waits on it any longer."""
         self.awaits.release_all()
         for r in self.retirements:
             r.writers_done.set()
+
+
+def bounded(call: Callable[[], Any], timeout_s: float) -> Any:
+    """``call()``'s answer, or None when it takes longer than ``timeout_s`` (it goes on, on a
+    daemon thread, and its answer is dropped) or raises."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except Exception:  # noqa: BLE001 - no answer: the caller keeps what it had
+            pass
+
+    thread = threading.Thread(target=run, name="ray_wandb_nodes-bounded", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return box[0] if box else None
 
 
 def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:

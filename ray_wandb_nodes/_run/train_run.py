@@ -12,7 +12,7 @@ from typing import Any
 
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
+from .._fleet import POLL_S, HangWatch, NodeFleet, RelayPlan, SharedTarget, StandaloneTarget, poll_s
 from .._health import HealthMonitor, HealthOptions
 from .._ray import Placement, TrainStart
 from .._wandb.artifacts import checkpoint_aliases
@@ -116,8 +116,10 @@ class TrainRun:
         self._score_max = start.score_order != "min"
         self._best: float | None = None
         poll = poll_s(o.hang_timeout_s, POLL_S) if self.hang_run else POLL_S
+        # node writers there are (not in main), online: those without a route may send through a relay
+        relay = RelayPlan.of(o, env, self.mode) if o.strategy != "main" else None
         self.fleet = NodeFleet(
-            init_timeout_s=o.init_timeout_s, warner=warner, poll_s=poll
+            init_timeout_s=o.init_timeout_s, warner=warner, poll_s=poll, relay=relay
         )  # started by its first session
         self._finished = False
         self._finished_ranks: frozenset[int] = frozenset()  # as last told the fleet

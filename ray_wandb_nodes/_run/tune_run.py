@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from .._fleet import HangWatch, NodeFleet, NodeInfo, RelayPlan, SharedTarget
 from .._gpu_ids import GpuSlots
 from .._hang import HangTimeout
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
@@ -45,7 +45,8 @@ class TuneRuns:
         self._driver_cwd = driver_cwd
         self._row_builder = rows
         self.driver_node = NodeInfo(ray.get_runtime_context().get_node_id(), socket.gethostname(), "")
-        self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
+        relay = RelayPlan.of(options, env, options.mode or "online")
+        self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner, relay=relay)
         self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
         self.marks = TrialMarks(warner)
 

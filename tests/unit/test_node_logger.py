@@ -131,7 +131,7 @@ class Actors:
         self.joins: list[WriterSpec] = []
         self.join_answered = False
         logger = SimpleNamespace(
-            add_writer=SimpleNamespace(remote=lambda spec: self.joins.append(spec) or "join"),
+            add_writer=SimpleNamespace(remote=lambda spec, egress=None: self.joins.append(spec) or "join"),
             status=SimpleNamespace(remote=lambda: "ping"),
         )
         self.logger = logger
