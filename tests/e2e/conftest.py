@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cluster import SHARED, shared_cluster, start_cluster, stop_cluster
 from tests.support.hosts import HostCluster, HostSpec, host_cluster, unsupported
+from tests.support.tls import unsupported as tls_unsupported
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +66,20 @@ def cluster(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture(scope="module")
 def hosts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
     """Worker nodes as hosts of their own (``tests/support/hosts.py``), one cluster for the module:
-    its ``HOSTS`` (``HostSpec``s; two one-CPU hosts without one) and ``HOST_SYSTEM_CONFIG`` (the
-    head's Ray system config, if any). pytest's base temp is shared by every host (the runs'
+    its ``HOSTS`` (``HostSpec``s; two one-CPU hosts without one), ``HOST_SYSTEM_CONFIG`` (the
+    head's Ray system config, if any) and ``HOST_TLS`` (True: the backend serves HTTPS, with an
+    authority every process trusts). pytest's base temp is shared by every host (the runs'
     storage). Skipped, with the reason, where the machine cannot make them (not root, no ``ip``).
 
     The hosts reach W&B only at the cluster's own backend (``hosts.backend``, at
     ``hosts.wandb_address``), not at the session's on 127.0.0.1: a module that takes ``hosts``
     overrides ``backend`` to return ``hosts.backend``, so that the driver's W&B environment
     (``tests/conftest.py``'s ``wandb_env``) points there too."""
-    reason = unsupported()
+    tls = bool(getattr(request.module, "HOST_TLS", False))
+    reason = unsupported() or (tls_unsupported() if tls else None)
     if reason:
         pytest.skip(reason)
     specs = getattr(request.module, "HOSTS", (HostSpec("a", "rwn-host-a"), HostSpec("b", "rwn-host-b")))
     config = getattr(request.module, "HOST_SYSTEM_CONFIG", None)
-    with host_cluster(specs, shared=[tmp_path_factory.getbasetemp()], system_config=config) as cluster:
+    with host_cluster(specs, shared=[tmp_path_factory.getbasetemp()], system_config=config, tls=tls) as cluster:
         yield cluster

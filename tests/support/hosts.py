@@ -34,6 +34,10 @@ slot's /24 is checked unused on the machine before the cluster takes it.
   process of its PID namespace) and its link goes down, so nothing answers for it any more;
   :meth:`Host.start` boots it again (a new raylet: a new Ray node, the same hostname and address).
 
+**HTTPS** (``tls=True``): the backend serves TLS with a certificate for its address, signed by an
+authority the test makes (``tests/support/tls.py``) in the shared folder; every process of the
+head and the hosts trusts it (``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``), as a node trusts W&B's.
+
 **What is shared** (what these hosts do not prove): one kernel, one clock, one CPU and memory
 budget, and the file system outside the private mounts: the code and the venv, root's home, and
 the ``shared`` folders (pytest's base temp: the runs' storage, as a cluster's shared file system).
@@ -69,6 +73,7 @@ from typing import IO, Any
 
 from tests.support.host_net import Block, Network, sweep_leftovers, take_slot
 from tests.support.nvml import Gpu, ScriptedGpus
+from tests.support.tls import Certificate, make_certificate
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -288,12 +293,15 @@ class HostCluster:
         *,
         shared: Sequence[str | os.PathLike[str]] = (),
         system_config: Mapping[str, Any] | None = None,
+        tls: bool = False,
     ) -> None:
         if len({s.name for s in specs}) != len(specs) or len({s.hostname for s in specs}) != len(specs):
             raise ValueError(f"hosts need names and hostnames of their own: {[(s.name, s.hostname) for s in specs]}")
         self.specs = list(specs)
         self.shared = [Path(p).resolve() for p in shared]
         self.system_config = dict(system_config or {})
+        self.tls = tls
+        self.certificate: Certificate | None = None  # the backend's, with tls (its authority every process trusts)
         self.hosts: dict[str, Host] = {}
         self.seconds: dict[str, float] = {}  # "start", "stop": the fixture's own cost
         self._lock: IO[bytes] | None = None  # the slot's, held while the cluster lives
@@ -358,7 +366,11 @@ class HostCluster:
         self._network = Network(slot)
         self.folder.mkdir(parents=True)
         self.network.create_bridge()
-        self._backend = WandbTestBackend(host=self.wandb_address).start()
+        context = None
+        if self.tls:  # in the shared folder: every host reads the authority at the same path
+            self.certificate = make_certificate(self.shared_folder / "tls", self.wandb_address)
+            context = self.certificate.server_context()
+        self._backend = WandbTestBackend(host=self.wandb_address, tls=context).start()
         for i, spec in enumerate(self.specs):
             self.network.add_host(spec.name, 10 + i)
             self.hosts[spec.name] = Host(self, spec, self.network.address(10 + i))
@@ -413,6 +425,8 @@ class HostCluster:
         env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         env["RAY_USAGE_STATS_ENABLED"] = "0"
+        if self.certificate is not None:  # wandb-core (Go), Python's ssl and requests trust the test's authority
+            env["SSL_CERT_FILE"] = env["REQUESTS_CA_BUNDLE"] = str(self.certificate.ca)
         # Ray 2.60's `ray start --head` turns token auth on where RAY_AUTH_MODE is unset and a token
         # lies in ~/.ray (a local ray.init() leaves one there), which the driver would then lack.
         env.setdefault("RAY_AUTH_MODE", "disabled")
@@ -477,9 +491,10 @@ def host_cluster(
     *,
     shared: Sequence[str | os.PathLike[str]] = (),
     system_config: Mapping[str, Any] | None = None,
+    tls: bool = False,
 ) -> Iterator[HostCluster]:
     """A started :class:`HostCluster` of ``specs``, stopped on the way out (a failure too)."""
-    cluster = HostCluster(specs, shared=shared, system_config=system_config)
+    cluster = HostCluster(specs, shared=shared, system_config=system_config, tls=tls)
     try:
         cluster.start()
         yield cluster

@@ -279,6 +279,8 @@ class WandbTestBackend:
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, graphql operation)
         # Requests answered without a handler: ("graphql", operation or query) or (method, path).
         self.unhandled: list[tuple[str, str]] = []
+        # file_stream client id -> the addresses its requests came from (a relayed writer's: the relay's)
+        self.peers: dict[str, set[str]] = {}
         self.faults = Faults()
         # Server features it advertises (ServerFeaturesQuery), e.g. "STRUCTURED_CONSOLE_LOGS": each
         # run's wandb-core asks once, so set it before the run starts.
@@ -779,6 +781,8 @@ class _Handler(BaseHTTPRequestHandler):
         m = _FILE_STREAM_RE.match(path)
         if m:
             client_id = self.headers.get("X-WANDB-ASYNC-CLIENT-ID") or "sync-client"
+            with self.owner._lock:
+                self.owner.peers.setdefault(client_id, set()).add(str(self.client_address[0]))
             self.owner.file_stream(m["entity"], m["project"], m["run"], json.loads(body or b"{}"), client_id)
             self.owner.record_key(m["entity"], m["project"], m["run"], client_id, self._api_key())
             self._reply(200, {"exitcode": None, "limits": {}})
