@@ -21,6 +21,7 @@ from typing import Any
 from ray_wandb_nodes._failure import Gone, NodeFacts, RankPlace, RankRecord, RayPoll, RayRankError
 
 EVIDENCE = Path(__file__).resolve().parent / "crash_evidence"
+RANK_SCRIPT = Path(__file__).resolve().parent / "crash_rank.py"  # the gloo worlds' ranks
 
 
 def world(mode: str) -> dict[str, Any]:

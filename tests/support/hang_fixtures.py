@@ -1,11 +1,14 @@
 """Real hang evidence captured by ``python -m tests.support.hang_capture`` (files under
-``tests/support/hang_evidence/``), loaded as the verdict gets it."""
+``tests/support/hang_evidence/``), loaded as the verdict gets it; and a rank's process that writes
+its slot, for the tests of a node's folders and watch."""
 
 from __future__ import annotations
 
 import json
 import pickle
+import subprocess
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +17,7 @@ from typing import Any
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.dumps import evidence_from_dumps
 from ray_wandb_nodes._hang.verdict import RankFacts
+from tests.support.child import python_child
 
 CAPTURES = Path(__file__).resolve().parent / "hang_evidence"
 
@@ -129,3 +133,21 @@ def sim_run(mode: str, nodes: int, per_node: int = 8, earlier: int = 0) -> SimRu
         primary=SimpleNamespace(spec=SimpleNamespace(label="driver")),
     )
     return SimRun(target, SimPool(handles), answers)
+
+
+def rank_process(folder: Path, rank: int, armed: bool = False) -> AbstractContextManager[subprocess.Popen[str]]:
+    """A process that writes ``rank``'s slot in ``folder`` (armed: faulthandler and the dump thread
+    too) and lives until the block ends or the test kills it."""
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom ray_wandb_nodes._hang.beacon import Beacon\n"
+        "from ray_wandb_nodes._hang.evidence import arm\n"
+        f"b = Beacon(Path({str(folder)!r}), {rank})\n"
+        + (f"arm(Path({str(folder)!r}), {rank}, b)\n" if armed else "")
+        + "print('ready', flush=True)\nsys.stdin.read()"
+    )
+    return python_child(code)
+
+
+def files_of(folder: Path, pid: int) -> list[str]:
+    """The names of the files of process ``pid`` in ``folder``."""
+    return sorted(p.name for p in folder.iterdir() if f".{pid}." in p.name)

@@ -4,8 +4,6 @@ rank 3 at once, and Ray Train V2's own poll of a kill and of a node lost (see ``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ray_wandb_nodes._failure import (
     Gone,
     Kind,
@@ -21,6 +19,7 @@ from ray_wandb_nodes._failure import (
     shape_of,
 )
 from tests.support.failure_fixtures import (
+    RANK_SCRIPT,
     gone,
     nodes,
     places,
@@ -30,15 +29,7 @@ from tests.support.failure_fixtures import (
     ray_poll,
     record_error,
 )
-
-RANK_SCRIPT = Path(__file__).resolve().parents[2] / "support" / "crash_rank.py"
-
-
-def line_of(marker: str) -> int:
-    for number, text in enumerate(RANK_SCRIPT.read_text().splitlines(), 1):
-        if f"# <{marker}>" in text:
-            return number
-    raise AssertionError(marker)
+from tests.support.source import line_of
 
 
 def ray_death_text() -> str:
@@ -104,7 +95,7 @@ def test_two_ranks_failing_at_once_are_both_causes() -> None:
         "ValueError", "bad shard 17", "load_shard")  # fmt: skip
     assert (second.error_type, second.frame and second.frame.place) == (
         "KeyError",
-        f"crash_rank.py:{line_of('read_labels')}",
+        f"crash_rank.py:{line_of(RANK_SCRIPT, 'read_labels')}",
     )
     assert ranks_of(verdict.consequences) == [0, 2]
 
@@ -139,7 +130,7 @@ def test_a_rank_that_raised_while_the_others_waited_in_all_reduce() -> None:
     verdict = choose(rank_failures(places("raise"), poll, nodes("raise")))
     assert verdict.first is not None and verdict.first.ranks == (1,)
     frame = verdict.first.failure.frame
-    assert frame is not None and frame.place == f"crash_rank.py:{line_of('load_shard')}"
+    assert frame is not None and frame.place == f"crash_rank.py:{line_of(RANK_SCRIPT, 'load_shard')}"
     assert frame.code == 'raise ValueError(f"bad shard {index}")  # <load_shard>'
     assert ranks_of(verdict.consequences) == [0, 2, 3]
     assert {f.shape for f in verdict.consequences} == {Shape.PEER_TIMEOUT}

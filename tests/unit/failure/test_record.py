@@ -26,16 +26,10 @@ from ray_wandb_nodes._failure import (
     read_records,
 )
 from ray_wandb_nodes._failure.record import MAX_TRACEBACK, record_of
+from tests.support.source import line_of
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "tests" / "support" / "crash_one.py"
-
-
-def line_of(marker: str) -> int:
-    for number, text in enumerate(SCRIPT.read_text().splitlines(), 1):
-        if f"# <{marker}>" in text:
-            return number
-    raise AssertionError(marker)
 
 
 def start(mode: str, directory: Path) -> subprocess.Popen[str]:
@@ -63,7 +57,7 @@ def test_a_train_function_that_raises_leaves_its_record_and_ray_gets_its_error_u
                                                                              "bad shard 17")  # fmt: skip
     assert record.frame is not None and (record.frame.function, record.frame.line) == (
         "load_shard",
-        line_of("load_shard"),
+        line_of(SCRIPT, "load_shard"),
     )
     assert record.causes == ("OSError: shard 17 is truncated",)
     assert before <= record.mono_ns <= after  # this host's monotonic clock, the beacons'

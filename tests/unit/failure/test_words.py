@@ -16,8 +16,8 @@ from ray_wandb_nodes._failure import (
     recovered_notice,
 )
 from ray_wandb_nodes._failure.words import TITLE_LIMIT
-from tests.support.failure_fixtures import nodes, places, record_error
-from tests.unit.failure.test_choose import line_of
+from tests.support.failure_fixtures import RANK_SCRIPT, nodes, places, record_error
+from tests.support.source import line_of
 
 NO_PYTHON = "died with no Python exception (a signal: SIGKILL, the kernel's OOM killer or a crash)"
 KILLED = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
@@ -40,7 +40,7 @@ def kill_verdict(oom_kills: int = 0) -> Verdict:
 
 def test_the_alert_of_a_raise_names_rank_node_gpu_cause_and_frame() -> None:
     notice = failure_notice(raise_verdict())
-    where = f"crash_rank.py:{line_of('load_shard')} in load_shard"
+    where = f"crash_rank.py:{line_of(RANK_SCRIPT, 'load_shard')} in load_shard"
     assert (notice.level, notice.title) == ("ERROR", "Rank 1 failed: ValueError: bad shard 17")
     assert notice.text.splitlines()[:2] == [
         "Rank 1 on node-0 (GPU 1) raised ValueError: bad shard 17",

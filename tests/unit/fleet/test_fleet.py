@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._fleet.collect import CollectJob, OfflineCollection
-from ray_wandb_nodes._fleet.commands import AddRun, Poll, RankReport
+from ray_wandb_nodes._fleet.commands import Poll, RankReport
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.plan import RunWants
 from ray_wandb_nodes._fleet.pool import LoggerHandle, LoggerPool
@@ -17,29 +17,7 @@ from ray_wandb_nodes._fleet.targets import StandaloneTarget
 from ray_wandb_nodes._wandb.writers import WriterSpec
 from ray_wandb_nodes._warn import Warner
 from tests.support.fakes import logger_status, summary
-
-
-class InstantActors:
-    """The pool's Ray calls, answered at once (no Ray)."""
-
-    def group_prefix(self) -> str:
-        return "g-"
-
-    def create(self, node_id: str, name: str) -> tuple[None, None]:
-        return None, None
-
-    def result(self, ref: Any) -> Any:
-        return ref
-
-
-def one_node_pool() -> tuple[NodeInfo, LoggerPool, LoggerHandle]:
-    """A logger pool with one started logger on node ``n1``, and that logger's handle."""
-    node = NodeInfo("n1", "host-1", "10.0.0.1")
-    pool = LoggerPool(init_timeout_s=1.0, warner=Warner(), ping_s=1.0, actors=InstantActors())  # type: ignore[arg-type]
-    pool.start([node])
-    handle = pool.get("n1")
-    assert handle is not None
-    return node, pool, handle
+from tests.support.fleets import one_node_pool, simulated_fleet
 
 
 def retirement(run_id: str, **fields: Any) -> Retirement:
@@ -81,19 +59,6 @@ def test_a_standalone_run_wants_its_one_node_and_is_ready_at_once() -> None:
 
 
 # the fleet's cost at scale, with simulated nodes and loggers (bench/fleet_scale.py's) -----------
-def simulated_fleet(n: int, cap: int = 256) -> tuple[Any, Any, Any]:
-    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
-    from ray_wandb_nodes._fleet.fleet import NodeFleet
-
-    clock = Clock()
-    sim = SimCluster(n, clock)
-    fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
-    target = make_target(clock)
-    target.max_writers = cap
-    fleet.step(AddRun(target))
-    return fleet, sim, target
-
-
 def test_the_node_listing_is_read_at_most_once_a_poll_whatever_the_commands() -> None:
     from ray_wandb_nodes._fleet.fleet import POLL_S
 

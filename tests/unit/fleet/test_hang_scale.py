@@ -49,11 +49,12 @@ def test_a_rank_that_stops_is_alerted_once_a_tick_past_its_limit_and_the_hang_is
 def test_what_the_controller_learns_reaches_the_watch_as_commands_of_the_fleet_thread() -> None:
     """Train's hooks never set the watch's fields from their thread: they queue a command, and the
     fleet thread, which owns the watch, applies it (issue 36: one owner per piece of state)."""
-    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from bench.fleet_scale import Quiet, SimCluster, make_target
     from ray_wandb_nodes._fleet.commands import AddRun, Checkpointed, RanksFinished
     from ray_wandb_nodes._fleet.fleet import NodeFleet
     from ray_wandb_nodes._fleet.hangs import HangWatch
     from ray_wandb_nodes._hang import HangTimeout
+    from tests.support.fakes import Clock
 
     clock = Clock()
     sim = SimCluster(2, clock)

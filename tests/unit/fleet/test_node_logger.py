@@ -26,7 +26,7 @@ from ray_wandb_nodes._hang.folders import attempt_key, run_dir
 from ray_wandb_nodes._wandb.writers import WriterSpec
 from ray_wandb_nodes._warn import Warner
 from tests.support.fakes import logger_status
-from tests.unit.hang.test_folders import rank_process
+from tests.support.hang_fixtures import rank_process
 
 ATTEMPT = attempt_key("run-1", 1, "0000000c")
 

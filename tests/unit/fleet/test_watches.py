@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_scale import Clock, Quiet, Ref, SimActor, SimCluster, make_target
+from bench.fleet_scale import Quiet, Ref, SimActor, SimCluster, make_target
 from ray_wandb_nodes._fleet import worker as fleet_worker
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, Retire, SetNodes
 from ray_wandb_nodes._fleet.fleet import NodeFleet
@@ -20,6 +20,7 @@ from ray_wandb_nodes._fleet.plan import observer_key
 from ray_wandb_nodes._fleet.targets import SharedTarget, StandaloneTarget
 from ray_wandb_nodes._fleet.watches import wanted_watches
 from ray_wandb_nodes._hang import HangTimeout
+from tests.support.fakes import Clock
 
 ONE, TWO = "run.a1.0000000d", "run.a2.0000000d"
 

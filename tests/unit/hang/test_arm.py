@@ -6,11 +6,8 @@ itself, to real processes: ``test_signal.py``."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +17,8 @@ import pytest
 from ray_wandb_nodes._hang.beacon import Beacon, BeaconSlot, read_slots
 from ray_wandb_nodes._hang.dumps import request_dump, request_dumps
 from ray_wandb_nodes._hang.evidence import DUMP_THREAD_NAME, Armed, EvidencePaths, arm, disarm, free_signal
+from tests.support.child import python_child
 from tests.support.wait import wait_until
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -97,20 +93,12 @@ def test_a_process_that_did_not_register_is_not_signalled(tmp_path: Path) -> Non
         "import sys\nfrom ray_wandb_nodes._hang.beacon import Beacon\n"
         f"b = Beacon({str(tmp_path)!r}, 0)\nprint('ready', flush=True)\nsys.stdin.read()"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    with python_child(code) as proc:
         [slot] = read_slots(tmp_path)
         evidence = request_dump(slot, timeout_s=0.5)
         assert evidence.native == () and evidence.python == ()
         assert set(evidence.notes) == {"no dump thread (not armed)", "not signalled: faulthandler not registered"}
         assert proc.poll() is None  # still alive: no SIGUSR2 reached it
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from ray_wandb_nodes._hang.beacon import (
     slot_path,
 )
 from ray_wandb_nodes._hang.policy import auto_running_limit_s, limit_s, parse_hang_timeout
+from tests.support.child import python_child
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -124,12 +125,7 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
         sys.stdin.read()
         """
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    with python_child(code):
         seen: list[int] = []
         distinct = reads = 0
         deadline = time.monotonic() + 30  # a loaded machine may not run the writer for a while
@@ -140,9 +136,6 @@ def test_another_process_reads_while_the_rank_writes_and_sees_its_counts_in_orde
                 distinct += not seen or slot.steps != seen[-1]
                 seen.append(slot.steps)
         assert seen == sorted(seen) and len(set(seen)) >= 3, seen[-5:]
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_bad_rank_is_refused(tmp_path: Path) -> None:

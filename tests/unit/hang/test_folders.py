@@ -8,10 +8,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,37 +29,9 @@ from ray_wandb_nodes._hang.folders import (
 from ray_wandb_nodes._hang.slot import HEADER_AT
 from ray_wandb_nodes._hang.stacks import parse_faulthandler
 from tests.support.armed_process import running
-from tests.support.hang_fixtures import capture, filled_ring
+from tests.support.hang_fixtures import capture, files_of, filled_ring, rank_process
 
-REPO = Path(__file__).resolve().parents[3]
 _PROC_START_AT = HEADER_AT + 16  # magic I, version H, phase B, signal B, pid i, rank i: then the start time
-
-
-@contextmanager
-def rank_process(folder: Path, rank: int, armed: bool = False) -> Iterator[subprocess.Popen[str]]:
-    """A process that writes ``rank``'s slot in ``folder`` (armed: faulthandler and the dump thread
-    too) and lives until the block ends or the test kills it."""
-    code = (
-        "import sys\nfrom pathlib import Path\nfrom ray_wandb_nodes._hang.beacon import Beacon\n"
-        "from ray_wandb_nodes._hang.evidence import arm\n"
-        f"b = Beacon(Path({str(folder)!r}), {rank})\n"
-        + (f"arm(Path({str(folder)!r}), {rank}, b)\n" if armed else "")
-        + "print('ready', flush=True)\nsys.stdin.read()"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def files_of(folder: Path, pid: int) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if f".{pid}." in p.name)
 
 
 def test_each_attempt_of_each_job_has_a_folder_of_its_own(tmp_path: Path) -> None:

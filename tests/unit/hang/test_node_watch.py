@@ -13,8 +13,8 @@ from ray_wandb_nodes._hang.beacon import read_slots
 from ray_wandb_nodes._hang.ending import EndAnswer, RankProcess
 from ray_wandb_nodes._hang.folders import LEASE, attempt_key, run_dir
 from ray_wandb_nodes._hang.node import NodeWatch, end_ranks
+from tests.support.hang_fixtures import files_of, rank_process
 from tests.support.wait import wait_until
-from tests.unit.hang.test_folders import files_of, rank_process
 
 ONE, TWO = attempt_key("run-1", 1, "0000000b"), attempt_key("run-1", 2, "0000000b")
 

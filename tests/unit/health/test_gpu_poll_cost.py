@@ -191,7 +191,7 @@ def _sent(fleet: Any) -> list[tuple[float, bool, int]]:
 
 def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fleet(monkeypatch: Any) -> None:
     from ray_wandb_nodes._run import session as _session
-    from tests.unit.fleet.test_fleet import simulated_fleet
+    from tests.support.fleets import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
     ticks = iter(range(100, 1000))
@@ -220,7 +220,7 @@ def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fl
 
 def test_with_the_metric_rule_every_report_goes_to_the_fleet_with_its_metrics(monkeypatch: Any) -> None:
     from ray_wandb_nodes._run import session as _session
-    from tests.unit.fleet.test_fleet import simulated_fleet
+    from tests.support.fleets import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
     target.health.options = HealthOptions(metric="loss")

@@ -7,15 +7,13 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._gpu_ids import RankGpus, lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
+from ray_wandb_nodes._gpu_ids import lookup_on_node, nvml_indices, nvml_inventory, ray_gpu_ids
 from ray_wandb_nodes._health import (
     COLUMNS,
     GPU_COLUMNS,
     GpuInts,
     GpuInventory,
     GpuState,
-    HealthMonitor,
-    HealthOptions,
     gpu_ints,
 )
 from ray_wandb_nodes._health.gpu_ecc import EccWatch, ecc_step
@@ -24,10 +22,8 @@ from ray_wandb_nodes._health.gpu_lost import lost_step
 from ray_wandb_nodes._health.gpu_slow import slow_verdicts
 from ray_wandb_nodes._health.rule import NodeStreak
 from ray_wandb_nodes._health.table import TABLE_CAP
-from tests.support.fakes import clocks, gpu, gpus, inventory, summary
+from tests.support.fakes import A100, H100, Job, clocks, gpu, job_names
 from tests.support.fakes import ints as fake_ints
-
-H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 
 
 @pytest.mark.parametrize(
@@ -188,58 +184,6 @@ def test_the_stand_in_keeps_nvml_s_ecc_counters_apart(tmp_path: Any, monkeypatch
 
 
 # the monitor ------------------------------------------------------------------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Job:
-    """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order
-    (``rank_gpus`` instead: each rank's Ray GPU ids). Its ranks have reported once, unless not ``reported``."""
-
-    def __init__(
-        self,
-        nodes: dict[str, tuple[int, tuple[int, ...], str]],
-        reported: bool = True,
-        rank_gpus: dict[int, RankGpus] | None = None,
-        **options: Any,
-    ) -> None:
-        self.clock = Clock()
-        self.m = HealthMonitor(HealthOptions(window_s=2, table_every_s=1e9, **options), clock=self.clock)
-        self.nodes = nodes
-        names = {n: (f"node-{n}-abcdef", n) for n in nodes}
-        if rank_gpus is None:
-            rank_gpus = {r: (str(i),) for _, ranks, _ in nodes.values() for i, r in enumerate(ranks)}
-        self.m.set_nodes(names, {n: ranks for n, (_, ranks, _) in nodes.items()}, (), rank_gpus)
-        if reported:
-            self.m.report([])
-        self.seq = 0
-        self.infos: dict[str, GpuInventory] = {}  # a node's inventory other than ``inventory()``'s
-
-    def sample(self, utils: dict[str, Any], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
-        """One sampling interval of every node (``utils``: node -> its GPUs' utilisations, or
-        its GPUs' readings by index); ``ints``: integer series of this interval."""
-        self.clock.now += 1
-        self.seq += 1
-        t = self.clock.now
-        for node, (count, _, model) in self.nodes.items():
-            self.m.summary(
-                node,
-                summary(
-                    t,
-                    seq=self.seq,
-                    cpu=10.0,
-                    gpus=(gpus(utils[node]) if isinstance(utils[node], list) else utils[node]) if node in utils else {},
-                    info=self.infos.get(node) or inventory(count, node, model),
-                    ints=(ints or {}).get(node),
-                ),
-            )
-        return self.m.tick()
-
-
 def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_no_node_alert() -> None:
     job = Job({"a": (8, tuple(range(8)), H100), "b": (8, tuple(range(8, 16)), H100)})
     alerts = []
@@ -264,10 +208,6 @@ def test_a_throttled_gpu_is_one_slow_alert_naming_node_gpu_model_and_ranks_and_n
     job.clock.now += job.m.options.hold_s
     recovered += job.sample({"a": [100.0] * 8, "b": [100.0] * 8}, {"a": clocks(8), "b": clocks(8)}).alerts
     assert [(a.title, a.level) for a in recovered] == [("Slow GPU recovered: node-b-abcdef GPU 3", "INFO")]
-
-
-def job_names(job: Job) -> dict[str, tuple[str, str]]:
-    return {n: (f"node-{n}-abcdef", n) for n in job.nodes}
 
 
 def test_twelve_workers_on_eight_gpu_nodes_judge_each_node_by_its_ranks_gpus() -> None:

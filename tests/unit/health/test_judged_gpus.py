@@ -10,8 +10,7 @@ import pytest
 
 from ray_wandb_nodes._gpu_ids import GpuSlots, gpu_slots, slots_as_ids, visible_gpu_ids
 from ray_wandb_nodes._health import COLUMNS, GPU_COLUMNS, HealthMonitor, HealthOptions
-from tests.support.fakes import clocks, gpus, inventory, summary
-from tests.unit.health.test_gpu_rules import H100, Job, job_names
+from tests.support.fakes import H100, Job, clocks, gpus, inventory, job_names, summary
 
 
 def test_another_job_s_gpus_on_a_shared_node_are_not_judged_and_an_observed_node_s_neither() -> None:
@@ -289,7 +288,7 @@ def test_a_restart_s_new_ranks_are_in_set_up_again_until_they_report() -> None:
 
 def test_every_report_reaches_the_run_s_monitor_with_its_checkpoint_without_a_metric_rule() -> None:
     from ray_wandb_nodes._run.session import SharedSession
-    from tests.unit.fleet.test_fleet import simulated_fleet
+    from tests.support.fleets import simulated_fleet
 
     fleet, _, target = simulated_fleet(2)
     assert target.health.options.metric is None  # the default rule: no metric to judge

@@ -10,18 +10,11 @@ import pytest
 
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions, NodeEnd, NodeState
 from ray_wandb_nodes._health.node_judge import LOST_GRACE_S
+from tests.support.fakes import Clock
 
 NODES = {"n0": ("node-h0-aaaaaa", "h0"), "n1": ("node-h1-bbbbbb", "h1"), "n2": ("node-h2-cccccc", "h2")}
 BEFORE = {"n0": (0,), "n1": (1,)}  # two ranks on n0 and n1
 AFTER = {"n0": (0,), "n2": (1,)}  # a restart (or a resize) moved rank 1 from n1 to n2
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def restarted(**options: Any) -> tuple[HealthMonitor, Clock]:
@@ -151,12 +144,11 @@ class Listing:
 
 
 def test_through_the_fleet_a_node_scaled_down_after_a_restart_is_left_and_one_that_died_with_ranks_lost() -> None:
-    from bench.fleet_scale import Clock as SimClock
     from bench.fleet_scale import Quiet, SimCluster, make_target
     from ray_wandb_nodes._fleet.commands import AddRun, Poll, SetNodes
     from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 
-    clock, listing = SimClock(), Listing()
+    clock, listing = Clock(), Listing()
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=listing, actors=SimCluster(0, clock), clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)  # nodes="cluster": every alive node is the run's
     monitor = target.health

@@ -21,7 +21,7 @@ from ray_wandb_nodes._health import (
     summarize,
 )
 from ray_wandb_nodes._health.rule import NodeStreak, judge
-from tests.support.fakes import summary
+from tests.support.fakes import Clock, summary
 
 # Each case: rule, and a series of ticks {node: value} one second apart (every node fresh each
 # tick, one sample each); the events expected as (tick index, node, event).
@@ -176,14 +176,6 @@ def test_the_integer_gpu_series_come_from_stats_records() -> None:
         t0=10.0, t=11.0, n=2, by={0: GpuInts(sm=1490.0, ecc_u=3.0, ecc_c=2.0, ecc_u0=0.0), 1: GpuInts(sm=1900.0)}
     )
     assert gpu_ints([(1.0, {"cpu": 3.0})]) is None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 NODES = {"n0": ("node-h0-aaaaaa", "h0"), "n1": ("node-h1-bbbbbb", "h1"), "n2": ("node-h2-cccccc", "h2")}

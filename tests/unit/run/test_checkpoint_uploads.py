@@ -235,7 +235,7 @@ def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_ne
 
     from ray_wandb_nodes._fleet.node_logger import NodeLogger
     from ray_wandb_nodes._wandb.writers import run_spec
-    from tests.unit.fleet.test_fleet import one_node_pool
+    from tests.support.fleets import one_node_pool
 
     monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "n1"))
     name = unique("node-num-to-keep")

@@ -291,9 +291,10 @@ def test_a_trials_rows_send_only_the_config_that_changed() -> None:
 def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> None:
     from dataclasses import replace
 
-    from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from bench.fleet_scale import Quiet, SimCluster, make_target
     from ray_wandb_nodes._fleet.commands import AddRun, RunReady, SetNodes
     from ray_wandb_nodes._fleet.fleet import NodeFleet
+    from tests.support.fakes import Clock
 
     clock = Clock()
     sim = SimCluster(3, clock)
