@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from .._fleet import NodeFleet, NodeInfo, SharedTarget
 from .._gpu_ids import GpuSlots
-from .._hang import HangTimeout
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from .._wandb.metrics import RowBuilder, config_for_wandb
 from .._wandb.writers import WriterSpec, node_spec, primary_spec
@@ -193,7 +192,7 @@ class TrialMarks:
         with self._lock:
             self._pending.discard(trial_id)
             try:
-                _handoff.mark_trial(trial_id, run_id)
+                _handoff.mark_trial(trial_id, _handoff.TrialMark(run_id))
             except Exception as e:  # noqa: BLE001
                 self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
 
@@ -300,15 +299,15 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
     inside the trial (as it published them), and its ranks, their attempt, the hang setting and
     the attempt's state (the ranks that finished, where it last checkpointed) for the run's hang
     watch."""
-    ranks, key = _handoff.published_workers(trial_id)
+    workers = _handoff.trial_workers(trial_id)
+    ranks = workers.ranks()
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
-        if setting:
-            timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
-            target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
+        if setting is not None:
+            target.hangs = setting.watch()
     if target.hangs is not None:
         attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks
         target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
-        target.attempt = key
+        target.attempt = workers.attempt
     return set(ranks)
