@@ -11,7 +11,8 @@ left, ``nodes`` reads Ray's node list.
 from .fleet import POLL_S, NodeFleet
 from .hangs import HangSetting, HangWatch, poll_s
 from .nodes import NodeInfo
-from .targets import RunTarget, SharedTarget, StandaloneTarget
+from .run_writer import RunWriter
+from .targets import Relayed, RunProcess, RunTarget, SharedTarget, StandaloneTarget
 
 __all__ = [
     "POLL_S",
@@ -19,7 +20,10 @@ __all__ = [
     "HangWatch",
     "NodeFleet",
     "NodeInfo",
+    "Relayed",
+    "RunProcess",
     "RunTarget",
+    "RunWriter",
     "SharedTarget",
     "StandaloneTarget",
     "poll_s",
