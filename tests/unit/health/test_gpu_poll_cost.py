@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from ray_wandb_nodes._fleet.commands import RankReport
+from ray_wandb_nodes._fleet.commands import Poll, RankReport
 from ray_wandb_nodes._health import (
     GpuHealth,
     GpuIntBatch,
@@ -212,6 +212,7 @@ def test_without_a_metric_rule_only_the_reports_the_idle_rule_reads_go_to_the_fl
     session.report_ranks(ranks)
     assert [at for at, _, _ in _sent(fleet)] == [116.0]  # the new worker group's first report
     target.health.gpus.ranks("a node learnt of later", {7: ("0",)})  # the monitor waits for its ranks' report
+    fleet.step(Poll())  # the fleet thread tells the run's hooks so
     session.report_ranks(ranks)
     assert [at for at, _, _ in _sent(fleet)] == [118.0]
     session.report_ranks(ranks)  # taken: no longer waited for

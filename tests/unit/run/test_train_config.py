@@ -165,7 +165,7 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     start = SimpleNamespace(pg_timeout_s=1800.0)
     monkeypatch.setattr(_trial_relay._ray, "train_start", lambda ctx: start)
     options = SimpleNamespace(hang_timeout_s=SimpleNamespace(enabled=True, seconds=4.0, auto=False), on_hang="alert")
-    assert relay.hangs({"run_id": "trial-run"}, options, None) == "trial-run"
+    assert relay.hangs(_handoff.TrialMark("trial-run"), options, None) == "trial-run"
     relay.placed([], None)
     callback = SimpleNamespace(
         _workers=SimpleNamespace(hang_run="trial-run"), _run=None, _relay=relay, _warner=Warner()

@@ -231,7 +231,7 @@ def test_a_trials_mark_is_cleared_off_the_hook_and_a_retried_trial_keeps_its_new
         cleared_on.append(threading.current_thread().name)
         store.pop(trial_id, None)
 
-    monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, run_id: store.__setitem__(trial_id, run_id))
+    monkeypatch.setattr(_handoff, "mark_trial", lambda trial_id, mark: store.__setitem__(trial_id, mark.run_id))
     monkeypatch.setattr(_handoff, "clear_trial", clear)
     marks = TrialMarks(Warner())
     marks.mark("t1", "run-1")
@@ -343,17 +343,22 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import threading
-    from types import SimpleNamespace
 
+    from bench.fleet_scale import Clock, make_target
+    from ray_wandb_nodes._fleet import HangSetting
+    from ray_wandb_nodes._fleet.targets import relayed_nodes
+    from ray_wandb_nodes._hang import HangTimeout
     from ray_wandb_nodes._run import handoff as _handoff
-    from ray_wandb_nodes._run.tune_run import TrialMarks, relayed_nodes
+    from ray_wandb_nodes._run.tune_run import TrialMarks, TrialRelayed
     from ray_wandb_nodes._warn import Warner
 
-    monkeypatch.setattr(_handoff, "published_workers", lambda trial_id: ({"n1": (0,), "n2": (1,)}, "t1.a1.0badcafe"))
-    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
+    places = (_handoff.WorkerPlace("n1", "h1", 0), _handoff.WorkerPlace("n2", "h2", 1))
+    monkeypatch.setattr(_handoff, "trial_workers", lambda trial_id: _handoff.TrialWorkers(places, "t1.a1.0badcafe"))
+    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: HangSetting(HangTimeout(4.0), "alert"))
     monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
-    target = SimpleNamespace(hangs=None)
-    assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
+    target = make_target(Clock())  # the trial's run, on the fleet thread
+    target.relay = TrialRelayed("t1")
+    assert relayed_nodes(target, Warner()) == {"n1", "n2"}
     assert target.hangs is not None and target.hangs.finished == frozenset({1})
     assert target.hangs.checkpoint_reports == 3
     assert target.hangs.ranks == {"n1": (0,), "n2": (1,)} and target.attempt == "t1.a1.0badcafe"
