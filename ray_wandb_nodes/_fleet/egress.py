@@ -3,7 +3,8 @@ found to W&B, one warning a batch of nodes found without a route, and those node
 brought into the run at its end.
 
 Each online writer's join checks its way on its node first (``_egress.way``) and answers with it
-(``LoggerStatus.egress``). A node without a route (and, with the relay, without a way through it
+(``LoggerStatus.egress``); a shared run's config says each node's way (``node_egress``: label ->
+``direct``, ``relay`` or ``offline``). A node without a route (and, with the relay, without a way through it
 either) writes offline there: the fleet names it at once, in one warning with every other node of
 the run found so with it (the joins of one placement answer within the checks' bound of each
 other), makes the run's folder on the driver side for such nodes (``fallback``), and has the
@@ -28,12 +29,13 @@ from .._config.options import Options
 from .._config.secrets import CapturedEnv
 from .._egress import Egress, RelayOnNode, RelayRoute, RelayStats, Way, WriterEgress
 from .._wandb.sync import SyncInto
-from .._warn import Warner, describe
+from .._warn import Warner, describe, logger
 from ..offline.index import OfflineIndex, offline_folder, open_index
 from .plan import run_of
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget, SharedTarget, StandaloneTarget
 
+CONFIG_KEY = "node_egress"  # the run's config: each writer's label -> its way to W&B ("direct", "relay", "offline")
 RELAY_START_S = 30.0  # the relay's actor: a process on this node (seconds on a loaded machine)
 RELAY_STOP_S = 5.0
 NAMED = 20  # nodes a warning names; past them, a count
@@ -75,17 +77,19 @@ class Found:
 
 
 def no_route_warning(run_id: str, found: list[Found], relay: bool) -> str:
-    """The one warning of a batch of nodes without a route to W&B (pure)."""
+    """The one warning of a batch of nodes without a route to W&B (pure); ``relay``: the run
+    asked for the relay (``egress="relay"``)."""
     named = sorted(found, key=lambda f: f.label)
     nodes = "; ".join(f"{f.label} ({f.egress.describe()})" for f in named[:NAMED])
     if len(named) > NAMED:
         nodes += f"; and {len(named) - NAMED} more"
     count = f"{len(named)} node{'s' if len(named) != 1 else ''}"
-    fix = (
-        "the relay could not reach W&B for them either (see above)"
-        if relay
-        else "egress=\"relay\" sends them live through the Train controller's node (the Tune driver's)"
-    )
+    if not relay:
+        fix = "egress=\"relay\" sends them live through the Train controller's node (the Tune driver's)"
+    elif any(f.egress.relayed is not None for f in found):
+        fix = "nor did they reach it through the relay (see each node's checks)"
+    else:
+        fix = "the relay was off when they joined (see the warning above)"
     return (
         f"{count} of the W&B run {run_id} cannot reach W&B: {nodes}. Their series are written offline on "
         f"their nodes and brought into the run when it ends (not live); {fix}"
@@ -102,6 +106,7 @@ class FleetEgress:
         self._started_at: float | None = None
         self._found: dict[str, dict[str, Found]] = {}  # run id -> node id -> not yet named
         self._named: set[tuple[str, str]] = set()  # (run id, node id) named once
+        self.ways: dict[str, dict[str, Way]] = {}  # run id -> label -> its writer's way, as the run's config says
         self._batches = 0
 
     # the relay ---------------------------------------------------------------------------------
@@ -159,10 +164,23 @@ class FleetEgress:
     ) -> None:
         """The ways joins found: a node without one is remembered for the warning, and its
         offline run for the run's end (``hosted(node_id, key)``: the offline collection's)."""
+        told: set[str] = set()  # runs whose config learns a way
         for handle, key, egress in ways:
             run_id, observer = run_of(key)
             target = targets.get(run_id)
-            if egress.way is not Way.OFFLINE or observer or target is None:
+            if observer or target is None:
+                continue
+            if self.ways.setdefault(run_id, {}).get(handle.node.label) is not egress.way:
+                self.ways[run_id][handle.node.label] = egress.way
+                told.add(run_id)
+            if egress.way is Way.RELAY:
+                logger.info(
+                    "ray_wandb_nodes: %s of the W&B run %s sends through the relay (%s)",
+                    handle.node.label,
+                    run_id,
+                    egress.describe(),
+                )
+            if egress.way is not Way.OFFLINE:
                 continue
             node_id = handle.node.node_id
             if target.fallback is None:
@@ -178,6 +196,12 @@ class FleetEgress:
                 hosted(node_id, key)
             if (run_id, node_id) not in self._named:
                 self._found.setdefault(run_id, {})[node_id] = Found(handle.node.label, egress)
+        for run_id in told:
+            tell_ways(targets[run_id], self.ways[run_id])
+
+    def forget(self, run_id: str) -> None:
+        """``run_id`` ended: its ways go."""
+        self.ways.pop(run_id, None)
 
     def announce(self, pool: LoggerPool, ending: str | None = None) -> None:
         """One warning for each run's nodes found without a way, once none of its joins is out
@@ -186,8 +210,17 @@ class FleetEgress:
             found = self._found.pop(run_id)
             self._named.update((run_id, node_id) for node_id in found)
             self._batches += 1
-            relay = any(f.egress.relayed is not None for f in found.values())
-            self._warner.warn(f"egress:{run_id}:{self._batches}", no_route_warning(run_id, list(found.values()), relay))
+            text = no_route_warning(run_id, list(found.values()), relay=self.plan is not None)
+            self._warner.warn(f"egress:{run_id}:{self._batches}", text)
+
+
+def tell_ways(target: RunTarget, ways: Mapping[str, Way]) -> None:
+    """A shared run's config says which way each node writer takes to W&B (``CONFIG_KEY``, every
+    node known so far: the key is replaced whole); the primary's own node writes straight, as the
+    run's creator. A run of its own on a node (strategies ``node``, ``all``): its warnings say it."""
+    if isinstance(target, SharedTarget):
+        config = {label: way.value for label, way in sorted(ways.items())}
+        target.primary.update_config({CONFIG_KEY: {target.primary.spec.label: Way.DIRECT.value, **config}})
 
 
 def fallback_index(target: RunTarget) -> OfflineIndex:

@@ -1,10 +1,11 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, health tables). The driver side's primary (``_run.primary.PrimaryWriter``)
+(alerts, hangs, health tables, config it learns). The driver side's primary (``_run.primary.PrimaryWriter``)
 implements it; the fleet never imports the run it serves."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -25,6 +26,9 @@ class RunWriter(Protocol):
 
     def alert(self, alert: Alert) -> None:
         """Raise ``alert`` in the run."""
+
+    def update_config(self, config: Mapping[str, Any]) -> None:
+        """Merge ``config`` into the run's config (its top-level keys replaced)."""
 
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence."""

@@ -252,6 +252,7 @@ class FleetWorker:
                 # the final judgement and the last tables: once the node writers have finished
                 judge = functools.partial(judge_final, target, self.warner)
         self.egress.announce(self.pool, ending=run_id)  # nodes without a route found last: named before the end
+        self.egress.forget(run_id)
         self.targets.pop(run_id, None)
         self._rows.drop(run_id)
         self._health.forget(run_id)
