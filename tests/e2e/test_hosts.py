@@ -28,7 +28,7 @@ import pytest
 from ray_wandb_nodes._hang.beacon import SUFFIX
 from tests.support.cluster import node_labels, plugin_leftovers
 from tests.support.env import DUMMY_KEY, WANDB_TABLES
-from tests.support.hosts import HostCluster, HostSpec
+from tests.support.hosts import Block, HostCluster, HostSpec
 from tests.support.nvml import Gpu
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback, trainer
@@ -133,19 +133,23 @@ class HungFit:
     result: Any
     early: list[dict[str, Any]]  # hang alerts before rank 3 stopped (none, on a healthy start)
     slots: dict[str, list[str]]  # host name -> the beacon files in its /dev/shm while rank 3 was stuck
+    live: dict[str, int]  # label -> its system-metric rows in the run while rank 3 was stuck
 
 
 @pytest.fixture(scope="module")
 def hung_fit(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> HungFit:
     """The module's fit: four ranks, two a host; rank 3 stops at step 2 until the run has its
-    hang, then the ranks go on until it has the hang's end."""
+    hang, then the ranks go on until it has the hang's end. Host a has no route to W&B (only to
+    the head, as a compute node behind a login node): with ``egress="relay"`` its writer sends
+    through the relay on the head, over HTTPS (CONNECT); host b reaches W&B itself."""
     from ray.train import RunConfig, ScalingConfig
 
     folder = tmp_path_factory.mktemp("hung-fit")  # under pytest's base temp: every host sees it
     name = unique("hosts")
     outcome: dict[str, Any] = {}
-    with driver_wandb_env(hosts.backend, folder):
-        callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, sampling_interval_s=SAMPLING_S)
+    hosts.hosts["a"].block(hosts.wandb_address, Block.NO_ROUTE)
+    with driver_wandb_env(hosts.backend, folder), unblocked_after(hosts):
+        callback = make_callback(hang_timeout_s=HANG_TIMEOUT_S, sampling_interval_s=SAMPLING_S, egress="relay")
 
         def fit() -> None:
             try:
@@ -167,6 +171,10 @@ def hung_fit(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> Hu
             early = hang_alerts(hosts.backend, name)
             wait_until(lambda: hang_alerts(hosts.backend, name)[len(early) :] or "result" in outcome, 120, "the hang")
             slots = {h.name: sorted(p.name for p in h.shm.rglob(f"*{SUFFIX}")) for h in hosts.hosts.values()}
+            live = {
+                label: len(series.get("memory_percent", ()))
+                for label, series in run_of(hosts.backend, name).system_metrics().items()
+            }
             (folder / "release").touch()
             over = len(early) + 2
             wait_until(lambda: len(hang_alerts(hosts.backend, name)) >= over or "result" in outcome, 120, "its end")
@@ -175,7 +183,17 @@ def hung_fit(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> Hu
             (folder / "finish").touch()
         thread.join(240)
     assert not thread.is_alive(), "fit() did not return"
-    return HungFit(name, outcome["result"], early, slots)
+    return HungFit(name, outcome["result"], early, slots, live)
+
+
+@contextmanager
+def unblocked_after(hosts: HostCluster) -> Iterator[None]:
+    """Every host reaches the W&B backend again on the way out (a failure too)."""
+    try:
+        yield
+    finally:
+        for host in hosts.hosts.values():
+            host.unblock(hosts.wandb_address)
 
 
 def hosts_head(hosts: HostCluster) -> str:
@@ -243,6 +261,31 @@ def test_each_hosts_gpus_are_under_its_own_label(hosts: HostCluster, hung_fit: H
         rows = run.tables("gpus")[-1]
         got = sorted((row["hostname"], row["gpu"]) for row in rows)
         assert got == sorted((h.hostname, i) for h in hosts.hosts.values() for i in range(len(h.gpus.gpus))), rows
+
+
+def writer_of(run: Any, label: str) -> str:
+    """The client id of the one writer that sends ``label``'s series."""
+    (client,) = [c for c, client_labels in run.labels_by_client().items() if label in client_labels]
+    return client
+
+
+def test_a_host_without_a_route_to_wandb_writes_live_through_the_relay_on_the_head_and_the_run_says_each_way(
+    hosts: HostCluster, hung_fit: HungFit
+) -> None:
+    run = run_of(hosts.backend, hung_fit.name)
+    labels = node_labels()
+    a, b, head = labels[hosts.hosts["a"].node_id], labels[hosts.hosts["b"].node_id], labels[hosts_head(hosts)]
+    # Live: host a's series were in the run mid-run (while rank 3 was stuck), as host b's were.
+    assert hung_fit.live.get(a, 0) >= 1 and hung_fit.live.get(b, 0) >= 1, hung_fit.live
+    # Host a's writer reached W&B only from the head (the relay's connections, HTTPS tunnelled by
+    # CONNECT: the backend's certificate is trusted end to end); host b's from b itself.
+    head_side = {hosts.head_address, hosts.wandb_address}  # the machine's own addresses on the bridge
+    assert hosts.backend.peers[writer_of(run, a)] <= head_side, hosts.backend.peers
+    assert hosts.backend.peers[writer_of(run, b)] == {hosts.hosts["b"].address}
+    # The run says which way each node's writer takes.
+    assert run.config["node_egress"]["value"] == {head: "direct", a: "relay", b: "direct"}
+    # Found with a relay that reached W&B: nobody is told of a node without a route.
+    assert "cannot reach W&B" not in hosts.log_text()
 
 
 def test_a_rank_hung_on_one_host_is_named_there_and_the_other_hosts_ranks_wait_for_it(
@@ -390,6 +433,8 @@ def egress_fit(hosts: HostCluster, folder: Path, name: str, **options: Any) -> I
                 stop_at(folder, hosts.backend, name, 2)
             thread.join(240)
     assert not thread.is_alive(), "fit() did not return"
+    started = [folder / f"started-{r}" for r in range(2)]
+    assert all(p.exists() for p in started), f"the ranks never started: {outcome['result']!r}"
     outcome["started"] = min(float((folder / f"started-{r}").read_text()) for r in range(2))
     outcome["trained"] = max(float((folder / f"ended-{r}").read_text()) for r in range(2))
     outcome["held_s"] = outcome["started"] - train_workers_started()
@@ -412,8 +457,6 @@ def run_id_of(backend: WandbTestBackend, name: str) -> str | None:
 def offline_fit(hosts: HostCluster, tmp_path_factory: pytest.TempPathFactory) -> EgressFit:
     """The default: host a without a route to W&B (refused at once), host b whose packets to W&B
     vanish; the test waits for the warning, notes the run's labels then, and lets the ranks end."""
-    from tests.support.host_net import Block
-
     folder = tmp_path_factory.mktemp("offline-fit")
     name = unique("no-route")
     a, b = hosts.hosts["a"], hosts.hosts["b"]
@@ -529,7 +572,8 @@ def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_th
 ) -> None:
     """Host b dies after three reports and boots again at once: Train restarts the ranks (its one
     failure allowed), one on the rebooted b, a new Ray node. Then host a dies and stays dead: no
-    failure is left, so the fit fails, and the run ends once, failed."""
+    failure is left, so the fit fails, and the run ends once, failed. With ``egress="relay"``,
+    where every host reaches W&B itself: the relay carries nothing, and stops with the run."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
 
     backend, (a, b) = hosts.backend, (hosts.hosts["a"], hosts.hosts["b"])
@@ -546,7 +590,7 @@ def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_th
                 run_config=RunConfig(
                     name=name,
                     storage_path=str(tmp_path),
-                    callbacks=[make_callback()],
+                    callbacks=[make_callback(egress="relay")],
                     failure_config=FailureConfig(max_failures=1),
                 ),
             ).fit()
@@ -602,7 +646,15 @@ def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_th
             rebooted: "ok",
         }
     assert len(run.completes) == 1 and run.exit_codes[0] not in (0, None)
-    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")
+    # Every host's writer went straight to W&B, each from its own address, as the run's config says.
+    ways = run.config["node_egress"]["value"]
+    assert {label: ways.get(label) for label in (lost_a, lost_b, rebooted)} == dict.fromkeys(
+        (lost_a, lost_b, rebooted), "direct"
+    )
+    assert set(ways.values()) == {"direct"}, ways
+    for label, host in ((lost_a, a), (lost_b, b), (rebooted, b)):
+        assert backend.peers[writer_of(run, label)] == {host.address}, (label, backend.peers)
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")  # the relay's too
     titles = [a["title"] for a in run.alerts]
     if titles == [f"Node lost: {lost_b}"]:
         pytest.xfail(f"{LOST_AT_THE_END} ({a_dies})")

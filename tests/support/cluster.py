@@ -155,14 +155,15 @@ def said_by_workers(cluster: Any, text: str) -> int:
 
 
 def plugin_leftovers() -> tuple[list[str], list[str]]:
-    """(alive NodeLogger and LoggerJanitor actor ids, non-removed placement groups of the plugin)."""
+    """(alive NodeLogger, LoggerJanitor and RelayActor actor ids, non-removed placement groups of the plugin)."""
     import ray._private.state as state
     from ray.util import placement_group_table
 
     actors = [
         actor_id
         for actor_id, a in state.actors().items()
-        if a.get("ActorClassName", "").endswith(("NodeLogger", "LoggerJanitor")) and a.get("State") != "DEAD"
+        if a.get("ActorClassName", "").endswith(("NodeLogger", "LoggerJanitor", "RelayActor"))
+        and a.get("State") != "DEAD"
     ]
     groups = [
         pg["name"]

@@ -217,3 +217,28 @@ def test_a_node_s_unreadable_transaction_log_is_one_warning_naming_the_node_and_
     assert len(said) == 1, said
     assert f"the node writer on {node.label} cannot be read" in said[0] and "checksum mismatch" in said[0]
     assert "slow-GPU and memory-error alerts" in said[0]
+
+
+def test_a_run_s_end_reads_the_node_listing_afresh_and_names_a_node_that_died_since_the_last() -> None:
+    """A node Ray marked dead after the fleet's last listing (every ``POLL_S``) and before the run
+    ended: the end's own listing finds it, so the run's last judgement names it lost."""
+    from ray_wandb_nodes._fleet.commands import Retire
+    from ray_wandb_nodes._fleet.fleet import POLL_S
+    from ray_wandb_nodes._run.primary_commands import RaiseAlert
+
+    fleet, sim, target = simulated_fleet(3)
+    target.selection, target.nodes = "workers", set(sim.alive)  # a Train run's: its ranks' nodes
+    target.ranks = {node_id: (rank,) for rank, node_id in enumerate(sim.alive)}
+    for _ in range(3):  # the loggers join and report
+        sim.clock.now += POLL_S
+        fleet.step(Poll())
+    dead = next(iter(sim.alive))
+    label = next(h.node.label for h in fleet.worker.pool.handles() if h.node.node_id == dead)
+    sim.fail(dead)
+    listings = sim.listings
+    fleet.step(Retire(target.run_id, 5.0, None, 0, threading.Event()))  # within the poll: no listing due
+    assert sim.listings == listings + 1
+    queued = target.primary._queue  # type: ignore[attr-defined]  # never started: its commands wait there
+    commands = [queued.get_nowait() for _ in range(queued.qsize())]
+    alerts = [c.alert.title for c in commands if isinstance(c, RaiseAlert)]
+    assert alerts == [f"Node lost: {label}"], alerts
