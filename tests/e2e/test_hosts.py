@@ -285,7 +285,7 @@ def test_a_host_without_a_route_to_wandb_writes_live_through_the_relay_on_the_he
     # The run says which way each node's writer takes.
     assert run.config["node_egress"]["value"] == {head: "direct", a: "relay", b: "direct"}
     # Found with a relay that reached W&B: nobody is told of a node without a route.
-    assert "cannot reach W&B" not in hosts.log_text()
+    assert no_route_warnings(hosts, hung_fit.name) == []
 
 
 def test_a_rank_hung_on_one_host_is_named_there_and_the_other_hosts_ranks_wait_for_it(
@@ -445,7 +445,10 @@ def egress_result(name: str, folder: Path, o: dict[str, Any], seen: dict[str, fl
 
 
 def no_route_warnings(hosts: HostCluster, name: str) -> list[str]:
-    return [line for line in hosts.log_text().splitlines() if "cannot reach W&B" in line and name in line]
+    """The run's no-route warnings, each once: the controller's stderr and Ray Train's own log
+    file both hold each line the controller logs."""
+    lines = [line for line in hosts.log_text().splitlines() if "cannot reach W&B" in line and name in line]
+    return list(dict.fromkeys(line[line.index("ray_wandb_nodes:") :] for line in lines))
 
 
 def run_id_of(backend: WandbTestBackend, name: str) -> str | None:
@@ -558,14 +561,6 @@ def rows_and_alerts(backend: WandbTestBackend, name: str) -> tuple[int, list[str
     return (len(user_rows(runs[0])), [a["title"] for a in runs[0].alerts]) if runs else (0, [])
 
 
-LOST_AT_THE_END = (
-    "the run's last judgement (FleetWorker._start_retirement, then judge_final) takes the nodes as "
-    "the fleet last listed them (every 3 s, fleet.POLL_S), not as Ray says at the end: a fit that "
-    "fails at once when Ray marks its host dead often ends before the next listing, and its run "
-    "without that node's 'Node lost' alert"
-)
-
-
 @pytest.mark.slow  # the last of the module: host a stays dead
 def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_the_run_ends_once(
     hosts: HostCluster, tmp_path: Path
@@ -655,7 +650,6 @@ def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_th
     for label, host in ((lost_a, a), (lost_b, b), (rebooted, b)):
         assert backend.peers[writer_of(run, label)] == {host.address}, (label, backend.peers)
     wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")  # the relay's too
-    titles = [a["title"] for a in run.alerts]
-    if titles == [f"Node lost: {lost_b}"]:
-        pytest.xfail(f"{LOST_AT_THE_END} ({a_dies})")
-    assert titles == [f"Node lost: {lost_b}", f"Node lost: {lost_a}"]
+    # Host a's loss is named though the fit may end before the fleet's next node listing (every
+    # 3 s): the run's end reads the listing afresh.
+    assert [a["title"] for a in run.alerts] == [f"Node lost: {lost_b}", f"Node lost: {lost_a}"], a_dies
