@@ -17,13 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from .._config.values import RankMetrics
 from .._hang import HangNotice
 from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from .._wandb.metrics import RowBuilder, Stepper
 from .._wandb.runs import health_table, init_writer
 from .._wandb.strategies import report_rows
 from .._wandb.uploads import ArtifactUploads
-from .._wandb.writers import WriterSpec, offline_index
+from .._wandb.writers import Role, WriterSpec, offline_index
 from .._warn import Warner, describe, warn_skipped
 from ..offline.index import OfflineIndex
 from .hang_writes import hang_alert, save_hang
@@ -46,7 +47,7 @@ class PrimaryWriter:
     ) -> None:
         """``prepare`` runs on the writer thread before ``wandb.init`` and may adjust the spec."""
         self.spec = spec
-        self._rows = rows or report_rows("rank0", ())
+        self._rows = rows or report_rows(RankMetrics.RANK0, ())
         self._prepare = prepare
         self._on_ready: Callable[[], None] | None = None
         self._warner = warner
@@ -382,7 +383,7 @@ def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, pro
     index.update(entity=entity or None, project=project or index.data["project"])
     index.set_writer(
         {
-            "role": "primary",
+            "role": Role.PRIMARY.value,
             "label": spec.label,
             "node_id": node_id,
             "hostname": socket.gethostname(),

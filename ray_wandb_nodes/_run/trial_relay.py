@@ -49,7 +49,7 @@ class TrialRelay:
         setting = {
             "seconds": hang.seconds,
             "auto": hang.auto,
-            "on_hang": options.on_hang,
+            "on_hang": options.on_hang.value,
             "pg_timeout_s": _ray.train_start(ctx).pg_timeout_s,
         }
         self._write(_handoff.publish_hang, setting, "relay-hang", f"how to watch trial {self.trial_id} for hangs")

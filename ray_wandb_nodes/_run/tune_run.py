@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
+from .._config.values import NodeSelection, OnHang
 from .._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
 from .._gpu_ids import GpuSlots
 from .._hang import HangTimeout
@@ -72,7 +73,7 @@ class TuneRuns:
         spec = primary_spec(
             self.options,
             self._env,
-            mode=self.options.mode or "online",
+            mode=self.options.mode,
             run_id=run_id,
             label=self.driver_node.label,
             display_name=str(trial),
@@ -99,7 +100,9 @@ class TuneRuns:
         target = SharedTarget(
             primary=primary,
             selection=self.options.nodes,
-            extra_nodes=(lambda: relayed_nodes(trial_id, target)) if self.options.nodes == "workers" else None,
+            extra_nodes=(
+                (lambda: relayed_nodes(trial_id, target)) if self.options.nodes is NodeSelection.WORKERS else None
+            ),
             spec_for=functools.partial(_node_writer_spec, location=location),
             storage=storage,
             health=TrialHealth(
@@ -305,7 +308,8 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
         setting = _handoff.hang_setting(trial_id)
         if setting:
             timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
-            target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
+            on_hang = OnHang(setting.get("on_hang", OnHang.ALERT.value))  # as the Train run's options checked it
+            target.hangs = HangWatch(timeout, on_hang, setting.get("pg_timeout_s"))
     if target.hangs is not None:
         attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks

@@ -292,6 +292,7 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     from dataclasses import replace
 
     from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+    from ray_wandb_nodes._config.values import NodeSelection
     from ray_wandb_nodes._fleet.commands import AddRun, RunReady, SetNodes
     from ray_wandb_nodes._fleet.fleet import NodeFleet
 
@@ -300,10 +301,10 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     node_a, node_b, _ = list(sim.alive)
     other = make_target(clock)  # a trial running on node b, its run created
-    other.selection, other.nodes = "workers", {node_b}
+    other.selection, other.nodes = NodeSelection.WORKERS, {node_b}
     trial = make_target(clock)  # a trial just started on node a: wandb.init still runs
     trial.primary.spec = replace(trial.primary.spec, init_kwargs={**trial.primary.spec.init_kwargs, "id": "trial-a"})
-    trial.selection, trial.ready = "workers", False
+    trial.selection, trial.ready = NodeSelection.WORKERS, False
     fleet.step(AddRun(other))
     fleet.step(AddRun(trial))
     fleet.step(SetNodes(trial.run_id, {node_a}, None, trial))
