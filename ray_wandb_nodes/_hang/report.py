@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._config.values import OnHang
+from .position import RankFacts
 from .stacks import format_stack
-from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, rank_ranges
+from .verdict import HangRow, Verdict, format_stack_groups, rank_ranges
 
 # Stopped ranks the alert names one a line; past it, counted (every rank of 8,000 stuck in one
 # place made an alert of 0.6 MB). The hangs table and verdict.txt have them all.

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.dumps import evidence_from_dumps
-from ray_wandb_nodes._hang.verdict import RankFacts
+from ray_wandb_nodes._hang.position import RankFacts
 
 CAPTURES = Path(__file__).resolve().parents[1] / "support" / "hang_evidence"
 
