@@ -5,10 +5,11 @@ the verdict across ranks.
 node's logger); ``folders`` names an attempt's folder of slots and dumps and keeps it no longer
 than its processes; ``policy`` says when silence is a hang and ``confirm`` when a suspicion is
 one; ``evidence`` arms a rank (faulthandler on a signal, the flight recorder, a dump thread) and
-``dumps`` takes its dumps; ``node`` is what a node's logger runs (the folders it watches, every
-rank's evidence, an end); ``stacks`` and ``flight`` parse what the dumps hold into typed values;
-``position`` says where one rank is and ``verdict`` who stopped and who waits. Nothing here
-imports Ray or wandb: the node loggers, the health monitor and the callbacks drive it.
+``dumps`` takes its dumps (``proc`` reads what ``/proc`` says of its process); ``node`` is what a
+node's logger runs (the folders it watches, every rank's evidence, an end); ``stacks`` and
+``flight`` parse what the dumps hold into typed values; ``position`` says where one rank is and
+``verdict`` who stopped and who waits. Nothing here imports Ray or wandb: the node loggers, the
+health monitor and the callbacks drive it.
 """
 
 from .beacon import (
