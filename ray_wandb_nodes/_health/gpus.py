@@ -67,7 +67,8 @@ class GpuHealth:
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | GpuSlots | None]) -> None:
-        """The train ranks on a node now, each with its GPU ids as Ray names them or slots (None: not known)."""
+        """The train ranks on a node now, each with its GPU ids as Ray names them, or its slots
+        (a Tune trial's; None: not known)."""
         node = self._node(node_id)
         node.set_ranks(rank_ids)
         self.awaits_report |= bool(node.rank_ids) and node.first_report is None
