@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._wandb.writers import WriterSpec
+from .._wandb.writers import Role, WriterSpec
 from .allow import DEFAULT_BASE_URL
 from .proxies import proxy_for
 from .reach import DEFAULT_TIMEOUT_S, Reachability, check_reach
@@ -73,7 +73,7 @@ def base_url_of(settings: Mapping[str, Any]) -> str:
 
 def online(spec: WriterSpec) -> bool:
     """Whether ``spec``'s writer sends to W&B (not an offline writer, not an observer)."""
-    return spec.role in ("node", "run") and spec.settings.get("mode") != _OFFLINE
+    return spec.role in (Role.NODE, Role.RUN) and spec.settings.get("mode") != _OFFLINE
 
 
 def find_way(

@@ -27,8 +27,10 @@ from typing import Any, Protocol
 
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
+from .._config.values import EgressMode, Mode
 from .._egress import Egress, RelayOnNode, RelayRoute, RelayStats, Way, WriterEgress
 from .._wandb.sync import SyncInto
+from .._wandb.writers import Role
 from .._warn import Warner, describe, logger
 from ..offline.index import OfflineIndex, offline_folder, open_index
 from .plan import run_of
@@ -49,10 +51,10 @@ class RelayPlan:
     hosts: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, options: Options, env: CapturedEnv, mode: str) -> RelayPlan | None:
+    def of(cls, options: Options, env: CapturedEnv, mode: Mode) -> RelayPlan | None:
         """The relay of an online run with ``egress="relay"``: to the W&B host its writers send
         to (the driver's ``WANDB_BASE_URL``, else the ``base_url`` setting, else W&B's cloud)."""
-        if options.egress != "relay" or mode != "online":
+        if options.egress is not EgressMode.RELAY or mode is not Mode.ONLINE:
             return None
         base_url = env.base_url or options.settings.get("base_url")
         return cls(str(base_url) if base_url else None, options.egress_hosts)
@@ -246,11 +248,11 @@ def fallback_index(target: RunTarget) -> OfflineIndex:
 def sync_into(target: RunTarget) -> SyncInto:
     """Where a node's offline run goes at the run's end: the run, with its own host and key."""
     if isinstance(target, StandaloneTarget):
-        spec, role = target.writer, "run"
+        spec, role = target.writer, Role.RUN
         project, entity = spec.init_kwargs.get("project"), spec.init_kwargs.get("entity")
     else:
         assert isinstance(target, SharedTarget)
-        spec, role = target.primary.spec, "node"
+        spec, role = target.primary.spec, Role.NODE
         project = target.primary.project or spec.init_kwargs.get("project")
         entity = target.primary.entity or spec.init_kwargs.get("entity")
     return SyncInto(

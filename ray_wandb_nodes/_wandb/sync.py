@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .._config.secrets import Secret
+from .writers import Role
 
-SHARED_ROLES = ("primary", "node")  # writers of a shared run; "run": a run of its own
 _TAIL_LINES = 5
 
 
@@ -35,12 +35,12 @@ def sync_command(path: str, run_id: str, project: str | None, entity: str | None
     return [*cmd, path]
 
 
-def sync_environment(role: str, environ: Mapping[str, str]) -> dict[str, str]:
+def sync_environment(role: Role, environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with the mode a writer of ``role`` is synced in: shared, primary or not, for a
     shared run's writers; a run of its own for the rest."""
     env = dict(environ)
-    if role in SHARED_ROLES:
-        primary = "true" if role == "primary" else "false"
+    if role.joins_shared_run:
+        primary = "true" if role is Role.PRIMARY else "false"
         env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
     else:
         env.pop("WANDB_MODE", None)
@@ -62,7 +62,7 @@ class SyncInto:
     run's own: its host and key, never shown)."""
 
     run_id: str
-    role: str  # of the writer whose run it is: "node" (a shared run's) or "run" (a run of its own)
+    role: Role  # of the writer whose run it is: NODE (a shared run's) or RUN (a run of its own)
     project: str | None
     entity: str | None
     base_url: str | None

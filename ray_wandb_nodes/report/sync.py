@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._wandb.sync import SHARED_ROLES, sync_command, sync_environment
+from .._wandb.sync import sync_command, sync_environment
 from .._wandb.txlog import read_run
+from .._wandb.writers import Role
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 
@@ -23,7 +24,7 @@ from .walk import absent_writers, find_run_folders, identify, wandb_files
 class SyncStep:
     run_id: str
     label: str
-    role: str  # primary, node, run
+    role: Role  # PRIMARY, NODE or RUN
     file: str  # the run-<id>.wandb transaction log
     project: str | None
     entity: str | None
@@ -42,7 +43,7 @@ class SyncStep:
 
     @property
     def shared(self) -> bool:
-        return self.role in SHARED_ROLES
+        return self.role.joins_shared_run
 
     def command(self, entity: str | None, project: str | None) -> list[str]:
         return sync_command(self.path, self.run_id, project or self.project, entity or self.entity)
@@ -72,7 +73,7 @@ def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:
                 error=str(log.error) if log.error else None,
             )
             found.append((log.start_time or 0.0, step))
-        found.sort(key=lambda x: (x[1].run_id, x[1].role != "primary", x[1].label, x[0]))
+        found.sort(key=lambda x: (x[1].run_id, x[1].role is not Role.PRIMARY, x[1].label, x[0]))
         steps.extend(step for _, step in found)
         absent.extend(absent_writers(index, {step.label for _, step in found}))
     return steps, absent
@@ -101,7 +102,7 @@ def sync(
     failed_runs: set[str] = set()
     failures = 0
     for step in steps:
-        what = f"{step.run_id}  {step.role:<7} {step.label}  {step.path}"
+        what = f"{step.run_id}  {step.role.value:<7} {step.label}  {step.path}"
         if step.synced:
             out(f"skip  {what}  (already synced)")
             continue
@@ -112,7 +113,7 @@ def sync(
         if step.error:
             out(f"note  {step.label}: {step.error}; wandb sync uploads what precedes the damage")
         if dry_run:
-            mode = f"shared, x_primary={step.role == 'primary'}" if step.shared else "a run of its own"
+            mode = f"shared, x_primary={step.role is Role.PRIMARY}" if step.shared else "a run of its own"
             out(f"would sync  {what}  ({mode})")
             continue
         out(f"sync  {what}")
@@ -121,6 +122,6 @@ def sync(
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             out(f"FAILED  {step.label}: wandb sync exited {proc.returncode}: " + " | ".join(tail))
             failures += 1
-            if step.role == "primary":
+            if step.role is Role.PRIMARY:
                 failed_runs.add(step.run_id)
     return 1 if failures else 0

@@ -21,11 +21,13 @@ from ray_wandb_nodes._egress import (
     for_way,
     online,
 )
-from ray_wandb_nodes._wandb.writers import WriterSpec
+from ray_wandb_nodes._wandb.writers import Role, WriterSpec
 
 ROUTE = RelayRoute("198.18.0.1", 40123, Secret("s3cr3t-tok"))
 BASE = "https://wandb.corp:8443"
-SPEC = WriterSpec(role="node", label="node-a", init_kwargs={"id": "r1"}, settings={"base_url": BASE, "mode": "shared"})
+SPEC = WriterSpec(
+    role=Role.NODE, label="node-a", init_kwargs={"id": "r1"}, settings={"base_url": BASE, "mode": "shared"}
+)
 
 
 class Checks:
@@ -88,9 +90,9 @@ def test_a_relay_that_fails_too_leaves_the_writer_offline_and_both_checks_are_sa
 
 
 def test_only_writers_that_send_to_wandb_are_checked() -> None:
-    assert online(SPEC) and online(replace(SPEC, role="run"))
+    assert online(SPEC) and online(replace(SPEC, role=Role.RUN))
     assert not online(replace(SPEC, settings={"mode": "offline"}))
-    assert not online(replace(SPEC, role="observer"))
+    assert not online(replace(SPEC, role=Role.OBSERVER))
 
 
 def test_the_way_crosses_as_plain_data() -> None:

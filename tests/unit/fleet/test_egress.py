@@ -17,7 +17,7 @@ from ray_wandb_nodes._fleet import egress as egress_module
 from ray_wandb_nodes._fleet.egress import CONFIG_KEY, NAMED, FleetEgress, Found, RelayPlan, no_route_warning
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.targets import SharedTarget
-from ray_wandb_nodes._wandb.writers import WriterSpec
+from ray_wandb_nodes._wandb.writers import Role, WriterSpec
 
 ROUTE = RelayRoute("198.18.0.1", 40123, Secret("tok"))
 TARGET = Endpoint("wandb.corp", 443)
@@ -57,7 +57,7 @@ class Primary:
     """What the fleet uses of a run's primary here: its spec and the config it is told."""
 
     def __init__(self, folder: Path) -> None:
-        self.spec = WriterSpec("primary", "node-head", {"id": RUN, "dir": str(folder), "project": "p"}, {})
+        self.spec = WriterSpec(Role.PRIMARY, "node-head", {"id": RUN, "dir": str(folder), "project": "p"}, {})
         self.index = None
         self.configs: list[dict[str, Any]] = []
 

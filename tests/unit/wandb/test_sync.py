@@ -11,8 +11,9 @@ from typing import Any
 
 from ray_wandb_nodes._config.secrets import Secret
 from ray_wandb_nodes._wandb.sync import SyncInto, offline_runs, sync_command, sync_environment, sync_folder
+from ray_wandb_nodes._wandb.writers import Role
 
-INTO = SyncInto("r1", "node", "proj", "team", "https://wandb.corp", Secret("k" * 40))
+INTO = SyncInto("r1", Role.NODE, "proj", "team", "https://wandb.corp", Secret("k" * 40))
 
 
 def offline_run(folder: Path, name: str, synced: bool = False) -> Path:
@@ -44,12 +45,12 @@ class Runner:
 def test_each_role_is_synced_as_shared_mode_wrote_it() -> None:
     wandb_sync = [sys.executable, "-m", "wandb", "beta", "sync", "--id", "r1"]
     assert sync_command("/f", "r1", "p", None) == [*wandb_sync, "--project", "p", "/f"]
-    node = sync_environment("node", {"WANDB_MODE": "offline", "HOME": "/root"})
+    node = sync_environment(Role.NODE, {"WANDB_MODE": "offline", "HOME": "/root"})
     assert node == {"WANDB_MODE": "shared", "WANDB_X_PRIMARY": "false", "WANDB_X_UPDATE_FINISH_STATE": "false"} | {
         "HOME": "/root"
     }
-    assert sync_environment("primary", {})["WANDB_X_PRIMARY"] == "true"
-    assert sync_environment("run", {"WANDB_MODE": "offline"}) == {}  # a run of its own: wandb's default
+    assert sync_environment(Role.PRIMARY, {})["WANDB_X_PRIMARY"] == "true"
+    assert sync_environment(Role.RUN, {"WANDB_MODE": "offline"}) == {}  # a run of its own: wandb's default
 
 
 def test_a_nodes_runs_go_into_the_run_with_its_host_and_key_once_each(tmp_path: Path) -> None:
