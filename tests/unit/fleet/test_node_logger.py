@@ -169,3 +169,36 @@ def test_a_ping_answered_before_a_join_it_passed_is_no_restart(caplog: pytest.Lo
     pool.check_health(lambda key, node: spec(key))
     pool.check_health(lambda key, node: spec(key))  # now a ping without it is a writer gone: joined again
     assert len(actors.joins) == 2 and "restarted; its writers rejoin" in caplog.text
+
+
+def test_a_join_takes_the_way_its_check_finds_and_its_status_says_which(
+    logger: NodeLogger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the run's egress, an online writer checks its way to W&B before ``wandb.init``: a
+    node without a route sends through the relay (wandb's proxy settings in its spec, never the
+    process's environment), or writes offline where that fails too; the status carries the way."""
+    from ray_wandb_nodes._config.secrets import Secret
+    from ray_wandb_nodes._egress import Endpoint, Reach, Reachability, RelayRoute, Way, WriterEgress
+
+    route = RelayRoute("198.18.0.1", 40123, Secret("tok"))
+    outcomes: list[Reach] = []
+
+    def check(url: str, *, proxy: str | None, timeout_s: float) -> Reachability:
+        return Reachability(outcomes.pop(0), Endpoint("wandb.corp", 443), proxy, "", 0.0)
+
+    started: list[WriterSpec] = []
+    monkeypatch.setattr("ray_wandb_nodes._egress.way.check_reach", check)
+    monkeypatch.setattr(node_logger, "init_writer", lambda spec, **_: started.append(spec) or Run())
+    online = {"base_url": "https://wandb.corp", "mode": "shared"}
+    outcomes[:] = [Reach.UNREACHABLE, Reach.REACHABLE]
+    status = logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-1"}, online), WriterEgress(route=route))
+    assert status.egress["run-1"].way is Way.RELAY
+    assert started[-1].settings["https_proxy"] == route.proxy_url()
+    assert "https_proxy" not in {k.lower() for k in __import__("os").environ}
+    outcomes[:] = [Reach.TIMED_OUT, Reach.REFUSED]
+    status = logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-2"}, online), WriterEgress(route=route))
+    assert status.egress["run-2"].way is Way.OFFLINE and started[-1].settings["mode"] == "offline"
+    outcomes[:] = []  # an offline run's writer, and a writer without egress, are not checked
+    status = logger.add_writer(spec("run-3"), WriterEgress(route=route))
+    logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-4"}, {"mode": "offline"}), WriterEgress())
+    assert "run-3" not in status.egress and started[-1].settings == {"mode": "offline"}
