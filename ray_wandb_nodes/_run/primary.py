@@ -4,8 +4,8 @@ Hooks only put work on a queue (a dict copy, no I/O), so the Train controller's 
 loop and Tune's loop never wait on W&B. The thread creates the run, logs rank 0's
 reports (or a trial's results) against the step metric, logs the artifacts that
 :class:`~ray_wandb_nodes._wandb.uploads.ArtifactUploads` builds, and finishes the run with the
-training's exit code. Offline, :class:`PrimaryIndex` keeps the primary's part of the run
-folder's index.
+training's exit code. Offline, ``primary_index`` keeps the primary's part of the run folder's
+index.
 """
 
 from __future__ import annotations
@@ -14,11 +14,20 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from .._hang import HangNotice
-from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
+from .._health import (
+    ALERT_WAIT_S,
+    COLUMNS,
+    GPU_COLUMNS,
+    RANK_COLUMNS,
+    Alert,
+    NodeSummary,
+    ReadProblem,
+    SummaryReader,
+    aged,
+)
 from .._wandb.metrics import RowBuilder, Stepper
 from .._wandb.runs import health_table, init_writer
 from .._wandb.strategies import report_rows
@@ -27,9 +36,10 @@ from .._wandb.writers import WriterSpec, offline_index
 from .._warn import Warner, describe, warn_skipped
 from ..offline.index import OfflineIndex
 from .hang_writes import hang_alert, save_hang
+from .primary_index import PrimaryIndex
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-_ALERT, _HEALTH, _HANG = "alert", "health", "hang"
+_ALERT, _HEALTH, _HANG, _RANKS = "alert", "health", "hang", "ranks"
 _WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
@@ -111,6 +121,10 @@ class PrimaryWriter:
     ) -> None:
         """Log the straggler count and, when given, the ``nodes`` and ``gpus`` tables, at the current step."""
         self._queue.put((_HEALTH, (stragglers, table, gpu_table)))
+
+    def log_ranks(self, history: dict[str, float] | None, table: list[list[Any]] | None) -> None:
+        """Log the slow-rank history keys and, when given, the ``ranks`` table, at the current step."""
+        self._queue.put((_RANKS, (history, table)))
 
     @property
     def summary(self) -> NodeSummary | None:
@@ -208,6 +222,8 @@ class PrimaryWriter:
             writes.alert(payload)
         elif kind == _HEALTH:
             writes.health(*payload)
+        elif kind == _RANKS:
+            writes.ranks(*payload)
         elif kind == _HANG:
             writes.alert(hang_alert(payload, self.spec.label))
             save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
@@ -338,56 +354,13 @@ class RunWrites:
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
 
-
-class PrimaryIndex:
-    """Offline: the primary's part of the run folder's index. The run and the primary's own
-    offline run once it exists, every alert (wandb keeps none offline; the report prints them),
-    and the exit code. A write that fails is one warning; training goes on."""
-
-    def __init__(self, index: OfflineIndex, warner: Warner) -> None:
-        self.index = index
-        self._warner = warner
-
-    def started(self, spec: WriterSpec, entity: str | None, project: str | None) -> None:
-        self._write(lambda: index_primary(self.index, spec, entity, project))
-
-    def alert(self, alert: Alert) -> None:
-        def add() -> None:
-            raised = list(self.index.data.get("alerts") or [])
-            self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
-
-        self._write(add)
-
-    def finished(self, exit_code: int) -> None:
-        self._write(lambda: self.index.update(exit_code=exit_code))
-
-    def _write(self, write: Callable[[], None]) -> None:
+    def ranks(self, history: dict[str, float] | None, table: list[list[Any]] | None) -> None:
+        row = {**self.step_row(), **(history or {})}
         try:
-            write()
-        except OSError as e:
-            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
-
-
-def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, project: str | None) -> None:
-    """Offline: name the run and the primary's own offline run in the run's folder index
-    (``OSError`` when it cannot be written)."""
-    import socket
-
-    try:
-        import ray
-
-        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except Exception:  # noqa: BLE001
-        node_id = None
-    index.update(entity=entity or None, project=project or index.data["project"])
-    index.set_writer(
-        {
-            "role": "primary",
-            "label": spec.label,
-            "node_id": node_id,
-            "hostname": socket.gethostname(),
-            "state": "written",
-            # its folder, as a node's is nodes/<label>: every fit of the run writes there
-            "path": index.relative(spec.init_kwargs["dir"]),
-        }
-    )
+            if table is not None:
+                row["ranks"] = health_table(RANK_COLUMNS, table)
+                if self._offline is not None:  # the report reads the last one from the folder's index
+                    self._offline.ranks(table)
+            self.run.log(row)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"ranks-table:{type(e).__name__}", f"the ranks table could not be logged ({describe(e)})")
