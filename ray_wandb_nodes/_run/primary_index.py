@@ -1,6 +1,6 @@
-"""Offline: the primary's part of the run folder's index (``offline.index``): the run and the
-primary's own offline run, every alert (wandb keeps none offline; the report prints them), the
-latest ``ranks`` table and the exit code."""
+"""Offline: the primary's part of the run folder's index (``offline/index.py``): the run and the
+primary's own offline run once it exists, every alert (wandb keeps none offline; the report
+prints them), the latest ``ranks`` table and the exit code. Written on the primary's writer thread."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..offline.index import OfflineIndex
 class PrimaryIndex:
     """Offline: the primary's part of the run folder's index. The run and the primary's own
     offline run once it exists, every alert (wandb keeps none offline; the report prints them),
-    and the exit code. A write that fails is one warning; training goes on."""
+    the latest ``ranks`` table and the exit code. A write that fails is one warning; training goes on."""
 
     def __init__(self, index: OfflineIndex, warner: Warner) -> None:
         self.index = index
