@@ -35,12 +35,6 @@ def three_nodes() -> Any:
 
 
 @pytest.fixture(scope="module")
-def four_nodes() -> Any:
-    """A CPU-less head and four one-CPU nodes: four train workers, one a node (shared)."""
-    return shared_cluster(*SHARED["four_nodes"])
-
-
-@pytest.fixture(scope="module")
 def nodes_of_two_and_one_cpus() -> Iterator[Any]:
     """A CPU-less head and nodes of two CPUs and one: three workers put two ranks on one node."""
     c = start_cluster(2, 1, head_cpus=0)
@@ -60,10 +54,10 @@ def head_only() -> Iterator[Any]:
 def cluster(request: pytest.FixtureRequest) -> Any:
     """The cluster of the module's ``TOPOLOGY`` (one of the fixtures above)."""
     topology = getattr(request.module, "TOPOLOGY", None)
-    if topology not in ("two_nodes", "three_nodes", "four_nodes", "nodes_of_two_and_one_cpus", "head_only"):
+    if topology not in ("two_nodes", "three_nodes", "nodes_of_two_and_one_cpus", "head_only"):
         raise pytest.UsageError(
             f"{request.module.__name__}: TOPOLOGY = {topology!r}; set it to one of tests/e2e/conftest.py's "
-            "topology fixtures (two_nodes, three_nodes, four_nodes, nodes_of_two_and_one_cpus, head_only)"
+            "topology fixtures (two_nodes, three_nodes, nodes_of_two_and_one_cpus, head_only)"
         )
     return request.getfixturevalue(topology)
 

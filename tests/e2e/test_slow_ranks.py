@@ -1,4 +1,4 @@
-"""The slow rank named live, end to end: a real TorchTrainer over gloo, four ranks on four nodes,
+"""The slow rank named live, end to end: a real TorchTrainer over gloo, three ranks on three nodes,
 DDP through Ray's ``prepare_model`` and a ``DataLoader`` through ``prepare_data_loader``, no code
 of the plugin's in the loop. The node loggers read every rank's step anatomy off its beacon
 slot, the fleet judges the ranks, and the alerts, the ``ranks`` table and the history keys reach
@@ -14,18 +14,23 @@ agree on the phase every step, so that they switch on one step):
    rule alone would call a straggler): one WARN naming rank 1, its node, its compute, and no
    straggler alert for its node (one slow rank, one alert).
 
+Three ranks, not the issue's four: the module shares the suite's ``three_nodes`` cluster (a
+cluster of its own was 16 s more, and a fourth rank's torch import on 2 cores another few); the
+verdict is the same rule over any count of ranks (the unit tests judge four and more).
+
 Timings (none a pass margin; each wait below is on the run's own outcome): a step is at least
-``BASE_S`` (100 ms: every step publishes its region, ``_steps.recorder.SLOW_STEP_NS``, and
+``BASE_S`` (60 ms: past ``_steps.recorder.SLOW_STEP_NS``, 50 ms, every step publishes its region;
 scheduling noise on 2 loaded cores stays well under the rule's 30 % of it); a slowed rank adds
-``SLOW_S`` (150 ms: 60 % of its 250 ms step, twice the rule's 30 %). A window needs one of DDP's
-timed iterations on every rank (one in 13 on CPU, after its first ten): about 1.3 s balanced,
-3.3 s slowed; the fleet polls every ``HANG_TIMEOUT_S / 16`` (0.75 s). The rule says a rank after
-three windows naming it and ``WINDOW_S`` since the first: about 10 s a flip while slowed.
+``SLOW_S`` (100 ms: about 60 % of its 170 ms step, twice the rule's 30 %). A window needs one of
+DDP's timed iterations on every rank (one in 13 on CPU, after its first ten): about 0.8 s
+balanced, 2.2 s slowed; the fleet polls every ``HANG_TIMEOUT_S / 16`` (0.75 s). The rule says a
+rank after three windows naming it and ``WINDOW_S`` since the first: a flip takes 4 to 8 s here.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +43,15 @@ from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
-TOPOLOGY = "four_nodes"
-WORLD = 4
-BASE_S, SLOW_S = 0.1, 0.15
+TOPOLOGY = "three_nodes"
+WORLD = 3
+BASE_S, SLOW_S = 0.06, 0.1
 WINDOW_S = 1.0  # straggler_window_s: the rank rule's (and the node rule's) window
 HANG_TIMEOUT_S = 12.0  # armed ranks (the step anatomy rides the hang beacon), polled every 0.75 s
 SAMPLING_S = 1.0  # the node rule's samples, and the rank history keys at most this often
 PHASES = ("balanced", "input", "recovered", "forward", "stop")
 INPUT_RANK, FORWARD_RANK = 2, 1
-BALANCED_JUDGEMENTS = 5  # history rows of the rule's judgements before the first slowdown
+BALANCED_JUDGEMENTS = 4  # history rows of the rule's judgements before the first slowdown
 MAX_STEPS = 3000  # a bound should the test die before it stops the loop
 
 
@@ -138,13 +143,18 @@ def test_the_slow_rank_is_named_with_its_node_and_cause_and_a_balanced_job_names
         runs = [r for r in backend.runs.values() if r.display_name == name]
         return sum("ranks/lateness_ms" in row for r in runs for row in r.history)
 
+    started = time.monotonic()
+
     def phase(kind: str) -> None:
+        print(f"{time.monotonic() - started:6.1f} s: {kind}")
         (tmp_path / "phase.tmp").write_text(kind)
         (tmp_path / "phase.tmp").replace(tmp_path / "phase")
 
     thread = threading.Thread(target=fit, daemon=True)
     thread.start()
     try:
+        wait_until(lambda: judged() >= 1, 300, lambda: f"the rule's judgements:\n{said()}")
+        print(f"{time.monotonic() - started:6.1f} s: the first judgement")
         wait_until(lambda: judged() >= BALANCED_JUDGEMENTS, 300, lambda: f"the rule's judgements:\n{said()}")
         balanced = slow_rank_alerts(run_of(backend, name))
         phase("input")
@@ -187,7 +197,8 @@ def test_the_slow_rank_is_named_with_its_node_and_cause_and_a_balanced_job_names
     assert len(tables) >= 2
     first = {row["rank"]: row for row in tables[0]}
     assert sorted(first) == list(range(WORLD)) and {r: first[r]["node"] for r in first} == nodes
-    assert first[INPUT_RANK]["state"] == "slow" and {first[r]["state"] for r in (0, 1, 3)} == {"ok"}, tables[0]
+    others = set(range(WORLD)) - {INPUT_RANK}
+    assert first[INPUT_RANK]["state"] == "slow" and {first[r]["state"] for r in others} == {"ok"}, tables[0]
     assert first[INPUT_RANK]["input_ms"] >= SLOW_S * 1e3 and first[INPUT_RANK]["lateness_ms"] >= SLOW_S * 1e3 / 2
     last = {row["rank"]: row for row in tables[-1]}
     assert last[FORWARD_RANK]["state"] == "slow" and last[FORWARD_RANK]["compute_ms"] >= SLOW_S * 1e3

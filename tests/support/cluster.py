@@ -76,7 +76,7 @@ def stop_cluster(cluster: Any) -> None:
 
 # The topologies that modules share (tests/e2e/conftest.py's fixtures of these names): the CPUs
 # of the worker nodes; the head has none (the driver and the Train controller run there).
-SHARED = {"two_nodes": (1, 1), "three_nodes": (1, 1, 1), "four_nodes": (1, 1, 1, 1)}
+SHARED = {"two_nodes": (1, 1), "three_nodes": (1, 1, 1)}
 
 # The cluster that the modules of one shared topology share: tests/conftest.py
 # runs such modules one after another, after the unit tests, so that each topology starts once.
