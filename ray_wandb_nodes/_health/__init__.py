@@ -2,11 +2,12 @@
 
 ``summary`` turns a writer's recent samples (wandb keeps them per run) into a
 :class:`NodeSummary` (``messages``); ``rule`` is the straggler rule, pure; ``node_judge`` and
-``gpus`` judge nodes and GPUs, ``ranks`` (with ``rank_rule`` and ``rank_table``) the ranks' steps;
-``monitor`` holds one run's nodes and ranks and says, tick by tick, which alerts to raise (grouped
-by cause and held against flapping by ``alert_groups``, the node and GPU alerts a slow rank
-explains held back by ``claims``) and what the tables (``table``) hold; ``alerts`` and
-``degradation`` write the words. The names below are what other packages use.
+``gpus`` judge nodes and GPUs (``gpu_node``: one node's GPUs as its summaries tell them),
+``ranks`` (with ``rank_rule`` and ``rank_table``) the ranks' steps; ``monitor`` holds one run's
+nodes and ranks and says, tick by tick, which alerts to raise (grouped by cause and held against
+flapping by ``alert_groups``, the node and GPU alerts a slow rank explains held back by
+``claims``) and what the tables (``table``) hold; ``alerts`` and ``degradation`` write the words.
+The names below are what other packages use.
 """
 
 from .alerts import ALERT_WAIT_S, Alert, gpu_finding, gpu_name

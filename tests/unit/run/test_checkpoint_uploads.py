@@ -18,6 +18,7 @@ import pytest
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import capture_env
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._ray import TrainStart
 from ray_wandb_nodes._run.train_run import ABORT_S, TrainRun
 from ray_wandb_nodes._warn import Warner
@@ -242,7 +243,7 @@ def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_ne
     kwargs = {"settings": FAST}
     o = build_options(strategy="node", project="end-bounds", upload_checkpoints=True, wandb_init_kwargs=kwargs)
     env = capture_env(os.environ)
-    spec = run_spec(o, env, mode="online", run_id=name, name=name, group=None, label="node-a", config={})
+    spec = run_spec(o, env, mode=Mode.ONLINE, run_id=name, name=name, group=None, label="node-a", config={})
     logger = NodeLogger()
     assert logger.add_writer(spec).errors == {}
     artifact = f"checkpoint-{name}"
