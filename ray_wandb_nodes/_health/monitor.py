@@ -177,11 +177,7 @@ class HealthMonitor:
         """Every rank's latest step totals as their nodes read them, and where each rank of the
         run's current attempt runs; ``gpus``: the ranks are the run's own (their GPUs are the ones
         :meth:`set_nodes` mapped), not a Train run's inside a Tune trial."""
-        self.ranks.read(totals, at, self._clock() if now is None else now, self._rank_gpu if gpus else None)
-
-    def _rank_gpu(self, node_id: str, rank: int) -> int | None:
-        """The NVML index of the GPU ``rank`` holds on ``node_id`` (its first); None: none, or not known."""
-        return min((g.index for g in self.gpus.gpus_of((node_id,)) if rank in g.ranks), default=None)
+        self.ranks.read(totals, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None)
 
     def alive(self, alive: Iterable[str], now: float | None = None, ended: Mapping[str, NodeEnd] | None = None) -> None:
         """The cluster's alive nodes, and how Ray says the dead ones ended: a node gone with the run's
