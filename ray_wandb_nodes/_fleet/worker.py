@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._config.values import NodeSelection
-from .._health import NodeEnd
+from .._health import NodeEnd, NodeSummary
 from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from .actors import RayActors
@@ -249,9 +249,10 @@ class FleetWorker:
             self._check_health(only=run_id)  # what the pings brought, judged now
         if isinstance(target, SharedTarget) and target.hangs is not None:
             close_hangs(target, self.pool, self.warner)  # before the primary's finish: the last notice in the run
-            if isinstance(target, SharedTarget) and target.health is not None:
-                # the final judgement and the last tables: once the node writers have finished
-                judge = functools.partial(judge_final, target, self.warner)
+        if isinstance(target, SharedTarget) and target.health is not None:
+            # the final judgement and the last tables: once the node writers have finished (every
+            # shared run with node health, with hang detection or without)
+            judge = functools.partial(self._judge_final, target)
         self.egress.announce(self.pool, ending=run_id)  # nodes without a route found last: named before the end
         self.egress.forget(run_id)
         self.targets.pop(run_id, None)
@@ -277,6 +278,15 @@ class FleetWorker:
         self.check_retirements(final=True)
         self._watches.close()
         self.egress.stop()  # every writer that sent through it has finished
+
+    def _judge_final(self, target: SharedTarget, last: dict[str, NodeSummary]) -> None:
+        """The run's final judgement (on the fleet thread, once its writers have finished), with
+        the nodes as Ray says then: a node Ray marked dead while they finished (a host killed: its
+        ranks' failure ends the run before Ray knows the node dead) is the run's loss, named in it."""
+        self._refresh_nodes(now_s=END_LISTING_S)
+        if target.health is not None and self._alive:
+            target.health.alive(self._alive, ended=self._ended)
+        judge_final(target, self.warner, last)
 
     def release(self) -> None:
         """The thread ends: nobody waits on it any longer."""

@@ -238,8 +238,45 @@ def test_a_run_s_end_reads_the_node_listing_afresh_and_names_a_node_that_died_si
     sim.fail(dead)
     listings = sim.listings
     fleet.step(Retire(target.run_id, 5.0, None, 0, threading.Event()))  # within the poll: no listing due
-    assert sim.listings == listings + 1
+    assert sim.listings == listings + 2  # at the run's end, and at its final judgement
     queued = target.primary._queue  # type: ignore[attr-defined]  # never started: its commands wait there
     commands = [queued.get_nowait() for _ in range(queued.qsize())]
     alerts = [c.alert.title for c in commands if isinstance(c, RaiseAlert)]
     assert alerts == [f"Node lost: {label}"], alerts
+
+
+def test_a_node_that_dies_while_the_run_s_writers_finish_is_named_in_its_final_judgement() -> None:
+    """A host killed with no failure left: its ranks' failure ends the run before Ray knows the
+    node dead, so the listing at the run's end still has it; the final judgement, once the
+    writers have finished, reads the listing again and names it lost."""
+    from ray_wandb_nodes._fleet.commands import Retire
+    from ray_wandb_nodes._fleet.fleet import POLL_S
+    from ray_wandb_nodes._run.primary_commands import RaiseAlert
+
+    fleet, sim, target = simulated_fleet(3)
+    target.selection, target.nodes = "workers", set(sim.alive)
+    target.ranks = {node_id: (rank,) for rank, node_id in enumerate(sim.alive)}
+    for _ in range(3):
+        sim.clock.now += POLL_S
+        fleet.step(Poll())
+    dead = next(iter(sim.alive))
+    label = next(h.node.label for h in fleet.worker.pool.handles() if h.node.node_id == dead)
+    listings, list_nodes = sim.listings, sim.list_nodes
+
+    def listing() -> Any:  # Ray marks the node dead right after the run's end read the listing
+        records = list_nodes()
+        if sim.listings == listings + 1:
+            sim.fail(dead)
+        return records
+
+    fleet.worker._list_nodes = listing
+    done = threading.Event()
+    fleet.step(Retire(target.run_id, 5.0, None, 0, done))
+    for _ in range(50):  # the writers finish (no poll's listing due: the clock stands still)
+        if done.is_set():
+            break
+        fleet.step(Poll())
+    assert done.is_set() and sim.listings == listings + 2  # at the end, and at the final judgement
+    queued = target.primary._queue  # type: ignore[attr-defined]
+    commands = [queued.get_nowait() for _ in range(queued.qsize())]
+    assert [c.alert.title for c in commands if isinstance(c, RaiseAlert)] == [f"Node lost: {label}"]
