@@ -23,6 +23,7 @@ from .run_writer import RunWriter
 if TYPE_CHECKING:
     from .._gpu_ids import RankGpus
     from .._health import HealthMonitor
+    from .failures import FailureWatch
     from .hangs import HangWatch
 
 
@@ -43,8 +44,8 @@ class RunTarget:
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
     rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
-    # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of beacons and
-    # dumps on each node), as the last placement said; None: no ranks armed for hangs.
+    # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of records, beacons
+    # and dumps on each node), as the last placement said; None: no ranks watched.
     attempt: str | None = None
     role: ClassVar[str] = "node"  # the role of its writers on the nodes
 
@@ -91,6 +92,10 @@ class SharedTarget(RunTarget):
     health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)
     # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
     hangs: HangWatch | None = None
+    # The run's failures named (a rank's death, its cause and what followed); None: not named.
+    failures: FailureWatch | None = None
+    # The ranks on each node of a Train run inside a Tune trial (as it published them); None: the run's own.
+    relayed_ranks: dict[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.index is None:

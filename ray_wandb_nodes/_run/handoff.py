@@ -5,10 +5,11 @@ nodes than the trial actor. The Tune callback marks each trial it logs in Ray's 
 key-value store (GCS) before the trial's function starts; a ``WandbNodesCallback`` in that
 trial's Train run finds the mark and, instead of opening its own W&B run, publishes its
 worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, its
-hang setting, so the trial's run watches those ranks, and its attempt's state (the ranks that
+hang setting, so the trial's run watches those ranks, its attempt's state (the ranks that
 finished training, so that the trial's run neither judges them nor leaves a hang open when they
-end it; where the attempt last checkpointed, a hang's place). Nothing secret goes
-through the store: only node ids, hostnames, ranks and the hang setting.
+end it; where the attempt last checkpointed, a hang's place), and its failed attempts and
+recoveries, named in the trial's run. Nothing secret goes through the store: node ids,
+hostnames, ranks, the hang setting, and what Ray said of a failing rank (its error's text).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _ray
+from .._failure import FailedAttempt
 
 NAMESPACE = "ray_wandb_nodes"
 
@@ -37,6 +39,31 @@ def _hang_key(trial_id: str) -> bytes:
 
 def _attempt_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/attempt".encode()
+
+
+def _failures_key(trial_id: str) -> bytes:
+    return f"tune/{trial_id}/failures".encode()
+
+
+FailureEvent = FailedAttempt | int  # a failed attempt, or the attempt that recovered after one
+
+
+def publish_failures(trial_id: str, events: Sequence[FailureEvent]) -> None:
+    """Every failed attempt and recovery of the trial's Train run so far, in order."""
+    data = [{"recovered": e} if isinstance(e, int) else {"failed": json.loads(e.to_json())} for e in events]
+    _ray.kv_put(_failures_key(trial_id), json.dumps(data).encode(), NAMESPACE)
+
+
+def failure_events(trial_id: str) -> list[FailureEvent]:
+    """The trial's Train run's failed attempts and recoveries, as it last published them."""
+    raw = _ray.kv_get(_failures_key(trial_id), NAMESPACE)
+    out: list[FailureEvent] = []
+    for item in json.loads(raw) if raw else []:
+        if "recovered" in item:
+            out.append(int(item["recovered"]))
+        elif "failed" in item:
+            out.append(FailedAttempt.from_json(json.dumps(item["failed"])))
+    return out
 
 
 def mark_trial(trial_id: str, run_id: str) -> None:
@@ -115,5 +142,7 @@ def attempt_state(trial_id: str) -> AttemptState:
 
 
 def clear_trial(trial_id: str) -> None:
-    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _attempt_key(trial_id)):
+    keys = (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _attempt_key(trial_id),
+            _failures_key(trial_id))  # fmt: skip
+    for key in keys:
         _ray.kv_del(key, NAMESPACE)

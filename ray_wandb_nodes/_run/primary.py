@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from .._failure import FailureNotice
 from .._hang import HangNotice
 from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from .._wandb.metrics import RowBuilder, Stepper
@@ -26,10 +27,11 @@ from .._wandb.uploads import ArtifactUploads
 from .._wandb.writers import WriterSpec, offline_index
 from .._warn import Warner, describe, warn_skipped
 from ..offline.index import OfflineIndex
+from .failure_writes import failure_alert, index_failure, save_failure
 from .hang_writes import hang_alert, save_hang
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-_ALERT, _HEALTH, _HANG = "alert", "health", "hang"
+_ALERT, _HEALTH, _HANG, _FAILURE = "alert", "health", "hang", "failure"
 _WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
@@ -105,6 +107,11 @@ class PrimaryWriter:
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
         self._queue.put((_HANG, notice))
+
+    def failure(self, notice: FailureNotice) -> None:
+        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields and the
+        tracebacks as files of the run."""
+        self._queue.put((_FAILURE, notice))
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
@@ -211,6 +218,11 @@ class PrimaryWriter:
         elif kind == _HANG:
             writes.alert(hang_alert(payload, self.spec.label))
             save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
+        elif kind == _FAILURE:
+            writes.alert(failure_alert(payload, self.spec.label))
+            save_failure(writes.run, payload, self._warner, offline=self._offline is not None)
+            if self._offline is not None:
+                self._offline.failure(payload)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -357,6 +369,9 @@ class PrimaryIndex:
             self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
 
         self._write(add)
+
+    def failure(self, notice: FailureNotice) -> None:
+        self._write(lambda: index_failure(self.index, notice))
 
     def finished(self, exit_code: int) -> None:
         self._write(lambda: self.index.update(exit_code=exit_code))

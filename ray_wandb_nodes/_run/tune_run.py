@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from .._failure import FailedAttempt, RankPlace, RayPoll
+from .._fleet import FailureWatch, HangWatch, NodeFleet, NodeInfo, SharedTarget
 from .._gpu_ids import GpuSlots
 from .._hang import HangTimeout
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
+from .._ray.failures import trial_error
 from .._wandb.metrics import RowBuilder, config_for_wandb
 from .._wandb.writers import WriterSpec, node_spec, primary_spec
 from .._warn import Warner, describe
@@ -48,6 +50,8 @@ class TuneRuns:
         self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
         self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
         self.marks = TrialMarks(warner)
+        self._locations: dict[str, dict[str, Any]] = {}  # trial id -> its actor's node and pid, once found
+        self._recovering: dict[str, int] = {}  # trial id -> the attempt that trains again once it reports
 
     def start(self, trial: Trial, run_id: str) -> SharedSession:
         """The session of ``trial``'s run: a new one, or the one it has (a restarted trial)."""
@@ -81,7 +85,7 @@ class TuneRuns:
             default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
         )
         trial_id = trial.trial_id
-        location: dict[str, Any] = {}  # the trial's node and pid, once found
+        location: dict[str, Any] = self._locations.setdefault(trial_id, {})  # the trial's node and pid, once found
         primary = PrimaryWriter(
             spec,
             warner=self._warner,
@@ -111,6 +115,7 @@ class TuneRuns:
                 )
             ),
             max_writers=self.options.max_node_writers,
+            failures=FailureWatch(),
         )
         return SharedSession(target, primary, self.fleet, self.options.finish_timeout_s)
 
@@ -152,6 +157,33 @@ class TuneRuns:
             session.set_nodes({node_id}, node_id if covered and node_id == driver else None, **trial_gpus(found))
 
         threading.Thread(target=work, daemon=True).start()
+
+    def trial_failed(self, trial: Trial, retrying: bool) -> None:
+        """``trial`` failed (its function raised, or its actor died): named in its run from Tune's
+        record of the error (read here: Tune has just written it, and a retry's next failure
+        overwrites it), as rank 0 on the trial's node; decided on the fleet thread, where a Train
+        run inside the trial that names its own failures takes precedence."""
+        session = self.sessions.get(trial.trial_id)
+        if session is None or session.finishing:
+            return
+        attempt = max(1, int(getattr(trial, "num_failures", 1) or 1))
+        error = trial_error(trial)
+        where = self._locations.get(trial.trial_id, {})
+        node_id = str(where.get("node_id") or "")
+        places = ((node_id, RankPlace(0, f"node-{node_id[:8]}", (), where.get("pid"))),) if node_id else ()
+        max_failures = int(getattr(trial, "max_failures", 0) or 0)
+        poll = RayPoll((error,)) if error is not None else None
+        failed = FailedAttempt(attempt, retrying, max_failures, poll, places, trial=True)
+        self.fleet.attempt_failed(session.run_id, failed)
+        if retrying:
+            self._recovering[trial.trial_id] = attempt + 1
+
+    def reported(self, trial_id: str) -> None:
+        """A result of the trial: after a retry, its first says which attempt recovered."""
+        attempt = self._recovering.pop(trial_id, None)
+        session = self.sessions.get(trial_id)
+        if attempt is not None and session is not None:
+            self.fleet.attempt_recovered(session.run_id, attempt)
 
     def end(self, trial_id: str, exit_code: int) -> None:
         """Start ending ``trial_id``'s run with ``exit_code``; returns at once (a run already
@@ -297,10 +329,13 @@ def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[
 
 def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
     """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
-    inside the trial (as it published them), and its ranks, their attempt, the hang setting and
-    the attempt's state (the ranks that finished, where it last checkpointed) for the run's hang
-    watch."""
+    inside the trial (as it published them), and its ranks and their attempt (for the nodes'
+    watch), the hang setting and the attempt's state (the ranks that finished, where it last
+    checkpointed) for the run's hang watch, and its failed attempts and recoveries not yet
+    taken, for the run's failure watch."""
     ranks, key = _handoff.published_workers(trial_id)
+    if ranks:
+        target.relayed_ranks, target.attempt = ranks, key
     if ranks and target.hangs is None:
         setting = _handoff.hang_setting(trial_id)
         if setting:
@@ -310,5 +345,12 @@ def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
         attempt = _handoff.attempt_state(trial_id)
         target.hangs.ranks = ranks
         target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
-        target.attempt = key
+    if target.failures is not None and ranks:
+        events = _handoff.failure_events(trial_id)
+        for event in events[target.failures.fed :]:
+            if isinstance(event, int):
+                target.failures.recovered(event)
+            else:
+                target.failures.failed(event)
+        target.failures.fed = max(target.failures.fed, len(events))
     return set(ranks)

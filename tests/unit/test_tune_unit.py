@@ -351,7 +351,7 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     monkeypatch.setattr(_handoff, "published_workers", lambda trial_id: ({"n1": (0,), "n2": (1,)}, "t1.a1.0badcafe"))
     monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: {"seconds": 4.0, "on_hang": "alert"})
     monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
-    target = SimpleNamespace(hangs=None)
+    target = SimpleNamespace(hangs=None, failures=None, relayed_ranks=None)
     assert relayed_nodes("t1", target) == {"n1", "n2"}  # type: ignore[arg-type]
     assert target.hangs is not None and target.hangs.finished == frozenset({1})
     assert target.hangs.checkpoint_reports == 3
