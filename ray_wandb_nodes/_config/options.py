@@ -3,8 +3,8 @@
 ``OPTIONS`` is the one place an option is written: its name, its default, its annotation as the
 callbacks' signatures show it, its validator, which callbacks take it, its docs section and one
 line of doc. The callbacks' signatures and Args sections and docs/options.md follow from it
-(``python -m ray_wandb_nodes._config.options_doc`` rewrites the Args sections and the page; tests/unit/test_options.py
-holds all of them against it).
+(``python -m ray_wandb_nodes._config.options_doc`` rewrites the Args sections and the page;
+tests/unit/config/test_options.py holds all of them against it).
 """
 
 from __future__ import annotations
@@ -14,16 +14,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..offline.storage import Transfer
 from . import checks as c
 from .checks import invalid, mode_value
-from .values import HangTimeout
+from .values import (
+    AUTO,
+    HangTimeout,
+    Mode,
+    NodeSelection,
+    OnHang,
+    RankMetrics,
+    StragglerMode,
+    Strategy,
+    literal,
+)
 
 __all__ = ["OPTIONS", "Option", "Options", "build_options", "invalid", "resolve_mode"]
 
 TRAIN, TUNE = "train", "tune"
 BOTH = (TRAIN, TUNE)
-STRATEGIES = ("shared", "main", "node", "all")
-RANK_METRICS = ("rank0", "reduce", "all")
 _SAME = object()  # tune_default: as the Train default
 
 
@@ -33,7 +42,7 @@ class Option:
 
     name: str
     default: Any
-    annotation: str  # as the callbacks' signatures write it
+    annotation: str  # as the callbacks' signatures write it (a closed set: ``literal`` of its enum)
     check: c.Check
     callbacks: tuple[str, ...]
     section: str  # a key of SECTIONS
@@ -86,7 +95,7 @@ OPTIONS: tuple[Option, ...] = (
         tune_default=False,  # as Ray's WandbLoggerCallback
     ),
     Option(
-        "mode", None, "str | None", c.MODE, BOTH, "run",
+        "mode", None, f"{literal(Mode)} | None", c.MODE, BOTH, "run",
         "``online``, ``offline`` or ``disabled``; None: ``WANDB_MODE`` (``WANDB_DISABLED=true``: disabled), "
         "else ``online``",
     ),
@@ -95,17 +104,17 @@ OPTIONS: tuple[Option, ...] = (
         "metric keys not to log: a key, or a prefix of nested keys (``opt`` drops ``opt/lr``)",
     ),
     Option(
-        "strategy", "shared", "str", c.choice(*STRATEGIES), (TRAIN,), "logging",
+        "strategy", Strategy.SHARED.value, literal(Strategy), c.choice(Strategy), (TRAIN,), "logging",
         "``shared`` (one run that every node's writer joins), ``main`` (one run, the controller's node only), "
         "``node`` (one run per node, grouped) or ``all`` (one run per rank, grouped)",
     ),
     Option(
-        "rank_metrics", "rank0", "str", c.choice(*RANK_METRICS), (TRAIN,), "logging",
+        "rank_metrics", RankMetrics.RANK0.value, literal(RankMetrics), c.choice(RankMetrics), (TRAIN,), "logging",
         "what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce`` (mean, min, max, "
         "std, argmax and argmin rank of every numeric key across ranks) or ``all`` (``rank_<r>/key``)",
     ),
     Option(
-        "nodes", "workers", "str", c.choice("workers", "cluster"), BOTH, "logging",
+        "nodes", NodeSelection.WORKERS.value, literal(NodeSelection), c.choice(NodeSelection), BOTH, "logging",
         "``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive node, "
         "new ones included",
     ),
@@ -140,7 +149,7 @@ OPTIONS: tuple[Option, ...] = (
         "value the median of its ranks'; None: GPU utilisation, or CPU on nodes without GPUs",
     ),
     Option(
-        "straggler_mode", "max", "str", c.choice("max", "min"), (TRAIN,), "health",
+        "straggler_mode", StragglerMode.MAX.value, literal(StragglerMode), c.choice(StragglerMode), (TRAIN,), "health",
         "whether a higher (``max``) or a lower (``min``) ``straggler_metric`` is better",
     ),
     Option(
@@ -158,13 +167,13 @@ OPTIONS: tuple[Option, ...] = (
         "``nodes/stragglers`` stay without)",
     ),
     Option(
-        "hang_timeout_s", "auto", "float | str | None", c.HANG_TIMEOUT, (TRAIN,), "hangs",
+        "hang_timeout_s", AUTO, f'float | Literal["{AUTO}"] | None', c.HANG_TIMEOUT, (TRAIN,), "hangs",
         "seconds without progress (a report or an optimizer step) after which a rank is hung and every rank's "
         "evidence is taken; ``auto``: max(120 s, 5 x the slowest interval of the last hour), 3 x in the first "
         "step, saves and evaluations, always below the process-group timeout; None: off",
     ),
     Option(
-        "on_hang", "alert", "str", c.choice("alert", "restart"), (TRAIN,), "hangs",
+        "on_hang", OnHang.ALERT.value, literal(OnHang), c.choice(OnHang), (TRAIN,), "hangs",
         "what a hang does: ``alert`` (an ERROR alert, the ``hangs`` table and every rank's stacks in the run) or "
         "``restart`` (the same, then the hung attempt is ended so that ``FailureConfig`` restarts it from the "
         "last checkpoint)",
@@ -184,7 +193,7 @@ OPTIONS: tuple[Option, ...] = (
         "warning says so",
     ),
     Option(
-        "offline_transfer", "auto", "str", c.choice("auto", "ray", "storage"), BOTH, "offline",
+        "offline_transfer", Transfer.AUTO.value, literal(Transfer), c.choice(Transfer), BOTH, "offline",
         "how each node's offline run reaches the driver side at the end: ``ray`` (through Ray, up to 2 GiB a "
         "node), ``storage`` (the run's storage path, which every node must reach) or ``auto`` (the storage unless "
         "it is this machine's local file system, else Ray); a node that cannot use the storage falls back to Ray",
@@ -246,11 +255,11 @@ class Options:
     notes: str | None
     config: Mapping[str, Any]
     log_config: bool
-    mode: str  # resolved: the option, else WANDB_MODE, else online
+    mode: Mode  # resolved: the option, else WANDB_MODE, else online
     excludes: tuple[str, ...]
-    strategy: str
-    rank_metrics: str
-    nodes: str
+    strategy: Strategy
+    rank_metrics: RankMetrics
+    nodes: NodeSelection
     sampling_interval_s: float
     gpu_device_ids: tuple[int, ...] | None
     video_kwargs: Mapping[str, Any]
@@ -258,25 +267,28 @@ class Options:
     upload_checkpoints: bool
     upload_timeout: float
     straggler_metric: str | None
-    straggler_mode: str
+    straggler_mode: StragglerMode
     straggler_threshold: float
     straggler_window_s: float
     alerts: bool
     hang_timeout_s: HangTimeout
-    on_hang: str
+    on_hang: OnHang
     init_timeout_s: float
     finish_timeout_s: float
     max_node_writers: int  # node writers of one shared run (see _fleet/cap.py)
-    offline_transfer: str
+    offline_transfer: Transfer
     wandb_init_kwargs: Mapping[str, Any]
     settings: Mapping[str, Any]  # from wandb_init_kwargs' ``settings``
 
 
-def resolve_mode(mode: str | None, env_mode: str | None) -> str:
-    """The effective mode: the option, else ``WANDB_MODE``, else online."""
+def resolve_mode(mode: Mode | str | None, env_mode: str | None) -> Mode:
+    """The effective mode: the option (checked already, or as a user writes it), else
+    ``WANDB_MODE``, else online."""
+    if isinstance(mode, Mode):
+        return mode
     if mode is not None:
         return mode_value(mode)
-    return mode_value(env_mode, "WANDB_MODE") if env_mode else "online"
+    return mode_value(env_mode, "WANDB_MODE") if env_mode else Mode.ONLINE
 
 
 def build_options(

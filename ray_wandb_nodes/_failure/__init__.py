@@ -11,7 +11,7 @@ the fleet's for the controller's own node). ``texts`` reads the libraries' words
 Ray). Nothing here imports Ray or wandb: ``_ray.failures`` reads Ray's objects into these values.
 """
 
-from .attempt import FailedAttempt
+from .attempt import FailedAttempt, FailureEvent
 from .choose import Cause, Verdict, choose
 from .deaths import NodeDeaths
 from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
@@ -25,6 +25,7 @@ __all__ = [
     "Cause",
     "DeathWatch",
     "FailedAttempt",
+    "FailureEvent",
     "FailureNotice",
     "FailureSummary",
     "Gone",

@@ -59,6 +59,9 @@ class FailedAttempt:
         )
 
 
+FailureEvent = FailedAttempt | int  # a failed attempt, or the attempt that recovered after one (in order)
+
+
 def _poll(data: dict[str, Any]) -> RayPoll:
     errors = tuple(
         RayRankError(**{**e, "causes": tuple(e.get("causes", ()))})

@@ -11,17 +11,22 @@ list.
 
 from .failures import FailureWatch
 from .fleet import POLL_S, NodeFleet
-from .hangs import HangWatch, poll_s
+from .hangs import HangSetting, HangWatch, poll_s
 from .nodes import NodeInfo
-from .targets import RunTarget, SharedTarget, StandaloneTarget
+from .run_writer import RunWriter
+from .targets import Relayed, RunProcess, RunTarget, SharedTarget, StandaloneTarget
 
 __all__ = [
     "POLL_S",
     "FailureWatch",
+    "HangSetting",
     "HangWatch",
     "NodeFleet",
     "NodeInfo",
+    "Relayed",
+    "RunProcess",
     "RunTarget",
+    "RunWriter",
     "SharedTarget",
     "StandaloneTarget",
     "poll_s",

@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._wandb.writers import Role
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex, node_local_dir
 from ..offline.storage import StorageSpot, fetch, remove, remove_folder_if_empty
 from ..offline.transfer import MAX_COLLECT_BYTES, receive
+from .node_offline import PackedRun
 from .nodes import NodeInfo
 from .pool import LoggerHandle
 
@@ -35,7 +37,7 @@ class CollectJob:
 
     run_id: str
     index: OfflineIndex
-    role: str  # of its writers on the nodes: "node" (joined a shared run) or "run"
+    role: Role  # of its writers on the nodes: NODE (joined a shared run) or RUN
     storage: StorageSpot | None = None
     sources: list[LoggerHandle] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -60,7 +62,7 @@ class OfflineCollection:
         self._hosted.setdefault(node_id, set()).add(run_id)
 
     def job(
-        self, run_id: str, index: OfflineIndex, role: str, storage: StorageSpot | None, handles: list[LoggerHandle]
+        self, run_id: str, index: OfflineIndex, role: Role, storage: StorageSpot | None, handles: list[LoggerHandle]
     ) -> CollectJob:
         """The job of bringing ``run_id`` over from the nodes (of ``handles``) that hosted it."""
         sources = [h for h in handles if run_id in self._hosted.get(h.node.node_id, ())]
@@ -96,7 +98,7 @@ class OfflineCollection:
         if job.storage is not None and not any(t.is_alive() for t in job.threads):
             remove_folder_if_empty(job.storage)
 
-    def lost(self, node: NodeInfo, index_of: dict[str, tuple[OfflineIndex, str]]) -> None:
+    def lost(self, node: NodeInfo, index_of: dict[str, tuple[OfflineIndex, Role]]) -> None:
         """``node`` left the cluster: its offline runs (``index_of``: run id -> index, role)
         stayed on it, and the index says so."""
         for run_id in sorted(self._hosted.get(node.node_id, ())):
@@ -106,7 +108,7 @@ class OfflineCollection:
                 self.leave_on_node(node, run_id, index, role, error, state="lost")
 
     def leave_on_node(
-        self, node: NodeInfo, run_id: str, index: OfflineIndex, role: str, error: str, state: str = "left-on-node"
+        self, node: NodeInfo, run_id: str, index: OfflineIndex, role: Role, error: str, state: str = "left-on-node"
     ) -> None:
         """Say, in a warning and in the index, that a node's offline run is not in the folder,
         why, and (unless it is empty) where it stayed."""
@@ -120,8 +122,8 @@ class OfflineCollection:
         )
         self._set_writer(index, node, role, **fields)
 
-    def _set_writer(self, index: OfflineIndex, node: NodeInfo, role: str, **fields: Any) -> None:
-        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname, **fields}
+    def _set_writer(self, index: OfflineIndex, node: NodeInfo, role: Role, **fields: Any) -> None:
+        entry = {"role": role.value, "label": node.label, "node_id": node.node_id, "hostname": node.hostname, **fields}
         try:
             index.set_writer(entry)
         except OSError as e:
@@ -137,24 +139,27 @@ class OfflineCollection:
         dest = os.path.join(job.index.folder, "nodes", node.label)
         try:
             limit = None if job.storage is not None else MAX_COLLECT_BYTES
-            info = ray.get(actor.pack_offline.remote(job.run_id, node.label, limit), timeout=_left(deadline))
-            if not info["bytes"]:
+            packed: PackedRun = ray.get(
+                actor.pack_offline.remote(job.run_id, node.label, limit), timeout=_left(deadline)
+            )
+            if not packed.size:
                 error = "the node writer left no offline data"
                 self.leave_on_node(node, job.run_id, job.index, job.role, error, state="empty")
                 return
             via = "ray"
-            if job.storage is not None and self._through_storage(handle, job, info, dest):
+            if job.storage is not None and self._through_storage(handle, job, packed, dest):
                 via = "storage"
             if via == "ray":
-                if info["bytes"] > MAX_COLLECT_BYTES:
-                    if info["archive"] is not None:
-                        actor.drop_archive.remote(info["archive"])
-                    error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
+                if packed.size > MAX_COLLECT_BYTES or packed.archive is None:
+                    if packed.archive is not None:
+                        actor.drop_archive.remote(packed.archive)
+                    error = f"{packed.size} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
                     self.leave_on_node(node, job.run_id, job.index, job.role, error)
                     return
+                archive = packed.archive
                 receive(
-                    lambda offset: ray.get(actor.read_offline.remote(info["archive"], offset), timeout=_left(deadline)),
-                    info["bytes"],
+                    lambda offset: ray.get(actor.read_offline.remote(archive, offset), timeout=_left(deadline)),
+                    packed.size,
                     dest,
                     deadline,
                 )
@@ -164,7 +169,7 @@ class OfflineCollection:
         finally:
             job.recorded.add(node.label)
         path = job.index.relative(dest)
-        self._set_writer(job.index, node, job.role, state="collected", via=via, path=path, bytes=info["bytes"])
+        self._set_writer(job.index, node, job.role, state="collected", via=via, path=path, bytes=packed.size)
         try:
             ray.get(actor.discard_offline.remote(job.run_id, node.label), timeout=_left(deadline))
         except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays
@@ -174,7 +179,7 @@ class OfflineCollection:
                 f"({describe(e)})",
             )
 
-    def _through_storage(self, handle: LoggerHandle, job: CollectJob, info: dict[str, Any], dest: str) -> bool:
+    def _through_storage(self, handle: LoggerHandle, job: CollectJob, packed: PackedRun, dest: str) -> bool:
         """The node copies its archive into the storage and the driver side fetches it: True.
 
         False to go through Ray instead (the node could not write there, or the driver side
@@ -189,10 +194,10 @@ class OfflineCollection:
         try:
             # A duration, timed on the node: never a driver-side timestamp set against its clock.
             seconds = max(0.0, deadline - time.monotonic())
-            ref = handle.actor.put_offline.remote(info["archive"], storage, node.label, seconds)
+            ref = handle.actor.put_offline.remote(packed.archive, storage, node.label, seconds)
             written = True
             ray.get(ref, timeout=_left(deadline))
-            fetch(storage, node.label, info["bytes"], dest, deadline)
+            fetch(storage, node.label, packed.size, dest, deadline)
             return True
         except Exception as e:
             if written:  # what the node wrote is where the driver side does not look: the node removes it

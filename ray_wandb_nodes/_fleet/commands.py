@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from .._failure import FailedAttempt
     from .._gpu_ids import RankGpus
-    from .targets import RunTarget
+    from .targets import RunProcess, RunTarget
 
 
 class AddRun(NamedTuple):
@@ -37,6 +37,23 @@ class SetNodes(NamedTuple):
     ranks: dict[str, tuple[int, ...]] | None = None
     rank_gpus: dict[int, RankGpus] | None = None
     attempt: str | None = None
+
+
+class Located(NamedTuple):
+    """The run's own process and its node (a Tune trial's), found on its primary's thread before
+    the run exists: the node writer there reports that process's ``proc.*`` series; ``only``:
+    while that target is the run's."""
+
+    run_id: str
+    process: RunProcess
+    only: RunTarget | None = None
+
+
+class EndHealth(NamedTuple):
+    """An abort: the run's node health ends now, without its last tables, alerts or final
+    judgement (wandb uploads a table as an artifact, which an exiting controller cuts short)."""
+
+    run_id: str
 
 
 class Prestart(NamedTuple):
@@ -137,6 +154,8 @@ Command = (
     AddRun
     | RunReady
     | SetNodes
+    | Located
+    | EndHealth
     | Prestart
     | RankReport
     | RanksFinished

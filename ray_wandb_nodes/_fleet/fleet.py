@@ -27,6 +27,8 @@ from .commands import (
     AwaitWriters,
     Checkpointed,
     Command,
+    EndHealth,
+    Located,
     LogArtifact,
     LogRow,
     Poll,
@@ -38,7 +40,7 @@ from .commands import (
     SetNodes,
     Shutdown,
 )
-from .targets import RunTarget
+from .targets import RunProcess, RunTarget
 from .worker import LISTING_NODES, FleetWorker
 
 if TYPE_CHECKING:
@@ -118,6 +120,15 @@ class NodeFleet:
         ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids;
         ``attempt``: the key of the ranks' attempt (their folder on each node), when armed."""
         self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt))
+
+    def located(self, run_id: str, process: RunProcess, target: RunTarget | None = None) -> None:
+        """The run's own process and its node (a Tune trial's): the node writer there reports its
+        ``proc.*`` series; with ``target``, only while that target is the run's."""
+        self._commands.put(Located(run_id, process, target))
+
+    def end_health(self, run_id: str) -> None:
+        """An abort: the run's node health ends now, without its last tables."""
+        self._commands.put(EndHealth(run_id))
 
     def prestart(
         self,

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._config.values import NodeSelection
 from .._health import NodeEnd
-from .._wandb.writers import WriterSpec
+from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from .actors import RayActors
 from .collect import OfflineCollection
@@ -26,6 +27,8 @@ from .commands import (
     AwaitWriters,
     Checkpointed,
     Command,
+    EndHealth,
+    Located,
     LogArtifact,
     LogRow,
     Prestart,
@@ -42,7 +45,7 @@ from .pool import LoggerPool
 from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
-from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, extra_nodes, writer_spec
+from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, relayed_nodes, writer_spec
 from .watches import FleetWatches
 
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
@@ -89,7 +92,7 @@ class FleetWorker:
     @property
     def relaying(self) -> bool:
         """A run learns its nodes from elsewhere (a Train run inside a trial): read, not told."""
-        return any(isinstance(t, SharedTarget) and t.extra_nodes for t in self.targets.values())
+        return any(isinstance(t, SharedTarget) and t.relay for t in self.targets.values())
 
     def step(self, command: Command) -> None:
         """One turn: ``command``, then what is due."""
@@ -128,6 +131,15 @@ class FleetWorker:
                     target.rank_gpus = command.rank_gpus
                 if command.attempt is not None:
                     target.attempt = command.attempt
+        elif isinstance(command, Located):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget) and (command.only is None or command.only is target):
+                target.process = command.process
+        elif isinstance(command, EndHealth):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget):
+                target.health = None
+                target.wants_report.clear()
         elif isinstance(command, RankReport):
             rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
         elif isinstance(command, (RanksFinished, Checkpointed)):
@@ -188,7 +200,7 @@ class FleetWorker:
             return
         alive = self._alive
         kinds = {n: i.kind for n, i in alive.items()}
-        wants = [t.wants(extra_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
+        wants = [t.wants(relayed_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
         step = plan(self.pool.runs_by_node(), wants, alive, self._collection.collecting)
         offline = {rid: (t.index, t.role) for rid, t in self.targets.items() if t.index is not None}
         for node_id in step.lost:
@@ -205,13 +217,13 @@ class FleetWorker:
                 continue
             host = self.pool.add_writer(node_id, spec)
             target = self.targets[run_of(key)[0]]
-            if target.index is not None and spec.role != "observer":  # offline: collected from here at the end
+            if target.index is not None and spec.role is not Role.OBSERVER:  # offline: collected from here at the end
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self.targets)
         early = early_nodes(self.targets.values(), alive)  # their loggers start before the run exists
         self.pool.prestart([alive[n] for n in sorted(early)])
-        if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
+        if wants and all(w.selection is NodeSelection.WORKERS for w in wants) and any(w.nodes for w in wants):
             self.pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
 
     def _check_health(self, only: str | None = None) -> None:
@@ -238,7 +250,7 @@ class FleetWorker:
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
         judge = None
         if isinstance(target, SharedTarget) and (target.hangs is not None or target.failures is not None):
-            extra_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, its failures, last
+            relayed_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, its failures, last
         if target is not None:
             self._check_health(only=run_id)  # what the pings brought, judged now
         if isinstance(target, SharedTarget) and target.failures is not None:

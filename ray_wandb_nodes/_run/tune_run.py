@@ -7,7 +7,6 @@ all served by one node fleet.
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import socket
@@ -19,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
+from .._config.values import NodeSelection
 from .._failure import FailedAttempt, RankPlace, RayPoll
-from .._fleet import FailureWatch, HangWatch, NodeFleet, NodeInfo, SharedTarget
+from .._fleet import FailureWatch, HangSetting, NodeFleet, NodeInfo, Relayed, RunProcess, RunWriter, SharedTarget
 from .._gpu_ids import GpuSlots
-from .._hang import HangTimeout
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from .._ray.failures import trial_error
 from .._wandb.metrics import RowBuilder, config_for_wandb
@@ -50,7 +49,9 @@ class TuneRuns:
         self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
         self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
         self.marks = TrialMarks(warner)
-        self._locations: dict[str, dict[str, Any]] = {}  # trial id -> its actor's node and pid, once found
+        # trial id -> its actor's process, once found: written by the thread that finds it, read by
+        # Tune's hooks (one immutable value a trial, replaced whole when a restarted trial moves)
+        self._locations: dict[str, RunProcess] = {}
         self._recovering: dict[str, int] = {}  # trial id -> the attempt that trains again once it reports
 
     def start(self, trial: Trial, run_id: str) -> SharedSession:
@@ -60,7 +61,7 @@ class TuneRuns:
         if session is not None and not session.finishing:
             # A restarted trial: its actor may sit on another node now.
             if session.primary.ready:
-                self._locate_later(session, actor)
+                self._locate_later(session, actor, trial.trial_id)
             return session
         self.marks.mark(trial.trial_id, run_id)  # before the trial's function runs
         session = self._new_session(trial, run_id, actor)
@@ -76,7 +77,7 @@ class TuneRuns:
         spec = primary_spec(
             self.options,
             self._env,
-            mode=self.options.mode or "online",
+            mode=self.options.mode,
             run_id=run_id,
             label=self.driver_node.label,
             display_name=str(trial),
@@ -84,14 +85,12 @@ class TuneRuns:
             config=config_for_wandb(config, self._warner.warn),
             default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
         )
-        trial_id = trial.trial_id
-        location: dict[str, Any] = self._locations.setdefault(trial_id, {})  # the trial's node and pid, once found
         primary = PrimaryWriter(
             spec,
             warner=self._warner,
             rows=_new_config_only(self._row_builder),
             # on the writer thread, once the session has started: `target` is set by then
-            prepare=lambda s: self._locate_trial(s, target=target, actor=actor, location=location),
+            prepare=lambda s: self._locate_trial(s, target=target, actor=actor, trial_id=trial.trial_id),
         )
         storage: StorageSpot | None = None
         why_not: str | None = None
@@ -103,8 +102,8 @@ class TuneRuns:
         target = SharedTarget(
             primary=primary,
             selection=self.options.nodes,
-            extra_nodes=(lambda: relayed_nodes(trial_id, target)) if self.options.nodes == "workers" else None,
-            spec_for=functools.partial(_node_writer_spec, location=location),
+            relay=TrialRelayed(trial.trial_id) if self.options.nodes is NodeSelection.WORKERS else None,
+            spec_for=_node_writer_spec,
             storage=storage,
             health=TrialHealth(
                 HealthOptions(
@@ -119,11 +118,9 @@ class TuneRuns:
         )
         return SharedSession(target, primary, self.fleet, self.options.finish_timeout_s)
 
-    def _locate_trial(
-        self, spec: WriterSpec, *, target: SharedTarget, actor: Any, location: dict[str, Any]
-    ) -> WriterSpec:
+    def _locate_trial(self, spec: WriterSpec, *, target: SharedTarget, actor: Any, trial_id: str) -> WriterSpec:
         """On the writer thread, before the run exists: find the trial's node and pid, and
-        tell the fleet (the run's nodes reach it before the run is ready).
+        tell the fleet (the run's process and nodes reach it before the run is ready).
 
         The primary samples system metrics only when the trial runs on the driver's node
         (then of the trial's process); otherwise the trial's node gets a node writer and the
@@ -137,7 +134,8 @@ class TuneRuns:
             return _with_settings(spec, settings)
         node_id, pid = found.node_id, found.pid
         covered = node_id if node_id == self.driver_node.node_id else None
-        location.update(node_id=node_id, pid=pid, covered=covered)
+        self._locations[trial_id] = RunProcess(node_id, pid)
+        self.fleet.located(spec.run_id, RunProcess(node_id, pid), target)
         self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target, **trial_gpus(found))
         if covered is not None:
             settings["x_stats_pid"] = pid
@@ -145,8 +143,8 @@ class TuneRuns:
             settings["x_disable_stats"] = True
         return _with_settings(spec, settings)
 
-    def _locate_later(self, session: SharedSession, actor: Any) -> None:
-        covered = session.target.primary.spec.settings.get("x_stats_pid") is not None
+    def _locate_later(self, session: SharedSession, actor: Any, trial_id: str) -> None:
+        covered = session.primary.spec.settings.get("x_stats_pid") is not None  # its spec, as its thread prepared it
 
         def work() -> None:
             found = _ray.actor_location(actor, timeout=self.options.init_timeout_s)
@@ -154,6 +152,7 @@ class TuneRuns:
                 return
             node_id = found.node_id
             driver = self.driver_node.node_id
+            self._locations[trial_id] = RunProcess(node_id, found.pid)
             session.set_nodes({node_id}, node_id if covered and node_id == driver else None, **trial_gpus(found))
 
         threading.Thread(target=work, daemon=True).start()
@@ -168,9 +167,8 @@ class TuneRuns:
             return
         attempt = max(1, int(getattr(trial, "num_failures", 1) or 1))
         error = trial_error(trial)
-        where = self._locations.get(trial.trial_id, {})
-        node_id = str(where.get("node_id") or "")
-        places = ((node_id, RankPlace(0, f"node-{node_id[:8]}", (), where.get("pid"))),) if node_id else ()
+        where = self._locations.get(trial.trial_id)
+        places = ((where.node_id, RankPlace(0, f"node-{where.node_id[:8]}", (), where.pid)),) if where else ()
         max_failures = int(getattr(trial, "max_failures", 0) or 0)
         poll = RayPoll((error,)) if error is not None else None
         failed = FailedAttempt(attempt, retrying, max_failures, poll, places, trial=True)
@@ -225,7 +223,7 @@ class TrialMarks:
         with self._lock:
             self._pending.discard(trial_id)
             try:
-                _handoff.mark_trial(trial_id, run_id)
+                _handoff.mark_trial(trial_id, _handoff.TrialMark(run_id))
             except Exception as e:  # noqa: BLE001
                 self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
 
@@ -319,38 +317,37 @@ def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:
     return replace(spec, settings=settings)
 
 
-def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[str, Any]) -> WriterSpec:
+def _node_writer_spec(primary: RunWriter, node: NodeInfo, process: RunProcess | None) -> WriterSpec:
+    """The spec of a trial's node writer on ``node`` (on the fleet thread): its ``proc.*`` series
+    follow the trial's process (``process``, as its primary's thread located it) on the trial's node."""
     spec = node_spec(primary.spec, label=node.label, entity=primary.entity, project=primary.project)
     settings = {k: v for k, v in spec.settings.items() if k not in ("x_disable_stats", "x_stats_pid")}
-    if location.get("node_id") == node.node_id and location.get("pid"):
-        settings["x_stats_pid"] = location["pid"]  # proc.* series describe the trial's process
+    if process is not None and process.node_id == node.node_id and process.pid:
+        settings["x_stats_pid"] = process.pid  # proc.* series describe the trial's process
     return _with_settings(spec, settings)
 
 
-def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
-    """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
-    inside the trial (as it published them), and its ranks and their attempt (for the nodes'
-    watch), the hang setting and the attempt's state (the ranks that finished, where it last
-    checkpointed) for the run's hang watch, and its failed attempts and recoveries not yet
-    taken, for the run's failure watch."""
-    ranks, key = _handoff.published_workers(trial_id)
-    if ranks:
-        target.relayed_ranks, target.attempt = ranks, key
-    if ranks and target.hangs is None:
-        setting = _handoff.hang_setting(trial_id)
-        if setting:
-            timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
-            target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
-    if target.hangs is not None:
-        attempt = _handoff.attempt_state(trial_id)
-        target.hangs.ranks = ranks
-        target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
-    if target.failures is not None and ranks:
-        events = _handoff.failure_events(trial_id)
-        for event in events[target.failures.fed :]:
-            if isinstance(event, int):
-                target.failures.recovered(event)
-            else:
-                target.failures.failed(event)
-        target.failures.fed = max(target.failures.fed, len(events))
-    return set(ranks)
+class TrialRelayed:
+    """A trial's run's ``relay`` (called on the fleet thread only, every poll of the run and at its
+    end): what the Train run inside the trial published through the hand-off, as the fleet's
+    :class:`Relayed`: its nodes and ranks, their attempt, its hang setting and the attempt's state
+    (the ranks that finished, where it last checkpointed), and its failed attempts and recoveries.
+    The hang setting is read once the Train run has ranks, and kept (it publishes it as it starts,
+    before its workers)."""
+
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+        self._hangs: HangSetting | None = None
+
+    def __call__(self) -> Relayed:
+        workers = _handoff.trial_workers(self.trial_id)
+        ranks = workers.ranks()
+        if not ranks:
+            return Relayed(ranks)
+        if self._hangs is None:
+            self._hangs = _handoff.hang_setting(self.trial_id)
+        failures = _handoff.trial_failures(self.trial_id).events
+        if self._hangs is None:  # its ranks still watched for how they end
+            return Relayed(ranks, workers.attempt, failures=failures)
+        attempt = _handoff.attempt_state(self.trial_id)
+        return Relayed(ranks, workers.attempt, self._hangs, attempt.finished, attempt.checkpoint_reports, failures)

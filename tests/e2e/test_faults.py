@@ -12,6 +12,7 @@ import signal
 import tempfile
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from tests.support.cluster import (
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import make_callback as callback_with_test_settings
 from tests.support.training import trainer
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
@@ -81,11 +83,7 @@ def slow_loop(config: dict[str, Any]) -> None:
         open(os.path.join(config["entries"], f"done-{time.time()!r}"), "w").close()
 
 
-def make_callback(**kwargs: Any) -> Any:
-    from ray_wandb_nodes import WandbNodesCallback
-
-    kwargs.setdefault("finish_timeout_s", 30)
-    return WandbNodesCallback(project="faults", sampling_interval_s=0.5, init_timeout_s=30, settings=FAST, **kwargs)
+make_callback = partial(callback_with_test_settings, project="faults")
 
 
 class Fit(threading.Thread):
@@ -380,6 +378,7 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
 
     from ray_wandb_nodes._config.options import build_options
     from ray_wandb_nodes._config.secrets import capture_env
+    from ray_wandb_nodes._config.values import Mode
     from ray_wandb_nodes._fleet.node_logger import logger_class
     from ray_wandb_nodes._hang import RankProcess, attempt_key
     from ray_wandb_nodes._wandb.writers import run_spec
@@ -389,7 +388,14 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
     name = unique("busy-logger")
     options = build_options(strategy="node", project="faults", wandb_init_kwargs={"settings": FAST})
     spec = run_spec(
-        options, capture_env(os.environ), mode="online", run_id=name, name=name, group=None, label="node-a", config={}
+        options,
+        capture_env(os.environ),
+        mode=Mode.ONLINE,
+        run_id=name,
+        name=name,
+        group=None,
+        label="node-a",
+        config={},
     )
     actor = logger_class().options(num_cpus=0).remote()
     try:

@@ -9,7 +9,7 @@ The W&B host, key, project and folder come from the environment (``WANDB_*``), a
 sends. It prints one JSON line once it has joined (what its process and its wandb-core hold:
 proxy variables, whether the process's wandb settings name the relay), writes until ``STOP_FILE``
 exists (the primary a row every 0.2 s, a node writer system metrics only), finishes, and prints
-``finished``. Run by ``tests/unit/test_egress_wandb.py`` (a node writer inside a node's network
+``finished``. Run by ``tests/unit/egress/test_relay_with_wandb.py`` (a node writer inside a node's network
 namespace) and ``bench/relay_cost.py``.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import Secret, capture_env
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._egress import RelayRoute, ray_proxy_variables, writer_settings
 from ray_wandb_nodes._wandb.runs import init_writer
 from ray_wandb_nodes._wandb.writers import node_spec, primary_spec
@@ -52,7 +53,7 @@ def main() -> None:
     options = build_options(sampling_interval_s=interval, wandb_init_kwargs={"settings": settings})
     env = capture_env(os.environ)
     spec = primary_spec(
-        options, env, mode="online", run_id=run_id, label=label, display_name=None, group=None, config={},
+        options, env, mode=Mode.ONLINE, run_id=run_id, label=label, display_name=None, group=None, config={},
         default_dir=os.environ.get("WANDB_DIR"),
     )  # fmt: skip
     route = None

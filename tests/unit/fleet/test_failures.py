@@ -14,7 +14,6 @@ from typing import Any
 from ray_wandb_nodes._failure import (
     FailedAttempt,
     FailureNotice,
-    Gone,
     NodeFacts,
     RankPlace,
     RankRecord,
