@@ -180,7 +180,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             self._relay = TrialRelay(self._tune_trial_id, self._warner)
             hangs = self._relay.hangs(mark, self.options, train_run_context) is not None
             self._workers.watch(mark.run_id or None, hangs)
-            self._failures = AttemptFailures(max_failures(train_run_context))
+            self._failures = AttemptFailures(max_failures(train_run_context), sink=self._relay)
             return
         import ray
 
@@ -194,7 +194,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             driver_cwd=self._driver_cwd,
         )
         self._workers.watch(self._run.watch_run, hangs=self._run.hang_run is not None)
-        self._failures = AttemptFailures(max_failures(train_run_context))
+        self._failures = AttemptFailures(max_failures(train_run_context), sink=self._run)
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
@@ -216,13 +216,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         """Ray decided what a failure does (retry or raise): the failed attempt goes to the run, named
         there from what the failing poll said and what each node saw (on the fleet thread)."""
-        if self._run is None and self._relay is None:
-            return
-        failed = self._failures.decided(failure_decision, self._workers.placements.values(), self._workers.attempt)
-        if failed is not None and self._run is not None:
-            self._run.attempt_failed(failed)
-        elif failed is not None and self._relay is not None:
-            self._relay.failed(failed)
+        self._failures.decided(failure_decision, self._workers.placements.values(), self._workers.attempt)
 
     def _abort(self) -> None:
         # The controller exits right after an abort: finish fast, as failed.
@@ -292,8 +286,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         for the failure decision); the ranks whose train function returned (not those that failed)
         are not judged for hangs, and are progress during one (inside a Tune trial, through the
         hand-off to the trial's run)."""
-        if self._run is not None or self._relay is not None:
-            self._failures.polled(worker_group_status, self._workers.group)
+        self._failures.polled(worker_group_status, self._workers.group)
         if self._workers.hang_run and self._run is not None:
             self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
         elif self._workers.hang_run and self._relay is not None:
@@ -302,11 +295,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
-        recovered = self._failures.reported() if self._run is not None or self._relay is not None else None
-        if recovered is not None and self._run is not None:
-            self._run.attempt_recovered(recovered)
-        elif recovered is not None and self._relay is not None:
-            self._relay.recovered(recovered)
+        self._failures.reported()  # after a retry, its first report: the attempt recovered
         if self._run is not None and metrics:
             self._run.report(metrics, _ray.report_checkpoint(training_report))
         elif self._relay is not None:

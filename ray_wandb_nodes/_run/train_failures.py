@@ -14,7 +14,7 @@ which attempt recovered. Nothing here blocks or raises into Ray (the callback gu
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from .._failure import FailedAttempt, RankPlace, RayPoll
 from .._gpu_ids import named
@@ -31,11 +31,22 @@ def rank_places(placements: Iterable[Placement]) -> tuple[tuple[str, RankPlace],
     )
 
 
-class AttemptFailures:
-    """The current attempt's failure, as Train's hooks show it (on the controller's loop)."""
+class FailureSink(Protocol):
+    """Where a Train run's failed attempts and recoveries go: its own run (``TrainRun``), or the
+    run of the Tune trial it runs in (``TrialRelay``)."""
 
-    def __init__(self, max_failures: int = 0) -> None:
+    def attempt_failed(self, failed: FailedAttempt) -> None: ...
+
+    def attempt_recovered(self, attempt: int) -> None: ...
+
+
+class AttemptFailures:
+    """The current attempt's failure, as Train's hooks show it (on the controller's loop), handed
+    to ``sink`` (None: nowhere, the callback logs nothing)."""
+
+    def __init__(self, max_failures: int = 0, sink: FailureSink | None = None) -> None:
         self.max_failures = max_failures  # FailureConfig.max_failures (-1: without limit)
+        self.sink = sink
         self.attempt = 1  # the current attempt (1: the first)
         self._poll: RayPoll | None = None  # the first poll with an error, this attempt
         self._recovering = False  # a retry started: its first report says it recovered
@@ -60,6 +71,8 @@ class AttemptFailures:
         if retrying:
             self.attempt += 1
             self._recovering = True
+        if self.sink is not None:
+            self.sink.attempt_failed(failed)
         return failed
 
     def reported(self) -> int | None:
@@ -67,4 +80,6 @@ class AttemptFailures:
         if not self._recovering:
             return None
         self._recovering = False
+        if self.sink is not None:
+            self.sink.attempt_recovered(self.attempt)
         return self.attempt

@@ -65,13 +65,13 @@ class TrialRelay:
         if checkpoint:
             self._tell(checkpoint_reports=self._reports)
 
-    def failed(self, failed: FailedAttempt) -> None:
+    def attempt_failed(self, failed: FailedAttempt) -> None:
         """An attempt failed: named in the trial's run (its fleet asks the nodes and decides)."""
         self._failures.append(failed)
         self._write(_handoff.publish_failures, _handoff.TrialFailures(tuple(self._failures)), "relay-failure",
                     f"how trial {self.trial_id}'s attempt failed")  # fmt: skip
 
-    def recovered(self, attempt: int) -> None:
+    def attempt_recovered(self, attempt: int) -> None:
         """``attempt`` reported after an earlier one failed."""
         self._failures.append(attempt)
         self._write(_handoff.publish_failures, _handoff.TrialFailures(tuple(self._failures)), "relay-failure",

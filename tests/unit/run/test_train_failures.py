@@ -74,3 +74,18 @@ def test_the_pending_polls_of_the_worker_group_are_not_read_as_running() -> None
     failed = failures.decided(FailureDecision.RAISE, PLACES, key="k")
     assert failed is not None and failed.poll is not None
     assert (failed.poll.running, failed.poll.unanswered) == ((1,), (2,))
+
+
+def test_the_failed_attempts_and_the_recovery_go_to_the_sink_in_order() -> None:
+    """The sink is the callback's run, or the relay to the Tune trial's run it runs in."""
+    sent: list[object] = []
+    sink = SimpleNamespace(attempt_failed=sent.append, attempt_recovered=sent.append)
+    failures = AttemptFailures(max_failures=1, sink=sink)
+    failures.polled(poll(r0=None, r1=raised("bad shard 17")))
+    first = failures.decided(FailureDecision.RETRY, PLACES, key="k1")
+    failures.new_group()
+    failures.reported()
+    failures.reported()
+    failures.polled(poll(r0=raised("again"), r1=None))
+    last = failures.decided(FailureDecision.RAISE, PLACES, key="k2")
+    assert sent == [first, 2, last] and first is not None and last is not None
