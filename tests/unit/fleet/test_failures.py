@@ -123,3 +123,22 @@ def test_a_trial_s_own_failure_is_left_to_the_train_run_inside_it() -> None:
     watch.failed(FailedAttempt(1, False, 0, None, places(), None, trial=True))
     watch.step(target(primary, relayed={"a": (0, 1)}), Pool({}), Warner())  # type: ignore[arg-type]
     assert primary.told == [] and not watch.busy
+
+
+def test_a_trial_s_train_run_s_failures_are_taken_once_each_and_its_ranks_watched_without_hangs() -> None:
+    """What a Train run inside a Tune trial publishes reaches the trial's run's failure watch as
+    the fleet thread reads it (``Relayed``), each event once however often it is read."""
+    from bench.fleet_scale import Clock as FleetClock
+    from bench.fleet_scale import make_target
+    from ray_wandb_nodes._fleet import Relayed
+    from ray_wandb_nodes._fleet.targets import take_relayed
+
+    target = make_target(FleetClock())
+    target.failures = FailureWatch()
+    failed = FailedAttempt(1, True, 1, None, places(), KEY)
+    ranks = {"a": (0,), "b": (1,)}
+    take_relayed(target, Relayed(ranks, KEY, failures=(failed,)))
+    take_relayed(target, Relayed(ranks, KEY, failures=(failed,)))
+    take_relayed(target, Relayed(ranks, KEY, failures=(failed, 2)))
+    assert list(target.failures._queue) == [failed, 2]
+    assert (target.relayed_ranks, target.attempt, target.hangs) == (ranks, KEY, None)
