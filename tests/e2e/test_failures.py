@@ -15,6 +15,7 @@ A CPU-less head and two one-CPU worker nodes (the shared ``two_nodes`` cluster).
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,11 @@ def kill_myself() -> None:
 def failing_loop(config: dict[str, Any]) -> None:
     """Two ranks all-reduce a tensor each step (gloo). At ``FAIL_STEP`` rank 1 fails while rank 0
     waits in the all-reduce: the first attempt raises ``ValueError("bad shard 17")``, the second
-    SIGKILLs its process (rank 0's all-reduce then fails on a reset connection: a consequence).
-    The first attempt leaves a mark in ``faults``, a folder every node sees, and each rank of
-    each attempt its node there (Ray may place rank 1 on the other node when it restarts)."""
+    SIGKILLs its process (rank 0's all-reduce then fails on a reset connection: a consequence)
+    once the run has its recovery (a report the controller has not taken yet dies with the
+    process, and then the attempt would not have trained as far as the run can tell). The first
+    attempt leaves a mark in ``faults``, a folder every node sees, and each rank of each attempt
+    its node there (Ray may place rank 1 on the other node when it restarts)."""
     import os
 
     import ray
@@ -67,10 +70,31 @@ def failing_loop(config: dict[str, Any]) -> None:
             if not os.path.exists(raised):
                 open(raised, "w").close()
                 load_shard(17)
+            wait_for(os.path.join(config["faults"], "recovered"))  # the test's mark: the run has the recovery
             kill_myself()
         value = torch.ones(1)
         dist.all_reduce(value)
         ray.train.report({"step": step, "rank": rank, "sum": float(value)})
+
+
+def wait_for(path: str, timeout_s: float = 120.0) -> None:
+    """Until ``path`` exists (bounded: without it the kill comes late, and the test says why)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def mark_when_recovered(backend: WandbTestBackend, name: str, mark: Path, stop: threading.Event) -> None:
+    """The test's side of the second attempt's wait: once run ``name`` has its recovery alert (the
+    controller took a report of the second attempt), ``mark`` tells rank 1 it may die."""
+    while not stop.wait(0.05):
+        runs = [r for r in backend.runs_in("failures") if r.display_name == name]
+        if runs and any(a["title"] == "Attempt 2 recovered" for a in list(runs[0].alerts)):
+            mark.touch()
+            return
 
 
 def line_of(code: str) -> int:
@@ -98,6 +122,9 @@ def test_a_raise_retried_then_a_kill_are_named_with_their_rank_node_and_cause_an
         project="failures", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
     )
     error: BaseException | None = None
+    stop = threading.Event()
+    marker = threading.Thread(target=mark_when_recovered, args=(backend, name, faults / "recovered", stop))
+    marker.start()
     try:
         result = trainer(
             failing_loop,
@@ -114,15 +141,17 @@ def test_a_raise_retried_then_a_kill_are_named_with_their_rank_node_and_cause_an
         error = result.error
     except Exception as e:  # noqa: BLE001 - fit() raises the training error
         error = e
+    finally:
+        stop.set()
+        marker.join()
     assert error is not None
 
     run = run_of(backend, name)
     assert run.exit_codes == [1]
-    # The first attempt's two reports; the second's first report came (its recovery, below) but a
-    # report in flight when a rank is killed may or may not reach the controller before Ray's
-    # poll sees the death, so its rows are a prefix of its two.
+    # Each attempt trained: the first attempt's two reports, the second's first (its recovery) and
+    # maybe its second (in flight when rank 1 dies, it may not reach the controller first).
     steps = [row["step"] for row in user_rows(run)]
-    assert steps[:2] == [0, 1] and steps[2:] in ([], [0], [0, 1]), steps
+    assert steps[:3] == [0, 1, 0] and steps[3:] in ([], [1]), steps
     # Rank 1's node in each attempt, as its process found it, by the labels the run's writers carry.
     labels = node_labels()
     node_of = {attempt: labels[(faults / f"node-{attempt}-1").read_text()] for attempt in (1, 2)}
