@@ -20,6 +20,7 @@ from ray_wandb_nodes._run.primary_commands import (
     Finish,
     LogArtifact,
     LogHealth,
+    LogRanks,
     LogReport,
     PrimaryCommand,
     RaiseAlert,
@@ -98,6 +99,7 @@ CASES: dict[type, tuple[Callable[[PrimaryWriter], None], list[tuple[str, Any]]]]
         [("alert", ("Attempt 2: Rank 1 failed: ValueError: x", "ERROR")), ("save", "failures/attempt-2/rank-1.txt")],
     ),
     LogHealth: (lambda p: p.log_health(2, None), [("log", ["nodes/stragglers", "training_iteration"])]),
+    LogRanks: (lambda p: p.log_ranks({"ranks/slow": 1.0}, None), [("log", ["ranks/slow", "training_iteration"])]),
     Finish: (lambda p: p.request_finish(3), [("finish", 3)]),
 }
 
