@@ -7,7 +7,7 @@ report. Each failure is one warning; training goes on."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from .._failure import FailureNotice
 from .._health import Alert, EventKind
@@ -22,8 +22,17 @@ def failure_alert(notice: FailureNotice, label: str) -> Alert:
     return Alert(notice.title, notice.text, notice.level, node, EventKind.RANK_FAILED, recovered=notice.level == "INFO")
 
 
-def save_failure(run: Any, notice: FailureNotice, warner: Warner, offline: bool = False) -> None:
-    """``notice``'s summary fields and files, into the run."""
+class FailureIndex(Protocol):
+    """Offline: the run folder's index (``PrimaryIndex``), which keeps every attempt's failure."""
+
+    def failure(self, notice: FailureNotice) -> None: ...
+
+
+def save_failure(run: Any, notice: FailureNotice, warner: Warner, index: FailureIndex | None = None) -> None:
+    """``notice``'s summary fields and files, into the run; offline (``index``), into its index too."""
+    offline = index is not None
+    if index is not None:
+        index.failure(notice)
     try:
         run.summary.update(notice.summary.as_summary())
     except Exception as e:  # noqa: BLE001

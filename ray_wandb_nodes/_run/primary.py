@@ -130,8 +130,7 @@ class PrimaryWriter:
         self._queue.put(RecordHang(notice))
 
     def failure(self, notice: FailureNotice) -> None:
-        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields and the
-        tracebacks as files of the run."""
+        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields, its files."""
         self._queue.put(RecordFailure(notice))
 
     def log_health(
@@ -251,9 +250,7 @@ class PrimaryWriter:
             save_hang(writes.run, command.notice, writes.step_row(), self._warner, offline=offline)
         elif isinstance(command, RecordFailure):
             writes.alert(failure_alert(command.notice, self.spec.label))
-            save_failure(writes.run, command.notice, self._warner, offline=self._offline is not None)
-            if self._offline is not None:
-                self._offline.failure(command.notice)
+            save_failure(writes.run, command.notice, self._warner, self._offline)
         elif isinstance(command, Finish):
             pass
         else:
