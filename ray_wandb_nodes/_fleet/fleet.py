@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _ray
 from .._gpu_ids import RankGpus
@@ -22,6 +22,8 @@ from .._warn import Warner
 from .actors import RayActors
 from .commands import (
     AddRun,
+    AttemptFailed,
+    AttemptRecovered,
     AwaitWriters,
     Checkpointed,
     Command,
@@ -41,6 +43,9 @@ from .commands import (
 from .egress import RelayPlan
 from .targets import RunProcess, RunTarget
 from .worker import LISTING_NODES, FleetWorker
+
+if TYPE_CHECKING:
+    from .._failure import FailedAttempt
 
 __all__ = ["LISTING_NODES", "POLL_S", "NodeFleet", "RelayPlan"]
 
@@ -157,6 +162,14 @@ class NodeFleet:
         """The run's attempt reported a checkpoint with its ``reports``-th report (0: it started)."""
         self._commands.put(Checkpointed(run_id, reports))
 
+    def attempt_failed(self, run_id: str, failed: FailedAttempt) -> None:
+        """The run's attempt failed: its failure is named in the run (decided on the fleet thread)."""
+        self._commands.put(AttemptFailed(run_id, failed))
+
+    def attempt_recovered(self, run_id: str, attempt: int) -> None:
+        """The run's ``attempt`` reported after an earlier one failed."""
+        self._commands.put(AttemptRecovered(run_id, attempt))
+
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken
         its first sample; at once for a run not created yet. False when the time ran out."""
@@ -208,12 +221,9 @@ class NodeFleet:
             w.egress.start()  # the relay, when the runs want one: its actor starts as the run's primary does
             while True:
                 relay = w.relaying
+                busy = bool(w.retirements) or w.failing  # a run's end, or a failure's facts awaited
                 wait = _wait_s(
-                    self._poll_s,
-                    awaiting=bool(w.awaits),
-                    retiring=bool(w.retirements),
-                    relay=relay,
-                    egress=w.egress.holding,
+                    self._poll_s, awaiting=bool(w.awaits), retiring=busy, relay=relay, egress=w.egress.holding
                 )
                 try:
                     command: Command = self._commands.get(timeout=wait)

@@ -1,6 +1,6 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, health and rank tables, config it learns). The driver side's primary
+(alerts, hangs, failures, health and rank tables, config it learns). The driver side's primary
 (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it serves."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert, NodeSummary, ReadProblem
     from .._wandb.writers import WriterSpec
@@ -32,6 +33,10 @@ class RunWriter(Protocol):
 
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence."""
+
+    def failure(self, notice: FailureNotice) -> None:
+        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields and the
+        tracebacks as files of the run."""
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None

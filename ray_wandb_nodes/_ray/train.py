@@ -19,6 +19,7 @@ class Placement:
     node_id: str
     hostname: str
     gpu_ids: tuple[str, ...] = ()  # as Ray names them: "0", "GPU-<uuid>", "MIG-<uuid>"
+    pid: int | None = None  # the worker's process (``ActorMetadata.pid``); None where not read
 
 
 def train_callback_bases() -> tuple[type, ...]:
@@ -125,6 +126,7 @@ def placements_of(workers: Any) -> list[Placement]:
             node_id=w.metadata.node_id,
             hostname=w.metadata.hostname,
             gpu_ids=ray_gpu_ids(w.metadata.accelerator_ids),
+            pid=_int_or_none(getattr(w.metadata, "pid", None)),
         )
         for i, w in enumerate(workers)
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert
     from .._wandb.uploads import Upload
@@ -47,6 +48,13 @@ class RecordHang(NamedTuple):
     notice: HangNotice
 
 
+class RecordFailure(NamedTuple):
+    """A failed attempt or a recovery: its alert, the summary's ``failure`` fields and the
+    tracebacks and ranks' accounts as files (offline: also in the run's folder index)."""
+
+    notice: FailureNotice
+
+
 class LogHealth(NamedTuple):
     """The straggler count (None: not logged) and, when given, the ``nodes`` and ``gpus`` tables,
     at the current step."""
@@ -71,4 +79,6 @@ class Finish(NamedTuple):
     exit_code: int
 
 
-PrimaryCommand = LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | LogHealth | LogRanks | Finish
+PrimaryCommand = (
+    LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | RecordFailure | LogHealth | LogRanks | Finish
+)

@@ -9,14 +9,17 @@ test backend.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support import training
 from tests.support.cluster import (
     assert_nothing_left,
     free_port,
@@ -28,7 +31,7 @@ from tests.support.cluster import (
 )
 from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
-from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, failure_alerts, run_of, unique, user_rows
 from tests.support.training import REPORTS, fit, make_callback
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
@@ -111,6 +114,9 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     assert run.tags == ["e2e"]
     assert DUMMY_KEY not in str(run.config) + str(run.summary)
     assert DUMMY_KEY not in session_log_text(cluster)
+    # A healthy job: no failure named, none in the summary.
+    assert not failure_alerts(run) and "failure" not in run.summary, (run.alerts, run.summary)
+    assert not [f for f in run.files if f.startswith("failures/")]
     assert_nothing_left()
 
 
@@ -160,6 +166,25 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert [row["step"] for row in user_rows(run)] == [0, 1]
     assert len(run.completes) == 1
     assert run.completes[0].exit_code not in (0, None)
+    # The failure named in the run: rank 0, its node, the exception at the user's frame (no
+    # retries: no attempt number); rank 1, stopped by Ray, never a cause.
+    node = {r: label for label, ranks in run.config["ray_train"]["value"]["ranks_by_node"].items() for r in ranks}[0]
+    code = 'raise ValueError("training blew up on purpose")'
+    line = next(i for i, text in enumerate(inspect.getsource(training).splitlines(), 1) if text.strip() == code)
+    alerts = failure_alerts(run)
+    assert [(a["title"], a["severity"]) for a in alerts] == [
+        ("Rank 0 failed: ValueError: training blew up on purpose", "ERROR")
+    ]
+    assert re.split(r"\nWhat followed|\nThe run failed", alerts[0]["text"])[0] == (
+        f"Rank 0 on {node} raised ValueError: training blew up on purpose\n"
+        f"  at training.py:{line} in train_loop: {code}"
+    )
+    assert "The run failed (FailureConfig max_failures=0: no retries)." in alerts[0]["text"]
+    assert run.summary["failure"] == {
+        "attempt": 1, "kind": "raised", "cause": "ValueError: training blew up on purpose", "rank": 0, "node": node,
+        "where": f"training.py:{line} in train_loop", "ranks": "0", "recovered": False,
+    }  # fmt: skip
+    assert "ValueError: training blew up on purpose" in run.files["failures/attempt-1/rank-0.txt"].decode()
     assert_nothing_left()
 
 

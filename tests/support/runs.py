@@ -3,6 +3,7 @@ names, so that tests sharing one cluster and one backend never meet each other's
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -27,6 +28,15 @@ def user_rows(run: Any) -> list[dict[str, Any]]:
     return [
         {k: v for k, v in row.items() if not k.startswith("_")} for row in run.history if not HEALTH_KEYS & set(row)
     ]
+
+
+# The titles of a failed attempt's alert (``_failure.words``) and of a recovery's.
+_FAILURE_TITLE = re.compile(r"^(Attempt \d+: )?(Ranks? [\d,-]+( failed)?: |Training failed: )|^Attempt \d+ recovered$")
+
+
+def failure_alerts(run: Any) -> list[dict[str, Any]]:
+    """The run's alerts of failed attempts and recoveries, in the order they came."""
+    return [a for a in run.alerts if _FAILURE_TITLE.match(str(a["title"]))]
 
 
 def final_table(run: Any) -> dict[str, dict[str, Any]]:
