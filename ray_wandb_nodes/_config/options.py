@@ -24,6 +24,7 @@ TRAIN, TUNE = "train", "tune"
 BOTH = (TRAIN, TUNE)
 STRATEGIES = ("shared", "main", "node", "all")
 RANK_METRICS = ("rank0", "reduce", "all")
+RANK_CONSOLE = ("rank0", "all", "failures", "off")  # _console.CONSOLE_MODES (a unit test keeps them equal)
 _SAME = object()  # tune_default: as the Train default
 
 
@@ -103,6 +104,13 @@ OPTIONS: tuple[Option, ...] = (
         "rank_metrics", "rank0", "str", c.choice(*RANK_METRICS), (TRAIN,), "logging",
         "what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce`` (mean, min, max, "
         "std, argmax and argmin rank of every numeric key across ranks) or ``all`` (``rank_<r>/key``)",
+    ),
+    Option(
+        "rank_console", "rank0", "str", c.choice(*RANK_CONSOLE), (TRAIN,), "logging",
+        "what the shared run's Logs tab holds of what the ranks print (stdout and stderr, read from Ray's worker "
+        "log files on each node, labelled ``[rank N]``): ``rank0`` (rank 0's console, and every rank's last lines "
+        "when an attempt fails), ``all`` (every rank's), ``failures`` (only every rank's last lines when an "
+        "attempt fails) or ``off``",
     ),
     Option(
         "nodes", "workers", "str", c.choice("workers", "cluster"), BOTH, "logging",
@@ -250,6 +258,7 @@ class Options:
     excludes: tuple[str, ...]
     strategy: str
     rank_metrics: str
+    rank_console: str
     nodes: str
     sampling_interval_s: float
     gpu_device_ids: tuple[int, ...] | None

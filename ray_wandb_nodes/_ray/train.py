@@ -19,6 +19,7 @@ class Placement:
     node_id: str
     hostname: str
     gpu_ids: tuple[str, ...] = ()  # as Ray names them: "0", "GPU-<uuid>", "MIG-<uuid>"
+    pid: int | None = None  # the train worker's process (its stdout and stderr files carry it)
 
 
 def train_callback_bases() -> tuple[type, ...]:
@@ -125,6 +126,7 @@ def placements_of(workers: Any) -> list[Placement]:
             node_id=w.metadata.node_id,
             hostname=w.metadata.hostname,
             gpu_ids=ray_gpu_ids(w.metadata.accelerator_ids),
+            pid=_int_or_none(getattr(w.metadata, "pid", None)),
         )
         for i, w in enumerate(workers)
     ]
@@ -162,6 +164,12 @@ def result_failed(result: Any) -> bool:
 def finished_ranks(poll_status: Any) -> frozenset[int]:
     """The ranks whose train function returned: ``WorkerStatus`` (2.50-2.60) not ``running``, no ``error``."""
     return frozenset(int(r) for r, s in poll_status.worker_statuses.items() if not s.running and s.error is None)
+
+
+def poll_failed(poll_status: Any) -> bool:
+    """Whether a poll holds a rank's error (``WorkerStatus.error``, 2.50-2.60): the attempt failed,
+    for Ray's controller decides on the first such poll."""
+    return any(s.error is not None for s in poll_status.worker_statuses.values())
 
 
 def queue_on_workers(workers: list[Any], fn: Any, *args: Any) -> list[Any]:
