@@ -1,13 +1,16 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, health tables). The driver side's primary (``_run.primary.PrimaryWriter``)
-implements it; the fleet never imports the run it serves."""
+(alerts, hangs, health tables, the console of the ranks on its own node). The driver side's
+primary (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it serves."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._console import ConsoleLine
     from .._hang import HangNotice
     from .._health import Alert, NodeSummary, ReadProblem
     from .._wandb.writers import WriterSpec
@@ -28,6 +31,9 @@ class RunWriter(Protocol):
 
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence."""
+
+    def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
+        """Write ranks' console lines into the run's Logs tab (the ranks on the writer's own node)."""
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None

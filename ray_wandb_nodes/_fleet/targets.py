@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from .._console import ConsoleMode
 from .._wandb.writers import WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
@@ -43,6 +44,8 @@ class RunTarget:
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
     rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
+    # Each rank's process id, as the last placement said (its console's files carry it).
+    pids: dict[int, int] = field(default_factory=dict)
     # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of beacons and
     # dumps on each node), as the last placement said; None: no ranks armed for hangs.
     attempt: str | None = None
@@ -91,6 +94,8 @@ class SharedTarget(RunTarget):
     health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)
     # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
     hangs: HangWatch | None = None
+    # What the run's Logs tab holds of its ranks' console (``rank_console``; see _console.budget).
+    console: ConsoleMode = "off"
 
     def __post_init__(self) -> None:
         if self.index is None:
