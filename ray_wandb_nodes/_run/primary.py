@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from .._console import ConsoleLine, RunConsole
 from .._hang import HangNotice
 from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
 from .._wandb.metrics import RowBuilder, Stepper
@@ -29,7 +30,7 @@ from ..offline.index import OfflineIndex
 from .hang_writes import hang_alert, save_hang
 
 _LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-_ALERT, _HEALTH, _HANG = "alert", "health", "hang"
+_ALERT, _HEALTH, _HANG, _CONSOLE = "alert", "health", "hang", "console"
 _WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
@@ -105,6 +106,10 @@ class PrimaryWriter:
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
         self._queue.put((_HANG, notice))
+
+    def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
+        """Write ranks' console lines (those on this writer's node) into the run's Logs tab."""
+        self._queue.put((_CONSOLE, lines))
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
@@ -208,6 +213,8 @@ class PrimaryWriter:
             writes.alert(payload)
         elif kind == _HEALTH:
             writes.health(*payload)
+        elif kind == _CONSOLE:
+            writes.console(payload)
         elif kind == _HANG:
             writes.alert(hang_alert(payload, self.spec.label))
             save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
@@ -280,6 +287,7 @@ class RunWrites:
         self._offline = offline
         # A resumed run (restart, auto-resume by name) continues its step count.
         self._stepper = Stepper.resuming(spec.step_metric, run)
+        self._console: RunConsole | None = None  # the ranks' console of this node, once it has lines
         self.logged = 0
         self.dropped = 0
 
@@ -303,6 +311,15 @@ class RunWrites:
         except Exception as e:  # noqa: BLE001
             self.dropped += 1
             self._warner.warn(f"log:{type(e).__name__}", f"a report could not be logged to W&B ({describe(e)})")
+
+    def console(self, lines: Sequence[ConsoleLine]) -> None:
+        """Ranks' console lines into the run's Logs tab (``Run.write_logs``)."""
+        try:
+            if self._console is None:
+                self._console = RunConsole(self.run)
+            self._console(lines)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"console:{type(e).__name__}", f"ranks' console lines were not written ({describe(e)})")
 
     def step_row(self) -> dict[str, Any]:
         """A row at the current step (the run's own step metric)."""
