@@ -28,8 +28,16 @@ from tests.support.cluster import (
 )
 from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
-from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, run_of, unique, user_rows
-from tests.support.training import REPORTS, fit, make_callback
+from tests.support.runs import (
+    HEALTH_KEYS,
+    assert_one_writer_per_label,
+    rank_console,
+    rank_labels,
+    run_of,
+    unique,
+    user_rows,
+)
+from tests.support.training import REPORTS, fit, make_callback, said
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -109,6 +117,12 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     ranks_by_node = run.config["ray_train"]["value"]["ranks_by_node"]
     assert sorted(r for ranks in ranks_by_node.values() for r in ranks) == [0, 1]
     assert run.tags == ["e2e"]
+    # The Logs tab (rank_console="rank0", the default): rank 0's prints, each once (Ray writes a
+    # print to the rank's stdout and stderr), from its node's writer; no line of the healthy rank 1.
+    console = rank_console(run)
+    assert [text for _, text in console[0] if text.startswith("rank 0 ")] == [said(0, s) for s in range(REPORTS)]
+    assert {label for label, _ in console[0]} == {rank_labels(run)[0]}
+    assert 1 not in console, console.get(1)
     assert DUMMY_KEY not in str(run.config) + str(run.summary)
     assert DUMMY_KEY not in session_log_text(cluster)
     assert_nothing_left()
@@ -149,7 +163,7 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     name = unique("fails")
     result = None
     try:
-        result = fit(name, make_callback(), str(tmp_path), fail_at=2, torch=True)
+        result = fit(name, make_callback(), str(tmp_path), fail_at=2, fail_rank=1, torch=True)
     except Exception as e:  # noqa: BLE001 - fit() raises the training error
         error: BaseException | None = e
     else:
@@ -160,15 +174,29 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert [row["step"] for row in user_rows(run)] == [0, 1]
     assert len(run.completes) == 1
     assert run.completes[0].exit_code not in (0, None)
+    # The failed attempt brings rank 1's last lines (the default leaves a healthy rank 1 out): its
+    # prints, then its traceback, from its node's writer, before the run ended.
+    console = rank_console(run)
+    texts = [text for _, text in console[1]]
+    tail = texts[texts.index(said(1, 0)) :]
+    assert said(1, 1) in tail and "Traceback (most recent call last):" in tail, texts
+    traceback = tail[tail.index("Traceback (most recent call last):") :]
+    assert any('raise ValueError("training blew up on purpose")' in t for t in traceback), traceback
+    assert "ValueError: training blew up on purpose" in traceback, traceback
+    assert {label for label, _ in console[1]} == {rank_labels(run)[1]}
+    # Rank 0 (live) prints its step 2 before its report waits for rank 1, unless Ray ended it first.
+    rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
+    assert rank0 in ([said(0, 0), said(0, 1)], [said(0, 0), said(0, 1), said(0, 2)]), rank0
     assert_nothing_left()
 
 
 def test_workers_taking_every_cpu_still_start(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("saturated")
-    result = fit(name, make_callback(nodes="cluster"), str(tmp_path), report_free_cpus=True)
+    result = fit(name, make_callback(nodes="cluster", rank_console="off"), str(tmp_path), report_free_cpus=True)
     assert result.error is None
     run = run_of(backend, name)
     assert [row["free_cpus"] for row in user_rows(run)] == [0.0] * REPORTS
+    assert rank_console(run) == {}  # rank_console="off": no rank's line
     assert run.labels == set(node_labels().values())
     assert_one_writer_per_label(run)
     assert_nothing_left()
