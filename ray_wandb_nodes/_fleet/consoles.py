@@ -57,9 +57,9 @@ def wanted_consoles(targets: Iterable[RunTarget]) -> tuple[Wanted, dict[str, Con
 class FleetConsoles:
     """The fleet's side of the node loggers' consoles, and the console of the fleet's own node."""
 
-    def __init__(self, warner: Warner, logs_dir: Callable[[], str | None] = _ray.logs_dir) -> None:
+    def __init__(self, warner: Warner, logs_dir: Callable[[], str | None] | None = None) -> None:
         self._warner = warner
-        self._logs_dir = logs_dir
+        self._logs_dir = logs_dir  # None: this node's (``_ray.logs_dir``), asked when first needed
         self._seen: Any = None  # what the last sync read: nothing changed, nothing to do
         self._local: dict[str, ConsoleTailer] = {}  # run id -> the tailer of the fleet's own node
         self._local_ranks: dict[str, ConsoleRanks] = {}  # run id -> as last told its tailer
@@ -111,7 +111,7 @@ class FleetConsoles:
     def _start_local(self, target: RunTarget, ranks: ConsoleRanks) -> ConsoleTailer | None:
         if not isinstance(target, SharedTarget):
             return None
-        logs = self._logs_dir()
+        logs = (self._logs_dir or _ray.logs_dir)()
         if logs is None:
             self._warner.warn(
                 "console:no-logs",

@@ -38,12 +38,12 @@ class NodeConsoles:
         writing: threading.Lock,
         *,
         from_end: bool = False,
-        logs_dir: Callable[[], str | None] = _ray.logs_dir,
+        logs_dir: Callable[[], str | None] | None = None,
     ) -> None:
         self._warner = warner
         self._writing = writing
         self._from_end = from_end
-        self._logs_dir = logs_dir
+        self._logs_dir = logs_dir  # None: this node's (``_ray.logs_dir``), asked when first needed
         self._lock = threading.Lock()  # the two tables, read and changed by the writer and control threads
         self._tailers: dict[str, ConsoleTailer] = {}
         self._waiting: dict[str, ConsoleRanks] = {}  # ranks of a run whose writer has not joined yet
@@ -95,7 +95,7 @@ class NodeConsoles:
             tailer = self._tailers.get(ranks.run_id)
         if tailer is not None:
             return tailer
-        logs = self._logs_dir()
+        logs = (self._logs_dir or _ray.logs_dir)()
         if logs is None:
             self._warner.warn(
                 "console:no-logs",
