@@ -36,14 +36,23 @@ def tree(root: int, table: dict[int, tuple[int, str]]) -> list[int]:
     return out
 
 
+def rss_mib(pid: int | str) -> float:
+    """The resident memory of process ``pid`` (``"self"``: this one) in MiB."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 2**20
+
+
+def cpu_seconds(pid: int | str) -> float:
+    """The CPU time, user and system, of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def usage(pid: int) -> tuple[float, float, float]:
     """(RSS MiB, PSS MiB, CPU seconds) of one process; zeros when it is gone."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            rss = int(f.read().split()[1]) * PAGE / 2**20
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-            cpu = (int(fields[11]) + int(fields[12])) / TICK
+        rss, cpu = rss_mib(pid), cpu_seconds(pid)
         pss = 0.0
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:

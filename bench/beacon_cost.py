@@ -17,23 +17,12 @@ import argparse
 import contextlib
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._timing import ns_per_call
 from ray_wandb_nodes._hang.beacon import Beacon, Phase, default_root, install_step_hook
-
-
-def ns_per_call(fn: Callable[[], Any], calls: int, rounds: int) -> float:
-    """The median over ``rounds`` of the mean ns per call of ``calls`` calls."""
-    per_round = []
-    for _ in range(rounds):
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        per_round.append((time.perf_counter_ns() - start) / calls)
-    return statistics.median(per_round)
 
 
 def empty() -> None:

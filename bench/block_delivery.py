@@ -26,13 +26,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from bench.fleet_scale import Clock, Quiet, SimActor, SimCluster, make_target
+from bench.fleet_scale import Quiet, SimActor, SimCluster, make_target
 from ray_wandb_nodes._fleet.commands import AddRun, Poll
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._health import GpuHealth, NodeSummary, SummaryReader
 from ray_wandb_nodes._health.kinds import EventKind
-from tests.support.fakes import logger_status
+from tests.support.fakes import Clock, logger_status
 
 GPUS = 8
 BLOCK_SAMPLES = 7  # 8 GPUs' series fill a 32 KiB block in 7 to 8 samples (docs/gpu-health.md)

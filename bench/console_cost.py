@@ -86,14 +86,9 @@ def flood(logs: Path, seconds: float) -> None:
     (logs / "flood.json").write_text(json.dumps({"prints_per_s": count / seconds}))
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: Path) -> None:
     """The node logger's stand-in: follow ``pids`` for ``seconds``, then finish; write the figures."""
-    from bench._procs import usage
+    from bench._procs import rss_mib, usage
     from ray_wandb_nodes._console import ConsolePlan, ConsoleTailer, RankProcess, RunConsole
 
     counted = [0]
@@ -117,7 +112,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
             counted[0] += len(lines)
 
     unlimited = ConsolePlan("all", 10**12, 10**12, 200, 10**9)
-    rss_start = rss_mib()
+    rss_start = rss_mib("self")
     core_cpu_start = sum(usage(p)[2] for p in core)
     cpu_start, wall_start = time.process_time(), time.monotonic()
     t = ConsoleTailer(unlimited, logs, sink).start()
@@ -127,7 +122,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
     finished = t.finish(failed=False, timeout=60)
     cpu, wall = time.process_time() - cpu_start, time.monotonic() - wall_start
     core_cpu = sum(usage(p)[2] for p in core) - core_cpu_start
-    rss_end = rss_mib()
+    rss_end = rss_mib("self")
     if run is not None:
         finish_start = time.monotonic()
         run.finish()

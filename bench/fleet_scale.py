@@ -43,17 +43,9 @@ from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._health import HealthMonitor, HealthOptions
 from ray_wandb_nodes._run.primary import PrimaryWriter
 from ray_wandb_nodes._wandb.writers import primary_spec
-from tests.support.fakes import busy_node, logger_status
+from tests.support.fakes import Clock, busy_node, logger_status
 
 TICKS_PER_MINUTE = int(60 / POLL_S)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Ref:

@@ -16,7 +16,7 @@ times ``request_dumps`` over the 4 slots (what a node's logger runs when asked:
 **Simulated nodes**: the driver side of ``HangWatch`` (``_fleet/hangs.py``, the code a run
 uses) from ``check()`` to the notice it delivers, over N nodes of 8 ranks (64 nodes: 512 ranks;
 1,000: 8,000). The run's target and the logger pool are stand-ins with the fields HangWatch reads
-(``tests/unit/hang_fixtures.sim_run``); every rank is past its limit. The nodes' answers are made
+(``tests/support/hang_fixtures.sim_run``); every rank is past its limit. The nodes' answers are made
 from real captured evidence (``tests/support/hang_evidence/*.json``, taken from the ranks above):
 every rank waits in an all_reduce as the captured rank 0 does, one is stuck as the captured rank
 2 is (``all``: every rank in one function); ``--earlier 1995`` puts 1,995 more collectives before
@@ -63,8 +63,8 @@ from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.flight import flight_recorder_env
 from ray_wandb_nodes._hang.rank import FLIGHT_BUFFER
 from ray_wandb_nodes._warn import Warner
+from tests.support.hang_fixtures import SimRun, sim_run
 from tests.support.hang_world import rank_processes, settled
-from tests.unit.hang_fixtures import SimRun, sim_run
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD, STUCK = 4, 2

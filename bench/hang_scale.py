@@ -31,13 +31,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from bench.fleet_scale import Clock, Quiet, SimActor, SimCluster, make_target
+from bench.fleet_scale import Quiet, SimActor, SimCluster, make_target
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, RanksFinished, Retire
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.hangs import HangWatch, poll_s
 from ray_wandb_nodes._fleet.wire import LoggerStatus
 from ray_wandb_nodes._hang import Frame, HangNotice, HangTimeout, Phase, RankEvidence, RankProgress, ThreadStack
-from tests.support.fakes import logger_status
+from tests.support.fakes import Clock, logger_status
 
 RANKS = 8  # a node
 USER = "/home/me/train.py"

@@ -84,6 +84,7 @@ def collect_once(
 ) -> dict[str, Any]:
     import ray
 
+    from ray_wandb_nodes._fleet.node_offline import PackedRun
     from ray_wandb_nodes.offline.index import open_index
     from ray_wandb_nodes.offline.storage import storage_spot
 
@@ -96,10 +97,10 @@ def collect_once(
     )
     if route == "pack":  # packing alone, on the node: what both routes start with
         started = time.perf_counter()
-        info = ray.get(logger.actor.pack_offline.remote(run_id, node.label, None))
+        packed: PackedRun = ray.get(logger.actor.pack_offline.remote(run_id, node.label, None))
         seconds = time.perf_counter() - started
         ray.get(logger.actor.discard_offline.remote(run_id, node.label))
-        return {"seconds": seconds, "archive_bytes": info["bytes"]}
+        return {"seconds": seconds, "archive_bytes": packed.size}
     folder = os.path.join(WORK_DIR, "offline_collect", run_id)
     index = open_index(folder, run_id=run_id, project=None, name=None, group=None)
     storage = None

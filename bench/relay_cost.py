@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import write_result
-from bench._relay_load import Profile, RelayProcess, RoundTrips, cpu_seconds, quantile, rss_mib, sink, writer_connection
+from bench._procs import cpu_seconds, rss_mib
+from bench._relay_load import Profile, RelayProcess, RoundTrips, quantile, sink, writer_connection
 from ray_wandb_nodes._egress import endpoint_of, new_token
 from ray_wandb_nodes._egress.actor import raise_descriptor_limit
 from tests.support.env import DUMMY_KEY

@@ -26,23 +26,16 @@ import io
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._timing import ns_per_call
 from ray_wandb_nodes._hang import Phase, arm_rank, disarm_rank, in_phase, train_starts
 from ray_wandb_nodes._hang.beacon import default_root
 from ray_wandb_nodes._worker import phases as _phases
 
 KINDS = ("bare", "not_armed", "armed", "nested")
-
-
-def ns_per_call(fn: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls
 
 
 def costs(name: str, save: Callable[[], Any], calls: int, rounds: int, root: Path) -> dict[str, float]:

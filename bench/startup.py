@@ -27,6 +27,7 @@ import uuid
 from typing import Any
 
 from bench._harness import WORK_DIR, simulated_cluster, write_result
+from tests.support.cluster import node_labels
 
 
 def train_loop(config: dict[str, Any]) -> None:
@@ -95,14 +96,6 @@ def fit_once(nodes: int, with_callback: bool, backend: Any, storage: str, steps:
         out["first_sample_s"] = {n[:8]: (t - t0 if t else None) for n, t in samples.items()}
         out["lead_s"] = {n[:8]: (entries[n] - t if t else None) for n, t in samples.items()}
     return out
-
-
-def node_labels() -> dict[str, str]:
-    import ray
-
-    from ray_wandb_nodes._wandb.naming import node_label
-
-    return {n["NodeID"]: node_label(n["NodeManagerHostname"], n["NodeID"]) for n in ray.nodes()}
 
 
 def first_samples(run: Any) -> dict[str, float]:

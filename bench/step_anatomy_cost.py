@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._timing import ns_per_call
 from ray_wandb_nodes._hang.beacon import Beacon, default_root
 from ray_wandb_nodes._steps import CPU_RATE, RegionWriter, StepRecorder
 from ray_wandb_nodes._steps.ddp import TORCH_DEFAULT_RATE
@@ -46,13 +47,6 @@ from ray_wandb_nodes._steps.recorder import READ_EVERY
 from ray_wandb_nodes._worker.step_inputs import Current, timed_fetch
 
 MODES = ("off", "on", "off_again")  # off_again: the same as off, the noise between two rounds alike
-
-
-def ns_per_call(fn: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls
 
 
 def interleaved(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:

@@ -3,8 +3,8 @@
 ``OPTIONS`` is the one place an option is written: its name, its default, its annotation as the
 callbacks' signatures show it, its validator, which callbacks take it, its docs section and one
 line of doc. The callbacks' signatures and Args sections and docs/options.md follow from it
-(``python -m ray_wandb_nodes._config.options_doc`` rewrites the Args sections and the page; tests/unit/test_options.py
-holds all of them against it).
+(``python -m ray_wandb_nodes._config.options_doc`` rewrites the Args sections and the page;
+tests/unit/config/test_options.py holds all of them against it).
 """
 
 from __future__ import annotations

@@ -9,8 +9,22 @@ left, ``nodes`` reads Ray's node list.
 """
 
 from .fleet import POLL_S, NodeFleet
-from .hangs import HangWatch, poll_s
+from .hangs import HangSetting, HangWatch, poll_s
 from .nodes import NodeInfo
-from .targets import RunTarget, SharedTarget, StandaloneTarget
+from .run_writer import RunWriter
+from .targets import Relayed, RunProcess, RunTarget, SharedTarget, StandaloneTarget
 
-__all__ = ["POLL_S", "HangWatch", "NodeFleet", "NodeInfo", "RunTarget", "SharedTarget", "StandaloneTarget", "poll_s"]
+__all__ = [
+    "POLL_S",
+    "HangSetting",
+    "HangWatch",
+    "NodeFleet",
+    "NodeInfo",
+    "Relayed",
+    "RunProcess",
+    "RunTarget",
+    "RunWriter",
+    "SharedTarget",
+    "StandaloneTarget",
+    "poll_s",
+]

@@ -20,6 +20,7 @@ from .._warn import Warner, describe
 from ..offline.index import OfflineIndex, node_local_dir
 from ..offline.storage import StorageSpot, fetch, remove, remove_folder_if_empty
 from ..offline.transfer import MAX_COLLECT_BYTES, receive
+from .node_offline import PackedRun
 from .nodes import NodeInfo
 from .pool import LoggerHandle
 
@@ -137,24 +138,27 @@ class OfflineCollection:
         dest = os.path.join(job.index.folder, "nodes", node.label)
         try:
             limit = None if job.storage is not None else MAX_COLLECT_BYTES
-            info = ray.get(actor.pack_offline.remote(job.run_id, node.label, limit), timeout=_left(deadline))
-            if not info["bytes"]:
+            packed: PackedRun = ray.get(
+                actor.pack_offline.remote(job.run_id, node.label, limit), timeout=_left(deadline)
+            )
+            if not packed.size:
                 error = "the node writer left no offline data"
                 self.leave_on_node(node, job.run_id, job.index, job.role, error, state="empty")
                 return
             via = "ray"
-            if job.storage is not None and self._through_storage(handle, job, info, dest):
+            if job.storage is not None and self._through_storage(handle, job, packed, dest):
                 via = "storage"
             if via == "ray":
-                if info["bytes"] > MAX_COLLECT_BYTES:
-                    if info["archive"] is not None:
-                        actor.drop_archive.remote(info["archive"])
-                    error = f"{info['bytes']} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
+                if packed.size > MAX_COLLECT_BYTES or packed.archive is None:
+                    if packed.archive is not None:
+                        actor.drop_archive.remote(packed.archive)
+                    error = f"{packed.size} bytes packed, above the {MAX_COLLECT_BYTES} bytes brought through Ray"
                     self.leave_on_node(node, job.run_id, job.index, job.role, error)
                     return
+                archive = packed.archive
                 receive(
-                    lambda offset: ray.get(actor.read_offline.remote(info["archive"], offset), timeout=_left(deadline)),
-                    info["bytes"],
+                    lambda offset: ray.get(actor.read_offline.remote(archive, offset), timeout=_left(deadline)),
+                    packed.size,
                     dest,
                     deadline,
                 )
@@ -164,7 +168,7 @@ class OfflineCollection:
         finally:
             job.recorded.add(node.label)
         path = job.index.relative(dest)
-        self._set_writer(job.index, node, job.role, state="collected", via=via, path=path, bytes=info["bytes"])
+        self._set_writer(job.index, node, job.role, state="collected", via=via, path=path, bytes=packed.size)
         try:
             ray.get(actor.discard_offline.remote(job.run_id, node.label), timeout=_left(deadline))
         except Exception as e:  # noqa: BLE001 - collected; only the node's copy stays
@@ -174,7 +178,7 @@ class OfflineCollection:
                 f"({describe(e)})",
             )
 
-    def _through_storage(self, handle: LoggerHandle, job: CollectJob, info: dict[str, Any], dest: str) -> bool:
+    def _through_storage(self, handle: LoggerHandle, job: CollectJob, packed: PackedRun, dest: str) -> bool:
         """The node copies its archive into the storage and the driver side fetches it: True.
 
         False to go through Ray instead (the node could not write there, or the driver side
@@ -189,10 +193,10 @@ class OfflineCollection:
         try:
             # A duration, timed on the node: never a driver-side timestamp set against its clock.
             seconds = max(0.0, deadline - time.monotonic())
-            ref = handle.actor.put_offline.remote(info["archive"], storage, node.label, seconds)
+            ref = handle.actor.put_offline.remote(packed.archive, storage, node.label, seconds)
             written = True
             ray.get(ref, timeout=_left(deadline))
-            fetch(storage, node.label, info["bytes"], dest, deadline)
+            fetch(storage, node.label, packed.size, dest, deadline)
             return True
         except Exception as e:
             if written:  # what the node wrote is where the driver side does not look: the node removes it

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .._gpu_ids import RankGpus
-    from .targets import RunTarget
+    from .targets import RunProcess, RunTarget
 
 
 class AddRun(NamedTuple):
@@ -45,6 +45,23 @@ class AttemptEnded(NamedTuple):
 
     run_id: str
     failed: bool
+
+
+class Located(NamedTuple):
+    """The run's own process and its node (a Tune trial's), found on its primary's thread before
+    the run exists: the node writer there reports that process's ``proc.*`` series; ``only``:
+    while that target is the run's."""
+
+    run_id: str
+    process: RunProcess
+    only: RunTarget | None = None
+
+
+class EndHealth(NamedTuple):
+    """An abort: the run's node health ends now, without its last tables, alerts or final
+    judgement (wandb uploads a table as an artifact, which an exiting controller cuts short)."""
+
+    run_id: str
 
 
 class Prestart(NamedTuple):
@@ -131,6 +148,8 @@ Command = (
     | RunReady
     | SetNodes
     | AttemptEnded
+    | Located
+    | EndHealth
     | Prestart
     | RankReport
     | RanksFinished

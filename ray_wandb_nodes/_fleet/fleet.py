@@ -26,6 +26,8 @@ from .commands import (
     AwaitWriters,
     Checkpointed,
     Command,
+    EndHealth,
+    Located,
     LogArtifact,
     LogRow,
     Poll,
@@ -37,7 +39,7 @@ from .commands import (
     SetNodes,
     Shutdown,
 )
-from .targets import RunTarget
+from .targets import RunProcess, RunTarget
 from .worker import LISTING_NODES, FleetWorker
 
 __all__ = ["LISTING_NODES", "POLL_S", "NodeFleet"]
@@ -120,6 +122,15 @@ class NodeFleet:
     def attempt_ended(self, run_id: str, failed: bool) -> None:
         """The run's attempt ended (its worker group shuts down), ``failed`` or not: its ranks' console ends."""
         self._commands.put(AttemptEnded(run_id, failed))
+
+    def located(self, run_id: str, process: RunProcess, target: RunTarget | None = None) -> None:
+        """The run's own process and its node (a Tune trial's): the node writer there reports its
+        ``proc.*`` series; with ``target``, only while that target is the run's."""
+        self._commands.put(Located(run_id, process, target))
+
+    def end_health(self, run_id: str) -> None:
+        """An abort: the run's node health ends now, without its last tables."""
+        self._commands.put(EndHealth(run_id))
 
     def prestart(
         self,

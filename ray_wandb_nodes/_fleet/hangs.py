@@ -94,6 +94,20 @@ class Judged(NamedTuple):
     repeat_of: int | None  # the hang that ended the attempt before at the same place
 
 
+@dataclass(frozen=True)
+class HangSetting:
+    """How a run's ranks are watched for hangs: what the fleet builds the run's :class:`HangWatch`
+    from (a Train run inside a Tune trial publishes it through the hand-off)."""
+
+    timeout: HangTimeout  # the run's ``hang_timeout_s``: a fixed limit, or "auto" (the job's cadence)
+    on_hang: str = "alert"  # what a hang does: "alert", or "restart" (its stopped ranks are ended)
+    pg_timeout_s: float | None = None  # torch's process-group timeout: every limit stays below it
+
+    def watch(self) -> HangWatch:
+        """A new watch of this setting (on the fleet thread, which owns it)."""
+        return HangWatch(self.timeout, self.on_hang, self.pg_timeout_s)
+
+
 @dataclass
 class HangWatch:
     """One run's hang detection, on the fleet thread (every field is its own; what the Train

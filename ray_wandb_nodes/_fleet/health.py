@@ -11,7 +11,7 @@ from .._warn import Warner
 from .cap import cap_warning
 from .nodes import NodeInfo
 from .pool import LoggerPool
-from .targets import RunTarget, SharedTarget
+from .targets import HealthFed, RunTarget, SharedTarget
 
 
 def feed(
@@ -34,9 +34,9 @@ def feed(
         wanted.add(target.covered_node)
     if target.selection == "cluster":
         wanted |= set(alive)
-    shape = (frozenset(wanted), id(target.ranks), observed, len(known), id(alive))
-    if shape != target.health_fed:
-        target.health_fed = shape
+    fed = HealthFed(frozenset(wanted), id(target.ranks), observed, len(known), id(alive))
+    if fed != target.health_fed:
+        target.health_fed = fed
         infos = {n: known[n] for n in wanted if n in known}
         new = health.set_nodes(
             {n: (i.label, i.hostname) for n, i in infos.items()}, target.ranks, observed, target.rank_gpus
@@ -145,7 +145,17 @@ class FleetHealth:
                 observed = self._observed.get(target.run_id, frozenset())
                 feed(target, pool, alive, self._known, updated, observed, ended)
                 publish(target, self._warner, final=final)
+                _tell_wants_report(target)
                 if target.hangs is not None and target.ready and not final:
                     target.hangs.check(target, pool, self._warner, target.primary.hang)
                 replan |= target.max_writers is not None and stragglers(target) != before
         return replan
+
+
+def _tell_wants_report(target: SharedTarget) -> None:
+    """Tell the run's hooks whether its node health waits for its ranks' next report (their
+    first on a node learnt of since), through the target's event: the fleet thread owns the monitor."""
+    if target.health is not None and target.health.awaits_report:
+        target.wants_report.set()
+    else:
+        target.wants_report.clear()

@@ -3,20 +3,45 @@
 A :class:`SharedTarget` is a shared run whose primary (on the driver side) creates it; the
 fleet's node writers join it once it exists. A :class:`StandaloneTarget` is a run of the node
 or all strategy: its one writer, in its node's logger, is the run, and the fleet routes its
-history rows there. The fleet thread alone changes a target once it has it.
+history rows there.
+
+One owner: a target is built whole on the thread of the hook that opens the run and handed to
+the fleet with ``AddRun``; from then on the fleet thread alone reads and changes it. What the
+run's hooks (and its primary's thread) learn later reaches it as a command on the fleet's queue
+(``SetNodes``, ``RanksFinished``, ``Checkpointed``, ``Located``, ``EndHealth``); what a run learns
+from elsewhere (a Train run inside a Tune trial) the fleet thread reads as a :class:`Relayed`
+value and applies itself. The one thing the hooks read back is ``wants_report``, an event the
+fleet thread sets.
+
+A shared run's state on the fleet's side (its node health, its hang watch, what health last
+learnt, ``health_fed``) stays in its target rather than in a record of the fleet's beside it:
+
+- one record per run: a second record keyed by run id would have to be kept in step with the
+  targets on every add, replacement (a restarted trial's new target under the same id) and
+  retirement, the parallel per-run dicts this package avoids elsewhere;
+- the health rules and the hang watch read the run's wish (its ranks, attempt, covered node,
+  primary) on every check: in one object, as the ``WatchedRun`` protocol reads it;
+- the kind of monitor is the run's choice (a Tune trial's logs its table as the trial runs), so
+  the run builds it, before the hand-over, when no other thread has it yet; the fleet could only
+  build it from a factory the run gives, which is the same hand-over by another name.
+
+Ownership comes from the hand-over, not from the split: a monitor or hang watch built on the
+hook's thread is never touched there after ``AddRun``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from .._console import ConsoleMode
 from .._wandb.writers import WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
 from ..offline.storage import StorageSpot
+from .hangs import HangSetting, HangWatch
 from .nodes import NodeInfo
 from .plan import RunWants, run_of
 from .run_writer import RunWriter
@@ -24,7 +49,39 @@ from .run_writer import RunWriter
 if TYPE_CHECKING:
     from .._gpu_ids import RankGpus
     from .._health import HealthMonitor
-    from .hangs import HangWatch
+
+
+class RunProcess(NamedTuple):
+    """A run's own process on its node (a Tune trial's, found by its primary's thread): the node
+    writer there reports that process's ``proc.*`` series."""
+
+    node_id: str
+    pid: int
+
+
+class HealthFed(NamedTuple):
+    """What a run's node health last learnt of its nodes (``health.feed``): it is told them again
+    only when one of these changed."""
+
+    nodes: frozenset[str]  # the nodes the monitor judges
+    ranks_id: int  # the identity of the target's ``ranks`` (a new placement is a new dict)
+    observed: frozenset[str]  # the nodes observed only, past the writer cap
+    known: int  # how many nodes the fleet has seen alive
+    alive_id: int  # the identity of the fleet's alive nodes (replaced only when they change)
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """What a shared run learns from elsewhere than its own hooks, read by the fleet thread on
+    every poll (``SharedTarget.relay``): a Train run inside a Tune trial publishes where its ranks
+    are, the attempt they armed in, its hang setting and its attempt's state. The fleet thread
+    applies it to the run's target and hang watch (:func:`relayed_nodes`)."""
+
+    ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node id -> the ranks there
+    attempt: str | None = None  # the key of the ranks' attempt (their folder); None: not armed
+    hangs: HangSetting | None = None  # how to watch them for hangs; None: not watched (or not yet)
+    finished: frozenset[int] = frozenset()  # ranks whose train function returned
+    checkpoint_reports: int = 0  # the attempt's reports at its last checkpoint (0: none yet)
 
 
 @dataclass(kw_only=True)
@@ -86,12 +143,19 @@ class SharedTarget(RunTarget):
     """A shared run: node writers join the run the ``primary`` creates."""
 
     primary: RunWriter
-    # Read on every plan for more nodes (a Train run inside a Tune trial publishes its own).
-    extra_nodes: Callable[[], Iterable[str]] | None = None
-    spec_for: Callable[[RunWriter, NodeInfo], WriterSpec] | None = None
+    # Read by the fleet thread on every plan: what the run learns from elsewhere (a Train run
+    # inside a Tune trial publishes its nodes, ranks and hang setting); None: nothing.
+    relay: Callable[[], Relayed] | None = None
+    # The spec of the run's writer on a node, given the run's own process (None: not located).
+    spec_for: Callable[[RunWriter, NodeInfo, RunProcess | None], WriterSpec] | None = None
+    # The run's own process on its node (``Located``); None: none, or not found yet.
+    process: RunProcess | None = None
     # The run's node health (table, straggler and node-lost alerts); None: none kept.
     health: HealthMonitor | None = None
-    health_fed: object = None  # what its monitor last learnt of the run's nodes (see health.feed)
+    health_fed: HealthFed | None = None  # what its monitor last learnt of the run's nodes (see health.feed)
+    # Set by the fleet thread while the run's node health waits for its ranks' next report (a
+    # node whose ranks have not reported yet); the run's hooks read it to send that report.
+    wants_report: threading.Event = field(default_factory=threading.Event)
     # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
     hangs: HangWatch | None = None
     # What the run's Logs tab holds of its ranks' console (``rank_console``; see _console.budget).
@@ -108,7 +172,7 @@ class SharedTarget(RunTarget):
     def spec(self, node: NodeInfo) -> WriterSpec:
         p = self.primary
         if self.spec_for is not None:
-            return self.spec_for(p, node)
+            return self.spec_for(p, node, self.process)
         return node_spec(p.spec, label=node.label, entity=p.entity, project=p.project)
 
     def observer(self, node: NodeInfo, key: str) -> WriterSpec:
@@ -137,16 +201,30 @@ class StandaloneTarget(RunTarget):
         return self.writer
 
 
-def extra_nodes(target: RunTarget, warner: Warner) -> Iterable[str]:
-    """More nodes a shared run learns from elsewhere (a Train run inside a Tune trial publishes
-    its own), read on every plan; none when they cannot be read (one warning)."""
-    if not isinstance(target, SharedTarget) or target.extra_nodes is None:
+def relayed_nodes(target: RunTarget, warner: Warner) -> Iterable[str]:
+    """On the fleet thread, on every plan (and at the run's end): what a shared run learns from
+    elsewhere (a Train run inside a Tune trial publishes it), applied to its target, and the
+    nodes it adds; none when it cannot be read (one warning)."""
+    if not isinstance(target, SharedTarget) or target.relay is None:
         return ()
     try:
-        return set(target.extra_nodes())
+        relayed = target.relay()
     except Exception as e:  # noqa: BLE001
         warner.warn(f"extra-nodes:{type(e).__name__}", f"could not read more nodes ({describe(e)})")
         return ()
+    take_relayed(target, relayed)
+    return set(relayed.ranks)
+
+
+def take_relayed(target: SharedTarget, relayed: Relayed) -> None:
+    """Apply what the run learnt from elsewhere (on the fleet thread): its hang watch is built on
+    the first hang setting that comes with ranks, and then follows their ranks, attempt and state."""
+    if target.hangs is None and relayed.hangs is not None and relayed.ranks:
+        target.hangs = relayed.hangs.watch()
+    if target.hangs is not None:
+        target.hangs.ranks = dict(relayed.ranks)
+        target.hangs.finished, target.hangs.checkpoint_reports = relayed.finished, relayed.checkpoint_reports
+        target.attempt = relayed.attempt
 
 
 def early_nodes(targets: Iterable[RunTarget], alive: Mapping[str, NodeInfo]) -> set[str]:

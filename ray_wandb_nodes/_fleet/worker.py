@@ -25,6 +25,8 @@ from .commands import (
     AwaitWriters,
     Checkpointed,
     Command,
+    EndHealth,
+    Located,
     LogArtifact,
     LogRow,
     Prestart,
@@ -43,7 +45,7 @@ from .pool import LoggerPool
 from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
-from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, extra_nodes, writer_spec
+from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, relayed_nodes, writer_spec
 from .watches import FleetWatches
 
 LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
@@ -85,7 +87,7 @@ class FleetWorker:
     @property
     def relaying(self) -> bool:
         """A run learns its nodes from elsewhere (a Train run inside a trial): read, not told."""
-        return any(isinstance(t, SharedTarget) and t.extra_nodes for t in self.targets.values())
+        return any(isinstance(t, SharedTarget) and t.relay for t in self.targets.values())
 
     def step(self, command: Command) -> None:
         """One turn: ``command``, then what is due."""
@@ -128,6 +130,15 @@ class FleetWorker:
                     target.pids = command.pids
         elif isinstance(command, AttemptEnded):
             self._consoles.end_attempt(command.run_id, command.failed, self.pool)
+        elif isinstance(command, Located):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget) and (command.only is None or command.only is target):
+                target.process = command.process
+        elif isinstance(command, EndHealth):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget):
+                target.health = None
+                target.wants_report.clear()
         elif isinstance(command, RankReport):
             rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
         elif isinstance(command, (RanksFinished, Checkpointed)):
@@ -181,7 +192,7 @@ class FleetWorker:
             return
         alive = self._alive
         kinds = {n: i.kind for n, i in alive.items()}
-        wants = [t.wants(extra_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
+        wants = [t.wants(relayed_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
         step = plan(self.pool.runs_by_node(), wants, alive, self._collection.collecting)
         offline = {rid: (t.index, t.role) for rid, t in self.targets.items() if t.index is not None}
         for node_id in step.lost:
@@ -220,7 +231,7 @@ class FleetWorker:
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
         judge = None
         if isinstance(target, SharedTarget) and target.hangs is not None:
-            extra_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, last
+            relayed_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, last
         if target is not None:
             self._check_health(only=run_id)  # what the pings brought, judged now
         if isinstance(target, SharedTarget) and target.hangs is not None:

@@ -105,11 +105,18 @@ def _majority(seats: Sequence[Seat]) -> dict[tuple[str, int], str]:
 
 
 def blocks(seats: Iterable[Seat]) -> dict[int, list[Block]]:
-    """For each rank in a collective, the ranks that hold it up (none: it waits on nobody)."""
+    """For each rank in a collective, the ranks that hold it up (none: it waits on nobody).
+
+    Linear in the ranks for a job whose waiters wait alike: who holds up a collective depends on
+    the waiter only through the collective, where the waiter waits, its group's ranks and what it
+    completed there, so waiters that share those are judged once (8,000 ranks waiting in one
+    all_reduce: one pass, not 8,000), and a group whose ranks are known looks at those ranks only."""
     seats = sorted(seats, key=lambda s: s.rank)
     members = _members(seats)
     majority = _majority(seats)
+    by_rank = {s.rank: s for s in seats}
     loose = [s for s in seats if not s.in_collective and not s.in_barrier]  # in no collective
+    judged: dict[tuple[object, ...], list[tuple[int, How]]] = {}
     out: dict[int, list[Block]] = {}
     for waiter in seats:
         if not waiter.in_collective:
@@ -120,12 +127,19 @@ def blocks(seats: Iterable[Seat]) -> dict[int, list[Block]]:
         for c in waiter.pending:
             if c.op != majority[(c.pg, c.seq)]:
                 continue  # the other side of a mismatch waits on it; this side holds it up
-            for seat in seats:
-                if seat.rank == waiter.rank or seat.in_barrier:
-                    continue
-                how = _holds_up(seat, waiter, c, members)
-                if how is not None:
-                    found.append(Block(seat.rank, c, how))
+            own = waiter.record.group(c.pg) if waiter.record is not None else None
+            ranks = own.ranks if own is not None else ()
+            completed = waiter.record.last_completed(c.pg) if waiter.record is not None else None
+            key = (c.pg, c.seq, c.op, waiter.wait, ranks, completed)
+            held = judged.get(key)
+            if held is None:
+                candidates = [by_rank[r] for r in ranks if r in by_rank] if ranks else seats
+                held = judged[key] = [
+                    (seat.rank, how)
+                    for seat in candidates
+                    if not seat.in_barrier and (how := _holds_up(seat, waiter, c, members)) is not None
+                ]
+            found.extend(Block(rank, c, how) for rank, how in held if rank != waiter.rank)
         out[waiter.rank] = found
     return out
 

@@ -83,7 +83,7 @@ class GpuHealth:
         self._dirty: set[str] = set()  # nodes whose GPUs changed since the last ``judge``: what it looks at
         self._peers = GpuPeers()  # what the idle and slow rules compare each GPU with
         self._last_report: float | None = None
-        self.awaits_report = False  # a node's ranks have not reported yet (read from the controller's thread)
+        self.awaits_report = False  # a node's ranks have not reported yet (the fleet tells the hooks: wants_report)
         self._saves: list[tuple[float, float]] = []  # the latest checkpoint saves' spans (report to report)
 
     # feeding ------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ __all__ = [
     "handoff",
     "hang_writes",
     "primary",
+    "primary_commands",
+    "primary_index",
     "ray_hangs",
     "session",
     "train_run",

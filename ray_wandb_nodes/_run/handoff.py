@@ -9,16 +9,20 @@ hang setting, so the trial's run watches those ranks, and its attempt's state (t
 finished training, so that the trial's run neither judges them nor leaves a hang open when they
 end it; where the attempt last checkpointed, a hang's place). Nothing secret goes
 through the store: only node ids, hostnames, ranks and the hang setting.
+
+Each value that crosses is a frozen dataclass defined here with its one ``to_json`` and
+``from_json`` (:class:`TrialMark`, :class:`TrialWorkers`, :class:`TrialHang`,
+:class:`AttemptState`); the functions below write and read them under the trial's keys.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .. import _ray
+from .._fleet import HangSetting
+from .._hang import HangTimeout
 
 NAMESPACE = "ray_wandb_nodes"
 
@@ -39,50 +43,108 @@ def _attempt_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/attempt".encode()
 
 
-def mark_trial(trial_id: str, run_id: str) -> None:
-    _ray.kv_put(_trial_key(trial_id), json.dumps({"run_id": run_id}).encode(), NAMESPACE)
+@dataclass(frozen=True)
+class TrialMark:
+    """The mark of a trial that ``WandbNodesTuneCallback`` logs, set before the trial's function
+    runs: a Train run inside the trial joins the trial's W&B run instead of opening its own."""
+
+    run_id: str  # the trial's W&B run: the run whose ranks a Train run inside it arms for hangs
+
+    def to_json(self) -> bytes:
+        return json.dumps({"run_id": self.run_id}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TrialMark:
+        return cls(str(json.loads(raw)["run_id"]))
 
 
-def trial_mark(trial_id: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where one train rank of the Train run inside a trial runs (part of :class:`TrialWorkers`)."""
+
+    node_id: str  # Ray's NodeID: the trial's run gets a node writer there
+    hostname: str
+    rank: int  # the rank's world rank
+
+
+@dataclass(frozen=True)
+class TrialWorkers:
+    """Where the Train run inside a trial has its ranks now (each worker-group start publishes it
+    again), and the key of the attempt they armed in for hangs (their folder on each node)."""
+
+    workers: tuple[WorkerPlace, ...] = ()  # none: nothing published yet
+    attempt: str | None = None  # ``_hang.attempt_key``; None: not armed for hangs
+
+    def ranks(self) -> dict[str, tuple[int, ...]]:
+        """The ranks on each node (node id -> its ranks, sorted)."""
+        ranks: dict[str, list[int]] = {}
+        for w in self.workers:
+            ranks.setdefault(w.node_id, []).append(w.rank)
+        return {node: tuple(sorted(r)) for node, r in ranks.items()}
+
+    def to_json(self) -> bytes:
+        workers = [{"node_id": w.node_id, "hostname": w.hostname, "rank": w.rank} for w in self.workers]
+        return json.dumps({"workers": workers, "attempt": self.attempt}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | None) -> TrialWorkers:
+        """The published value (nothing yet: no workers)."""
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        workers = tuple(WorkerPlace(str(w["node_id"]), str(w["hostname"]), int(w["rank"])) for w in data["workers"])
+        attempt = data.get("attempt")
+        return cls(workers, str(attempt) if attempt else None)
+
+
+@dataclass(frozen=True)
+class TrialHang:
+    """The hang setting of the Train run inside a trial (its ``hang_timeout_s``, ``on_hang`` and
+    torch's process-group timeout), published as it starts, for the trial's run to watch its ranks."""
+
+    setting: HangSetting
+
+    def to_json(self) -> bytes:
+        s = self.setting
+        data = {"seconds": s.timeout.seconds, "auto": s.timeout.auto, "on_hang": s.on_hang}
+        return json.dumps({**data, "pg_timeout_s": s.pg_timeout_s}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TrialHang:
+        data = json.loads(raw)
+        seconds, pg = data.get("seconds"), data.get("pg_timeout_s")
+        timeout = HangTimeout(seconds=None if seconds is None else float(seconds), auto=bool(data.get("auto")))
+        on_hang = str(data.get("on_hang", "alert"))
+        return cls(HangSetting(timeout, on_hang, None if pg is None else float(pg)))
+
+
+def mark_trial(trial_id: str, mark: TrialMark) -> None:
+    _ray.kv_put(_trial_key(trial_id), mark.to_json(), NAMESPACE)
+
+
+def trial_mark(trial_id: str) -> TrialMark | None:
+    """The trial's mark; None when the Tune callback does not log it."""
     raw = _ray.kv_get(_trial_key(trial_id), NAMESPACE)
-    return json.loads(raw) if raw else None
+    return TrialMark.from_json(raw) if raw else None
 
 
-def publish_workers(trial_id: str, placements: Sequence[dict[str, Any]], attempt: str | None = None) -> None:
-    """Where the trial's train ranks run, and the key of the attempt they armed in for hangs."""
-    data = {"workers": list(placements), "attempt": attempt}
-    _ray.kv_put(_workers_key(trial_id), json.dumps(data).encode(), NAMESPACE)
+def publish_workers(trial_id: str, workers: TrialWorkers) -> None:
+    _ray.kv_put(_workers_key(trial_id), workers.to_json(), NAMESPACE)
 
 
-def worker_nodes(trial_id: str) -> set[str]:
-    return set(worker_ranks(trial_id))
+def trial_workers(trial_id: str) -> TrialWorkers:
+    """Where the trial's Train run has its ranks, as it last published it (nothing yet: none)."""
+    return TrialWorkers.from_json(_ray.kv_get(_workers_key(trial_id), NAMESPACE))
 
 
-def worker_ranks(trial_id: str) -> dict[str, tuple[int, ...]]:
-    """The ranks of the trial's Train run on each node, as it last published them."""
-    return published_workers(trial_id)[0]
+def publish_hang(trial_id: str, setting: HangSetting) -> None:
+    _ray.kv_put(_hang_key(trial_id), TrialHang(setting).to_json(), NAMESPACE)
 
 
-def published_workers(trial_id: str) -> tuple[dict[str, tuple[int, ...]], str | None]:
-    """The ranks of the trial's Train run on each node, and the key of their attempt (None: not
-    armed for hangs), as it last published them."""
-    raw = _ray.kv_get(_workers_key(trial_id), NAMESPACE)
-    data = json.loads(raw) if raw else {}
-    ranks: dict[str, list[int]] = {}
-    for p in data.get("workers", []):
-        ranks.setdefault(str(p["node_id"]), []).append(int(p["rank"]))
-    attempt = data.get("attempt")
-    return {node: tuple(sorted(r)) for node, r in ranks.items()}, str(attempt) if attempt else None
-
-
-def publish_hang(trial_id: str, setting: dict[str, Any]) -> None:
-    """The Train run's ``hang_timeout_s``, ``on_hang`` and process-group timeout, as plain data."""
-    _ray.kv_put(_hang_key(trial_id), json.dumps(setting).encode(), NAMESPACE)
-
-
-def hang_setting(trial_id: str) -> dict[str, Any] | None:
+def hang_setting(trial_id: str) -> HangSetting | None:
+    """The hang setting the trial's Train run published; None: none (hangs are not watched)."""
     raw = _ray.kv_get(_hang_key(trial_id), NAMESPACE)
-    return dict(json.loads(raw)) if raw else None
+    return TrialHang.from_json(raw).setting if raw else None
 
 
 @dataclass(frozen=True)

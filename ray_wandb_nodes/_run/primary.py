@@ -1,11 +1,11 @@
 """The run's primary writer: one background thread that owns the ``wandb`` run.
 
-Hooks only put work on a queue (a dict copy, no I/O), so the Train controller's event
-loop and Tune's loop never wait on W&B. The thread creates the run, logs rank 0's
-reports (or a trial's results) against the step metric, logs the artifacts that
+Hooks only put work on a queue (a typed command each, ``primary_commands``: no I/O), so the
+Train controller's event loop and Tune's loop never wait on W&B. The thread creates the run,
+logs rank 0's reports (or a trial's results) against the step metric, logs the artifacts that
 :class:`~ray_wandb_nodes._wandb.uploads.ArtifactUploads` builds, and finishes the run with the
-training's exit code. Offline, :class:`PrimaryIndex` keeps the primary's part of the run
-folder's index.
+training's exit code. Offline, :class:`~.primary_index.PrimaryIndex` keeps the primary's part
+of the run folder's index.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 from .._console import ConsoleLine, RunConsole
 from .._hang import HangNotice
@@ -28,9 +27,19 @@ from .._wandb.writers import WriterSpec, offline_index
 from .._warn import Warner, describe, warn_skipped
 from ..offline.index import OfflineIndex
 from .hang_writes import hang_alert, save_hang
+from .primary_commands import (
+    Finish,
+    LogArtifact,
+    LogHealth,
+    LogReport,
+    PrimaryCommand,
+    RaiseAlert,
+    RecordHang,
+    UpdateConfig,
+    WriteConsole,
+)
+from .primary_index import PrimaryIndex
 
-_LOG, _CONFIG, _ARTIFACT, _FINISH = "log", "config", "artifact", "finish"
-_ALERT, _HEALTH, _HANG, _CONSOLE = "alert", "health", "hang", "console"
 _WATCH_END_S = 5.0  # after the finish: wandb has answered every upload, reading the answers is quick
 
 
@@ -51,7 +60,7 @@ class PrimaryWriter:
         self._prepare = prepare
         self._on_ready: Callable[[], None] | None = None
         self._warner = warner
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[PrimaryCommand] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=f"ray_wandb_nodes-{spec.run_id}", daemon=True)
         self._ready = threading.Event()
         self._done = threading.Event()
@@ -67,7 +76,7 @@ class PrimaryWriter:
         self._offline = PrimaryIndex(self.index, warner) if self.index is not None else None
         self._reader = SummaryReader()  # this node's latest samples, read on the writer thread
         self._uploads = ArtifactUploads(
-            lambda artifact, upload: self._queue.put((_ARTIFACT, (artifact, upload))), self._done, warner
+            lambda artifact, upload: self._queue.put(LogArtifact(artifact, upload)), self._done, warner
         )
         self._sample_s = max(0.5, float(spec.settings.get("x_stats_sampling_interval") or 15.0))
 
@@ -80,10 +89,10 @@ class PrimaryWriter:
     def log(self, payload: Any) -> None:
         """Queue one report (a dict, or all ranks' dicts) for the row builder, which reads it on
         the writer thread and never changes it; the caller must not change it either."""
-        self._queue.put((_LOG, payload))
+        self._queue.put(LogReport(payload))
 
     def update_config(self, config: Mapping[str, Any]) -> None:
-        self._queue.put((_CONFIG, dict(config)))
+        self._queue.put(UpdateConfig(dict(config)))
 
     def log_artifact(
         self, make: Callable[[Any], Any], aliases: Sequence[str] = (), name: str = "checkpoint", where: str = ""
@@ -101,21 +110,21 @@ class PrimaryWriter:
 
     def alert(self, alert: Alert) -> None:
         """Raise ``alert`` as a W&B alert of the run (offline: kept in the run's folder index)."""
-        self._queue.put((_ALERT, alert))
+        self._queue.put(RaiseAlert(alert))
 
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
-        self._queue.put((_HANG, notice))
+        self._queue.put(RecordHang(notice))
 
     def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
         """Write ranks' console lines (those on this writer's node) into the run's Logs tab."""
-        self._queue.put((_CONSOLE, lines))
+        self._queue.put(WriteConsole(lines))
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
     ) -> None:
         """Log the straggler count and, when given, the ``nodes`` and ``gpus`` tables, at the current step."""
-        self._queue.put((_HEALTH, (stragglers, table, gpu_table)))
+        self._queue.put(LogHealth(stragglers, table, gpu_table))
 
     @property
     def summary(self) -> NodeSummary | None:
@@ -155,7 +164,7 @@ class PrimaryWriter:
         if self._finish_requested:
             return
         self._finish_requested = True
-        self._queue.put((_FINISH, exit_code))
+        self._queue.put(Finish(exit_code))
         if not self._thread.ident:
             self._done.set()  # never started: nothing to finish
 
@@ -181,43 +190,51 @@ class PrimaryWriter:
             read_at = 0.0
             while True:
                 try:
-                    kind, payload = self._queue.get(timeout=self._sample_s)
+                    command: PrimaryCommand | None = self._queue.get(timeout=self._sample_s)
                 except queue.Empty:
-                    kind, payload = "", None
+                    command = None  # no command within a sampling interval: only the samples are due
                 if self.run is not None and time.monotonic() - read_at >= self._sample_s:
                     read_at = time.monotonic()
                     self._reader.read(self.run)
-                if kind == _FINISH:
+                if isinstance(command, Finish):
                     self._log_built()
-                    self._finish(payload)
+                    self._finish(command.exit_code)
                     return
-                self._handle(kind, payload)
+                if command is not None:
+                    self._handle(command)
         finally:
             self._ready.set()
             self._done.set()
 
-    def _handle(self, kind: str, payload: Any) -> None:
+    def _handle(self, command: PrimaryCommand) -> None:
+        """Carry out one command, by its type (a :class:`Finish` here, inside ``_log_built``,
+        is one that came after the first: nothing to do)."""
         writes = self._writes
-        if writes is None or not kind:
-            self._dropped += kind == _LOG
-            if kind == _ARTIFACT:
-                self._uploads.settled(payload[1])
+        if writes is None:  # no run (not created, or not yet): nothing is written
+            self._dropped += isinstance(command, LogReport)
+            if isinstance(command, LogArtifact):
+                self._uploads.settled(command.upload)
             return
-        if kind == _LOG:
-            writes.report(payload)
-        elif kind == _CONFIG:
-            writes.config(payload)
-        elif kind == _ARTIFACT:
-            self._uploads.log(writes.run, *payload)
-        elif kind == _ALERT:
-            writes.alert(payload)
-        elif kind == _HEALTH:
-            writes.health(*payload)
-        elif kind == _CONSOLE:
-            writes.console(payload)
-        elif kind == _HANG:
-            writes.alert(hang_alert(payload, self.spec.label))
-            save_hang(writes.run, payload, writes.step_row(), self._warner, offline=self._offline is not None)
+        if isinstance(command, LogReport):
+            writes.report(command.metrics)
+        elif isinstance(command, UpdateConfig):
+            writes.config(command.config)
+        elif isinstance(command, LogArtifact):
+            self._uploads.log(writes.run, command.artifact, command.upload)
+        elif isinstance(command, RaiseAlert):
+            writes.alert(command.alert)
+        elif isinstance(command, LogHealth):
+            writes.health(command.stragglers, command.table, command.gpu_table)
+        elif isinstance(command, WriteConsole):
+            writes.console(command.lines)
+        elif isinstance(command, RecordHang):
+            writes.alert(hang_alert(command.notice, self.spec.label))
+            offline = self._offline is not None
+            save_hang(writes.run, command.notice, writes.step_row(), self._warner, offline=offline)
+        elif isinstance(command, Finish):
+            pass
+        else:
+            _unknown(command)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -246,10 +263,10 @@ class PrimaryWriter:
         """Before the finish: log the artifacts still being built (not after an abort)."""
         while not self._uploads.abandoned and self.run is not None and self._uploads.pending:
             try:
-                kind, payload = self._queue.get(timeout=0.5)
+                command = self._queue.get(timeout=0.5)
             except queue.Empty:
                 continue
-            self._handle(kind, payload)
+            self._handle(command)
 
     def _finish(self, exit_code: int) -> None:
         self.exit_code = exit_code
@@ -356,55 +373,7 @@ class RunWrites:
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
 
 
-class PrimaryIndex:
-    """Offline: the primary's part of the run folder's index. The run and the primary's own
-    offline run once it exists, every alert (wandb keeps none offline; the report prints them),
-    and the exit code. A write that fails is one warning; training goes on."""
-
-    def __init__(self, index: OfflineIndex, warner: Warner) -> None:
-        self.index = index
-        self._warner = warner
-
-    def started(self, spec: WriterSpec, entity: str | None, project: str | None) -> None:
-        self._write(lambda: index_primary(self.index, spec, entity, project))
-
-    def alert(self, alert: Alert) -> None:
-        def add() -> None:
-            raised = list(self.index.data.get("alerts") or [])
-            self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
-
-        self._write(add)
-
-    def finished(self, exit_code: int) -> None:
-        self._write(lambda: self.index.update(exit_code=exit_code))
-
-    def _write(self, write: Callable[[], None]) -> None:
-        try:
-            write()
-        except OSError as e:
-            self._warner.warn("offline-index", f"the offline index could not be written ({describe(e)})")
-
-
-def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, project: str | None) -> None:
-    """Offline: name the run and the primary's own offline run in the run's folder index
-    (``OSError`` when it cannot be written)."""
-    import socket
-
-    try:
-        import ray
-
-        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except Exception:  # noqa: BLE001
-        node_id = None
-    index.update(entity=entity or None, project=project or index.data["project"])
-    index.set_writer(
-        {
-            "role": "primary",
-            "label": spec.label,
-            "node_id": node_id,
-            "hostname": socket.gethostname(),
-            "state": "written",
-            # its folder, as a node's is nodes/<label>: every fit of the run writes there
-            "path": index.relative(spec.init_kwargs["dir"]),
-        }
-    )
+def _unknown(command: NoReturn) -> NoReturn:
+    """A command no branch of ``_handle`` answers: mypy proves there is none (a new command type
+    needs its branch), and a value of another type fails here, never silently."""
+    raise TypeError(f"the primary writer has no answer to {command!r}")

@@ -136,9 +136,13 @@ class SharedSession(RunSession):
 
     def __init__(self, target: SharedTarget, primary: PrimaryWriter, fleet: NodeFleet, finish_timeout_s: float) -> None:
         super().__init__(fleet, finish_timeout_s)
-        self.target = target
+        self.target = target  # the fleet's once started (AddRun): never read or changed here after
         self.primary = primary
         self._held: float | None = None  # when the latest report not sent to the fleet was made
+        # What the ranks' reports feed, read before the hand-over: the fleet thread owns the monitor.
+        self._health = target.health is not None
+        self._metric_rule = target.health is not None and target.health.options.metric is not None
+        self._wants_report = target.wants_report  # set by the fleet thread
 
     @property
     def run_id(self) -> str:
@@ -164,13 +168,12 @@ class SharedSession(RunSession):
         needs): the ranks' first report after each worker-group start, or while the monitor waits
         for one (a node it learnt of later), and a report carrying a checkpoint, after the report
         before it (when the save began)."""
-        health = self.target.health
-        if self._finishing or health is None:
+        if self._finishing or not self._health:
             return
         now = time.time()  # the monitor's clock: a node's samples are placed on it by their ages (_health/gpus.py)
-        if health.options.metric is not None:
+        if self._metric_rule:
             self.fleet.rank_report(self.run_id, metrics, checkpoint, at=now)
-        elif checkpoint or self._first or health.awaits_report:
+        elif checkpoint or self._first or self._wants_report.is_set():
             if checkpoint and self._held is not None:
                 self.fleet.rank_report(self.run_id, [], False, at=self._held)
             self.fleet.rank_report(self.run_id, [], checkpoint, at=now)

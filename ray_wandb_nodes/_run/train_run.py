@@ -289,7 +289,7 @@ class TrainRun:
         last: str | None = None
         for session in self.sessions.values():
             if isinstance(session, SharedSession):
-                session.target.health = None
+                self.fleet.end_health(session.run_id)
             names, logged = session.abandon_uploads()
             dropped += names
             last = logged or last

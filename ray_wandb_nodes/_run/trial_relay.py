@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import _ray
+from .._fleet import HangSetting
 from .._ray import Placement
 from .._warn import Warner, describe
 from . import handoff as _handoff
@@ -35,26 +36,22 @@ class TrialRelay:
     def placed(self, placements: Sequence[Placement], attempt: str | None) -> None:
         """Where the workers are, and the key of the attempt they armed in; an attempt starts (its
         reports count from the checkpoint it restored)."""
-        published = ([{"node_id": p.node_id, "hostname": p.hostname, "rank": p.rank} for p in placements], attempt)
-        self._write(_publish_workers, published, "relay", f"where trial {self.trial_id}'s workers are")
+        places = tuple(_handoff.WorkerPlace(p.node_id, p.hostname, p.rank) for p in placements)
+        workers = _handoff.TrialWorkers(places, attempt)
+        self._write(_handoff.publish_workers, workers, "relay", f"where trial {self.trial_id}'s workers are")
         self._reports = 0
         self._tell(checkpoint_reports=0)
 
-    def hangs(self, mark: dict[str, Any], options: Any, ctx: Any) -> str | None:
+    def hangs(self, mark: _handoff.TrialMark, options: Any, ctx: Any) -> str | None:
         """The run whose ranks are armed (the trial's), and the hang setting published for the
         trial's run to watch them; None when hangs are not watched."""
         hang = options.hang_timeout_s
-        if not hang.enabled or not mark.get("run_id"):
+        if not hang.enabled or not mark.run_id:
             return None
-        setting = {
-            "seconds": hang.seconds,
-            "auto": hang.auto,
-            "on_hang": options.on_hang,
-            "pg_timeout_s": _ray.train_start(ctx).pg_timeout_s,
-        }
+        setting = HangSetting(hang, options.on_hang, _ray.train_start(ctx).pg_timeout_s)
         self._write(_handoff.publish_hang, setting, "relay-hang", f"how to watch trial {self.trial_id} for hangs")
         self._watched = True
-        return str(mark["run_id"])
+        return mark.run_id
 
     def finished(self, ranks: frozenset[int]) -> None:
         """The ranks whose train function returned, written as they change (Train polls every few seconds)."""
@@ -85,7 +82,3 @@ class TrialRelay:
                 publish(self.trial_id, value)
             except Exception as e:  # noqa: BLE001
                 self._warner.warn(key, f"could not tell the Tune callback {what} ({describe(e)})")
-
-
-def _publish_workers(trial_id: str, value: tuple[list[dict[str, Any]], str | None]) -> None:
-    _handoff.publish_workers(trial_id, *value)

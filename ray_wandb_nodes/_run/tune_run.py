@@ -7,7 +7,6 @@ all served by one node fleet.
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import socket
@@ -19,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._fleet import HangWatch, NodeFleet, NodeInfo, SharedTarget
+from .._fleet import HangSetting, NodeFleet, NodeInfo, Relayed, RunProcess, RunWriter, SharedTarget
 from .._gpu_ids import GpuSlots
-from .._hang import HangTimeout
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
 from .._wandb.metrics import RowBuilder, config_for_wandb
 from .._wandb.writers import WriterSpec, node_spec, primary_spec
@@ -80,14 +78,12 @@ class TuneRuns:
             config=config_for_wandb(config, self._warner.warn),
             default_dir=local_path if local_path and os.path.isdir(local_path) else self._driver_cwd,
         )
-        trial_id = trial.trial_id
-        location: dict[str, Any] = {}  # the trial's node and pid, once found
         primary = PrimaryWriter(
             spec,
             warner=self._warner,
             rows=_new_config_only(self._row_builder),
             # on the writer thread, once the session has started: `target` is set by then
-            prepare=lambda s: self._locate_trial(s, target=target, actor=actor, location=location),
+            prepare=lambda s: self._locate_trial(s, target=target, actor=actor),
         )
         storage: StorageSpot | None = None
         why_not: str | None = None
@@ -99,8 +95,8 @@ class TuneRuns:
         target = SharedTarget(
             primary=primary,
             selection=self.options.nodes,
-            extra_nodes=(lambda: relayed_nodes(trial_id, target)) if self.options.nodes == "workers" else None,
-            spec_for=functools.partial(_node_writer_spec, location=location),
+            relay=TrialRelayed(trial.trial_id) if self.options.nodes == "workers" else None,
+            spec_for=_node_writer_spec,
             storage=storage,
             health=TrialHealth(
                 HealthOptions(
@@ -114,11 +110,9 @@ class TuneRuns:
         )
         return SharedSession(target, primary, self.fleet, self.options.finish_timeout_s)
 
-    def _locate_trial(
-        self, spec: WriterSpec, *, target: SharedTarget, actor: Any, location: dict[str, Any]
-    ) -> WriterSpec:
+    def _locate_trial(self, spec: WriterSpec, *, target: SharedTarget, actor: Any) -> WriterSpec:
         """On the writer thread, before the run exists: find the trial's node and pid, and
-        tell the fleet (the run's nodes reach it before the run is ready).
+        tell the fleet (the run's process and nodes reach it before the run is ready).
 
         The primary samples system metrics only when the trial runs on the driver's node
         (then of the trial's process); otherwise the trial's node gets a node writer and the
@@ -132,7 +126,7 @@ class TuneRuns:
             return _with_settings(spec, settings)
         node_id, pid = found.node_id, found.pid
         covered = node_id if node_id == self.driver_node.node_id else None
-        location.update(node_id=node_id, pid=pid, covered=covered)
+        self.fleet.located(spec.run_id, RunProcess(node_id, pid), target)
         self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target, **trial_gpus(found))
         if covered is not None:
             settings["x_stats_pid"] = pid
@@ -141,7 +135,7 @@ class TuneRuns:
         return _with_settings(spec, settings)
 
     def _locate_later(self, session: SharedSession, actor: Any) -> None:
-        covered = session.target.primary.spec.settings.get("x_stats_pid") is not None
+        covered = session.primary.spec.settings.get("x_stats_pid") is not None  # its spec, as its thread prepared it
 
         def work() -> None:
             found = _ray.actor_location(actor, timeout=self.options.init_timeout_s)
@@ -193,7 +187,7 @@ class TrialMarks:
         with self._lock:
             self._pending.discard(trial_id)
             try:
-                _handoff.mark_trial(trial_id, run_id)
+                _handoff.mark_trial(trial_id, _handoff.TrialMark(run_id))
             except Exception as e:  # noqa: BLE001
                 self._warner.warn("handoff", f"Train runs inside trials cannot join their trial's run ({describe(e)})")
 
@@ -287,28 +281,33 @@ def _with_settings(spec: WriterSpec, settings: dict[str, Any]) -> WriterSpec:
     return replace(spec, settings=settings)
 
 
-def _node_writer_spec(primary: PrimaryWriter, node: NodeInfo, *, location: dict[str, Any]) -> WriterSpec:
+def _node_writer_spec(primary: RunWriter, node: NodeInfo, process: RunProcess | None) -> WriterSpec:
+    """The spec of a trial's node writer on ``node`` (on the fleet thread): its ``proc.*`` series
+    follow the trial's process (``process``, as its primary's thread located it) on the trial's node."""
     spec = node_spec(primary.spec, label=node.label, entity=primary.entity, project=primary.project)
     settings = {k: v for k, v in spec.settings.items() if k not in ("x_disable_stats", "x_stats_pid")}
-    if location.get("node_id") == node.node_id and location.get("pid"):
-        settings["x_stats_pid"] = location["pid"]  # proc.* series describe the trial's process
+    if process is not None and process.node_id == node.node_id and process.pid:
+        settings["x_stats_pid"] = process.pid  # proc.* series describe the trial's process
     return _with_settings(spec, settings)
 
 
-def relayed_nodes(trial_id: str, target: SharedTarget) -> set[str]:
-    """On the fleet thread, every poll of a trial's run (and at its end): the nodes of the Train run
-    inside the trial (as it published them), and its ranks, their attempt, the hang setting and
-    the attempt's state (the ranks that finished, where it last checkpointed) for the run's hang
-    watch."""
-    ranks, key = _handoff.published_workers(trial_id)
-    if ranks and target.hangs is None:
-        setting = _handoff.hang_setting(trial_id)
-        if setting:
-            timeout = HangTimeout(seconds=setting.get("seconds"), auto=bool(setting.get("auto")))
-            target.hangs = HangWatch(timeout, str(setting.get("on_hang", "alert")), setting.get("pg_timeout_s"))
-    if target.hangs is not None:
-        attempt = _handoff.attempt_state(trial_id)
-        target.hangs.ranks = ranks
-        target.hangs.finished, target.hangs.checkpoint_reports = attempt.finished, attempt.checkpoint_reports
-        target.attempt = key
-    return set(ranks)
+class TrialRelayed:
+    """A trial's run's ``relay`` (called on the fleet thread only, every poll of the run and at its
+    end): what the Train run inside the trial published through the hand-off, as the fleet's
+    :class:`Relayed`: its nodes and ranks, their attempt, its hang setting and the attempt's state
+    (the ranks that finished, where it last checkpointed). The hang setting is read once the
+    Train run has ranks, and kept (it publishes it as it starts, before its workers)."""
+
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+        self._hangs: HangSetting | None = None
+
+    def __call__(self) -> Relayed:
+        workers = _handoff.trial_workers(self.trial_id)
+        ranks = workers.ranks()
+        if ranks and self._hangs is None:
+            self._hangs = _handoff.hang_setting(self.trial_id)
+        if self._hangs is None:
+            return Relayed(ranks)
+        attempt = _handoff.attempt_state(self.trial_id)
+        return Relayed(ranks, workers.attempt, self._hangs, attempt.finished, attempt.checkpoint_reports)

@@ -12,6 +12,7 @@ import signal
 import tempfile
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from tests.support.cluster import (
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import make_callback as callback_with_test_settings
 from tests.support.training import trainer
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
@@ -81,11 +83,7 @@ def slow_loop(config: dict[str, Any]) -> None:
         open(os.path.join(config["entries"], f"done-{time.time()!r}"), "w").close()
 
 
-def make_callback(**kwargs: Any) -> Any:
-    from ray_wandb_nodes import WandbNodesCallback
-
-    kwargs.setdefault("finish_timeout_s", 30)
-    return WandbNodesCallback(project="faults", sampling_interval_s=0.5, init_timeout_s=30, settings=FAST, **kwargs)
+make_callback = partial(callback_with_test_settings, project="faults")
 
 
 class Fit(threading.Thread):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import pytest
 from tests.support.cluster import assert_nothing_left, node_labels, said_by_workers
 from tests.support.env import worker_env
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
-from tests.support.training import make_callback
+from tests.support.training import fit_loop, make_callback
 from tests.support.wandb_backend import WandbTestBackend
 
 # Looked up, not imported: importing transformers and lightning here took 8 s of every collection.
@@ -196,17 +197,8 @@ def lightning_loop(config: dict[str, Any]) -> None:
         wandb.run.log({"mine": 2.0})
 
 
-def fit(loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    trainer = TorchTrainer(
-        loop,
-        train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    )
-    return trainer.fit()
+# A framework's loop on two workers under TorchTrainer (its process group: what the frameworks need).
+fit = partial(fit_loop, torch_trainer=True)
 
 
 def fit_in_job(env: dict[str, str], loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:

@@ -27,7 +27,7 @@ import pytest
 from tests.support.cluster import assert_nothing_left, node_labels, session_log_text, start_gpu_cluster, stop_cluster
 from tests.support.env import WANDB_TABLES
 from tests.support.nvml import ScriptedGpus
-from tests.support.runs import gpu_checks, run_of, unique, user_rows
+from tests.support.runs import final_table, gpu_checks, run_of, unique, user_rows
 from tests.support.training import make_callback
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
@@ -157,12 +157,6 @@ def placement(tmp_path: Path) -> dict[int, dict[str, Any]]:
 
 def gpu_series(run: RunRecord, label: str) -> dict[str, list[Any]]:
     return {k: v for k, v in run.system_metrics().get(label, {}).items() if k.startswith("gpu.")}
-
-
-def final_table(run: RunRecord) -> dict[str, dict[str, Any]]:
-    tables = run.tables("nodes")
-    assert tables, "no node table was logged"
-    return {row["node"]: row for row in tables[-1]}
 
 
 def test_each_node_shows_its_own_gpus_and_one_falling_to_40_percent_is_one_straggler_alert(

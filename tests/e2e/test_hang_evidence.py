@@ -21,20 +21,13 @@ from ray_wandb_nodes._hang.evidence import RankEvidence
 from ray_wandb_nodes._hang.verdict import Kind, RankFacts, judge, position
 from tests.support.hang_world import rank_processes
 from tests.support.hang_world import settled as settle_ranks
+from tests.support.source import line_of
 
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = REPO / "tests" / "support" / "hang_rank.py"
 WORLD, STUCK, AT = 3, 2, 4
-
-
-def line_of(marker: str) -> int:
-    """The line of ``hang_rank.py`` that carries ``# <marker>``."""
-    for number, text in enumerate(RANK_SCRIPT.read_text().splitlines(), 1):
-        if f"# <{marker}>" in text:
-            return number
-    raise AssertionError(marker)
 
 
 @contextlib.contextmanager
@@ -70,8 +63,8 @@ def test_a_rank_stuck_in_a_python_function_while_the_others_wait_in_all_reduce()
         verdict = judge(facts_of(slots, evidence))
     seq = AT + 1  # one all_reduce a step: the waiters' next is #AT+1
     expected = (
-        f"ranks 0-1 wait in all_reduce #{seq} (hang_rank.py:{line_of('all_reduce')}); "
-        f"rank {STUCK} never entered it: in load_next_shard (hang_rank.py:{line_of('load_next_shard')}), "
+        f"ranks 0-1 wait in all_reduce #{seq} (hang_rank.py:{line_of(RANK_SCRIPT, 'all_reduce')}); "
+        f"rank {STUCK} never entered it: in load_next_shard (hang_rank.py:{line_of(RANK_SCRIPT, 'load_next_shard')}), "
         "no progress for "
     )
     assert verdict.sentence.startswith(expected), verdict.sentence
@@ -80,7 +73,7 @@ def test_a_rank_stuck_in_a_python_function_while_the_others_wait_in_all_reduce()
     rows = {r.rank: r for r in verdict.rows}
     assert (rows[0].collective, rows[0].seq, rows[0].state, rows[0].last_step) == ("all_reduce", seq, "waits", AT)
     assert (rows[STUCK].collective, rows[STUCK].seq, rows[STUCK].state) == ("", None, "stopped")
-    assert rows[STUCK].where == f"load_next_shard (hang_rank.py:{line_of('load_next_shard')})"
+    assert rows[STUCK].where == f"load_next_shard (hang_rank.py:{line_of(RANK_SCRIPT, 'load_next_shard')})"
     # The stuck rank's recorder ends one collective earlier: all it enqueued completed.
     stuck = next(e for e in evidence if e.rank == STUCK)
     assert stuck.flight is not None and stuck.flight.in_flight() == []
@@ -103,12 +96,15 @@ def test_a_rank_stuck_in_native_code_that_holds_the_gil_is_named_from_its_faulth
     assert where.kind is Kind.ELSEWHERE
     assert (where.where and where.where.function, where.where and where.where.line) == (
         "read_from_device",
-        line_of("read_from_device"),
+        line_of(RANK_SCRIPT, "read_from_device"),
     )
     assert verdict.sentence.startswith(
-        f"ranks 0-1 wait in all_reduce #{AT + 1} (hang_rank.py:{line_of('all_reduce')}); rank {STUCK} "
+        f"ranks 0-1 wait in all_reduce #{AT + 1} (hang_rank.py:{line_of(RANK_SCRIPT, 'all_reduce')}); rank {STUCK} "
     ), verdict.sentence
     # Without its recorder the verdict cannot say it never entered: it says it is not in it.
-    assert f"is not in it: in read_from_device (hang_rank.py:{line_of('read_from_device')})" in verdict.sentence
+    assert (
+        f"is not in it: in read_from_device (hang_rank.py:{line_of(RANK_SCRIPT, 'read_from_device')})"
+        in verdict.sentence
+    )
     assert verdict.stopped == (STUCK,)
     print(f"native case: {time.monotonic() - started:.1f} s: {verdict.sentence}")

@@ -29,6 +29,7 @@ from ray_wandb_nodes._hang.native import py_spy
 from tests.support.cluster import assert_nothing_left, node_labels
 from tests.support.env import offline_backend
 from tests.support.runs import rank_console, run_of, unique
+from tests.support.source import line_of
 from tests.support.training import make_callback, said, trainer
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
@@ -36,6 +37,7 @@ from tests.support.wandb_backend import WandbTestBackend
 pytestmark = pytest.mark.cluster
 TOPOLOGY = "two_nodes"
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__)  # the train functions here carry the markers the alerts' places are checked by
 WORLD, STEPS = 4, 12
 HANG_TIMEOUT_S = 4.0
 SAMPLING_S = 2.0
@@ -120,13 +122,6 @@ def hang_loop(config: dict[str, Any]) -> None:
             ray.train.report({"step": step})  # <report>
 
 
-def line_of(marker: str) -> int:
-    for number, text in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if f"# <{marker}>" in text:
-            return number
-    raise AssertionError(marker)
-
-
 def checkpoint_hooks() -> bool:
     """Whether this Ray has the worker's checkpoint hooks (the upload is then a checkpoint phase)."""
     from ray.train.v2._internal.execution.callback import TrainContextCallback
@@ -193,13 +188,13 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     ], titles  # fmt: skip
     assert [a["severity"] for a in alerts] == ["ERROR", "INFO"] * 5
     first = [a["text"].splitlines()[0] for a in alerts[::2]]
-    shard, reduce = line_of("load_next_shard"), line_of("all_reduce")
+    shard, reduce = line_of(HERE, "load_next_shard"), line_of(HERE, "all_reduce")
     # A waiter's flight recorder comes with its Python-level dump, which a loaded node may not give
     # within the wait: then the number is unknown and the stopped rank is "not in it".
     assert re.match(rf"ranks 0-2 wait in all_reduce( #\d+)? \(test_hangs.py:{reduce}\); rank 3 ", first[0]), first[0]
     assert re.search(rf"rank 3 (never entered it|is not in it): in load_next_shard \(test_hangs.py:{shard}\)", first[0])
     assert re.match(rf"ranks 0-1,3 wait in all_reduce( #\d+)? \(test_hangs.py:{reduce}\); ", first[1]), first[1]
-    assert f"rank 2 is not in it: in read_from_device (test_hangs.py:{line_of('read_from_device')})" in first[1]
+    assert f"rank 2 is not in it: in read_from_device (test_hangs.py:{line_of(HERE, 'read_from_device')})" in first[1]
     # The flight recorder's sequence number, at least once: in an alert, or a waiter's rank file.
     waiter_files = [run_of(backend, name).files.get(f"hangs/hang-{k}/rank-0.txt", b"").decode() for k in (1, 2)]
     assert "#" in first[0] + first[1] or any("all_reduce #" in text for text in waiter_files), waiter_files
@@ -208,7 +203,7 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     assert "rank 1 did not reach it" in first[3] and f"load_next_shard (test_hangs.py:{shard})" in first[3]
     # Several process groups: only the stopped rank is named; the ranks in the default group's
     # all_reduce and its partner in the pair's wait (numbers and groups where recorders came back).
-    loss_line, pair_line = line_of("loss_all_reduce"), line_of("pair_all_reduce")
+    loss_line, pair_line = line_of(HERE, "loss_all_reduce"), line_of(HERE, "pair_all_reduce")
     assert re.match(
         rf"ranks 0-1 wait in all_reduce( #\d+ of default_pg| #\d+)? \(test_hangs.py:{loss_line}\); "
         rf"rank 2 waits in all_reduce( #\d+ of pair_2_3| #\d+)? \(test_hangs.py:{pair_line}\); "

@@ -8,14 +8,15 @@ alert is checked in ``test_faults`` (a node killed mid-run).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 
 from tests.support.cluster import node_labels, session_log_text
 from tests.support.env import WANDB_TABLES
-from tests.support.runs import run_of, unique
-from tests.support.training import make_callback, trainer
+from tests.support.runs import final_table, run_of, unique
+from tests.support.training import fit_loop, make_callback
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -69,30 +70,14 @@ def corrupt_node_log(base: str) -> None:
     os.replace(path + ".tmp", path)
 
 
-def fit(name: str, callback: Any, storage: str, **config: Any) -> Any:
-    from ray.train import RunConfig, ScalingConfig
-
-    result = trainer(
-        health_loop,
-        torch=False,
-        train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=3),
-        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    ).fit()
-    assert result.error is None
-    return result
+# health_loop on three workers (one a node), the fit ending without an error.
+fit = partial(fit_loop, health_loop, workers=3, succeed=True)
 
 
 def label_of_rank(run: Any, rank: int) -> str:
     by_node = run.config["ray_train"]["value"]["ranks_by_node"]
     (label,) = [label for label, ranks in by_node.items() if rank in ranks]
     return str(label)
-
-
-def final_table(run: Any) -> dict[str, dict[str, Any]]:
-    tables = run.tables("nodes")
-    assert tables, "no node table was logged"
-    return {row["node"]: row for row in tables[-1]}
 
 
 def test_a_slow_rank_raises_one_alert_naming_its_node_and_none_while_balanced(

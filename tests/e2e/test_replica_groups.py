@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import node_labels, said_by_workers
-from tests.support.env import FAST, worker_env
+from tests.support.env import worker_env
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.training import make_callback
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -93,15 +94,11 @@ def test_a_replaced_replica_group_on_a_new_node_gets_a_writer(
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from ray_wandb_nodes import WandbNodesCallback
-
     name, own = unique("replica"), unique("replica-own")
     labels = node_labels()
     placement = tmp_path / "placement"
     placement.mkdir()
-    callback = WandbNodesCallback(
-        project="replicas", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST
-    )
+    callback = make_callback(project="replicas")
     trainer = TorchTrainer(
         until_stopped,
         train_loop_config={"dir": str(placement), "steps": 40, "worker_env": worker_env(backend, own, tmp_path)},

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import assert_nothing_left, node_labels, session_log_text
-from tests.support.env import FAST
 from tests.support.runs import run_of, unique, user_rows
-from tests.support.training import trainer
+from tests.support.training import fit_loop, make_callback
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -26,18 +25,6 @@ SECRET = "s3cr3t" + "q" * 40
 
 # The cluster: tests/e2e/conftest.py's two_nodes fixture.
 TOPOLOGY = "two_nodes"
-
-
-def fit(name: str, callback: Any, storage: str, loop: Any, config: dict[str, Any] | None = None) -> Any:
-    from ray.train import RunConfig, ScalingConfig
-
-    return trainer(
-        loop,
-        torch=False,
-        train_loop_config=config or {},
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
-    ).fit()
 
 
 def plain_loop(config: dict[str, Any]) -> None:
@@ -61,7 +48,6 @@ def actor_table_bytes() -> bytes:
 def test_the_key_reaches_every_writer_and_appears_nowhere_else(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
-    from ray_wandb_nodes import WandbNodesCallback
 
     monkeypatch.delenv("WANDB_API_KEY")
     kwargs: dict[str, Any] = {}
@@ -78,10 +64,8 @@ def test_the_key_reaches_every_writer_and_appears_nowhere_else(
         netrc.chmod(0o600)
         monkeypatch.setenv("NETRC", str(netrc))
     name = unique(f"key-{source.lower()}")
-    callback = WandbNodesCallback(
-        project="secrets", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs
-    )
-    assert fit(name, callback, str(tmp_path / "storage"), plain_loop).error is None
+    callback = make_callback(project="secrets", **kwargs)
+    assert fit_loop(plain_loop, name, callback, str(tmp_path / "storage")).error is None
 
     run = run_of(backend, name)
     assert run.labels == set(node_labels().values())
@@ -124,14 +108,11 @@ def odd_loop(config: dict[str, Any]) -> None:
 def test_odd_metrics_and_config_are_logged_or_named_never_fatal(
     cluster: Any, backend: WandbTestBackend, tmp_path: Path
 ) -> None:
-    from ray_wandb_nodes import WandbNodesCallback
 
     name = unique("odd-input")
-    callback = WandbNodesCallback(
-        project="input", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=60, settings=FAST
-    )
+    callback = make_callback(project="input", finish_timeout_s=60)
     config = {"lr": 0.1, "fn": print, "obj": object(), "nested": {"ok": 1, "bad": {1, 2}}}
-    assert fit(name, callback, str(tmp_path), odd_loop, config).error is None
+    assert fit_loop(odd_loop, name, callback, str(tmp_path), **config).error is None
     run = run_of(backend, name)
     rows = user_rows(run)
     assert [row["step"] for row in rows] == [0, 1]

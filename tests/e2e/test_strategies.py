@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.cluster import assert_nothing_left, node_labels, node_logger_count
-from tests.support.env import FAST
 from tests.support.runs import unique, user_rows
-from tests.support.training import report, trainer
+from tests.support.training import fit_loop, report
+from tests.support.training import make_callback as callback_with_test_settings
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -57,21 +58,13 @@ def fit(
     run_config: dict[str, Any] | None = None,
     step_sleep_s: float = 0.0,
 ) -> str:
-    from ray.train import RunConfig, ScalingConfig
-
     name = unique("strategy")
     placement = tmp_path / "placement"
     placement.mkdir(exist_ok=True)
-    result = trainer(
-        loop,
-        torch=False,
-        train_loop_config={"placement_dir": str(placement), "checkpoint": checkpoint, "step_sleep_s": step_sleep_s},
-        scaling_config=ScalingConfig(num_workers=WORKERS),
-        run_config=RunConfig(
-            name=name, callbacks=[callback], **{"storage_path": str(tmp_path / "storage"), **(run_config or {})}
-        ),
-    ).fit()
-    assert result.error is None
+    fit_loop(
+        loop, name, callback, str(tmp_path / "storage"), workers=WORKERS, run_config=run_config, succeed=True,
+        placement_dir=str(placement), checkpoint=checkpoint, step_sleep_s=step_sleep_s,
+    )  # fmt: skip
     return name
 
 
@@ -80,12 +73,7 @@ def placement(tmp_path: Path) -> dict[int, str]:
     return {int(p.name.split("-")[1]): p.read_text() for p in (tmp_path / "placement").iterdir()}
 
 
-def make_callback(**kwargs: Any) -> Any:
-    from ray_wandb_nodes import WandbNodesCallback
-
-    return WandbNodesCallback(
-        project="strategies", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs
-    )
+make_callback = partial(callback_with_test_settings, project="strategies")
 
 
 def group_runs(backend: WandbTestBackend, group: str) -> dict[str, RunRecord]:

@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from tests.support.cluster import assert_nothing_left, node_labels, start_cluste
 from tests.support.env import DUMMY_KEY, FAST, WANDB_TABLES, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import unique, user_rows
-from tests.support.training import train_loop
+from tests.support.training import make_tune_callback, train_loop
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -162,12 +163,7 @@ def train_driver(config: dict[str, Any]) -> None:
 REPORTS_AROUND_STALL = 6
 
 
-def make_callback(**kwargs: Any) -> Any:
-    from ray_wandb_nodes import WandbNodesTuneCallback
-
-    return WandbNodesTuneCallback(
-        project="tune-e2e", sampling_interval_s=0.5, init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs
-    )
+make_callback = partial(make_tune_callback, project="tune-e2e")
 
 
 def tuner(fn: Any, name: str, storage: str, param_space: dict[str, Any], callback: Any) -> Any:

@@ -1,5 +1,5 @@
 """A process armed as a train rank is (beacon, faulthandler, dump thread), for the tests of when a
-node signals a rank (``tests/unit/test_hang_signal.py``); it prints ``ready`` once armed, then:
+node signals a rank (``tests/unit/hang/test_signal.py``); it prints ``ready`` once armed, then:
 
 - ``gil``: holds the GIL in a C call (``gil_holder.c``) until RELEASE exists, so no Python runs
   (the call creates RELEASE.held once it holds it);

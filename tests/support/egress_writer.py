@@ -9,7 +9,7 @@ The W&B host, key, project and folder come from the environment (``WANDB_*``), a
 sends. It prints one JSON line once it has joined (what its process and its wandb-core hold:
 proxy variables, whether the process's wandb settings name the relay), writes until ``STOP_FILE``
 exists (the primary a row every 0.2 s, a node writer system metrics only), finishes, and prints
-``finished``. Run by ``tests/unit/test_egress_wandb.py`` (a node writer inside a node's network
+``finished``. Run by ``tests/unit/egress/test_relay_with_wandb.py`` (a node writer inside a node's network
 namespace) and ``bench/relay_cost.py``.
 """
 

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ray_wandb_nodes._fleet.wire import LoggerStatus
+from ray_wandb_nodes._gpu_ids import RankGpus
 from ray_wandb_nodes._hang import RankProgress
-from ray_wandb_nodes._health import GpuIntBatch, GpuInts, GpuInventory, GpuSummary, NodeSummary, ReadProblem
+from ray_wandb_nodes._health import (
+    GpuIntBatch,
+    GpuInts,
+    GpuInventory,
+    GpuSummary,
+    HealthMonitor,
+    HealthOptions,
+    NodeSummary,
+    ReadProblem,
+)
 
-H100 = "NVIDIA H100 80GB HBM3"
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 
 
 def gpu(util: float | None, **values: float | None) -> GpuSummary:
@@ -145,3 +156,61 @@ def logger_status(
         final=dict(final or {}),
         progress=dict(progress or {}),
     )
+
+
+class Clock:
+    """The time in seconds that a test moves (``now``), for the monitor and the fleet."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Job:
+    """A monitor of a job on GPU nodes: node id -> (GPU count, ranks, model); ranks use GPUs in order
+    (``rank_gpus`` instead: each rank's Ray GPU ids). Its ranks have reported once, unless not ``reported``."""
+
+    def __init__(
+        self,
+        nodes: dict[str, tuple[int, tuple[int, ...], str]],
+        reported: bool = True,
+        rank_gpus: dict[int, RankGpus] | None = None,
+        **options: Any,
+    ) -> None:
+        self.clock = Clock()
+        self.m = HealthMonitor(HealthOptions(window_s=2, table_every_s=1e9, **options), clock=self.clock)
+        self.nodes = nodes
+        names = {n: (f"node-{n}-abcdef", n) for n in nodes}
+        if rank_gpus is None:
+            rank_gpus = {r: (str(i),) for _, ranks, _ in nodes.values() for i, r in enumerate(ranks)}
+        self.m.set_nodes(names, {n: ranks for n, (_, ranks, _) in nodes.items()}, (), rank_gpus)
+        if reported:
+            self.m.report([])
+        self.seq = 0
+        self.infos: dict[str, GpuInventory] = {}  # a node's inventory other than ``inventory()``'s
+
+    def sample(self, utils: dict[str, Any], ints: dict[str, dict[int, GpuInts]] | None = None) -> Any:
+        """One sampling interval of every node (``utils``: node -> its GPUs' utilisations, or
+        its GPUs' readings by index); ``ints``: integer series of this interval."""
+        self.clock.now += 1
+        self.seq += 1
+        t = self.clock.now
+        for node, (count, _, model) in self.nodes.items():
+            self.m.summary(
+                node,
+                summary(
+                    t,
+                    seq=self.seq,
+                    cpu=10.0,
+                    gpus=(gpus(utils[node]) if isinstance(utils[node], list) else utils[node]) if node in utils else {},
+                    info=self.infos.get(node) or inventory(count, node, model),
+                    ints=(ints or {}).get(node),
+                ),
+            )
+        return self.m.tick()
+
+
+def job_names(job: Job) -> dict[str, tuple[str, str]]:
+    return {n: (f"node-{n}-abcdef", n) for n in job.nodes}

@@ -18,7 +18,7 @@ one all_reduce a step; the rank named ``stuck`` stops before step ``at``'s all_r
 The train function runs in a thread named as Ray Train names its own. The step is by hand, with
 ``Beacon.step()`` as torch's optimizer-step hook would call it: a ``torch.optim`` optimizer pulls
 in ``torch._dynamo`` (about 3 s a process); the hook itself is tested in
-``tests/unit/test_hang_beacon.py``.
+``tests/unit/hang/test_beacon.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.fleet_scale import Clock, Ref, SimActor, SimCluster
+from bench.fleet_scale import Ref, SimActor, SimCluster
+from tests.support.fakes import Clock
 
 
 class Recorded(SimActor):

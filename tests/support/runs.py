@@ -30,6 +30,13 @@ def user_rows(run: Any) -> list[dict[str, Any]]:
     ]
 
 
+def final_table(run: Any) -> dict[str, dict[str, Any]]:
+    """The last ``nodes`` table the run logged, node label -> its row."""
+    tables = run.tables("nodes")
+    assert tables, "no node table was logged"
+    return {row["node"]: row for row in tables[-1]}
+
+
 def assert_one_writer_per_label(run: Any) -> None:
     """Every label comes from exactly one writer: no node is sampled twice."""
     seen = [label for labels in run.labels_by_client().values() for label in labels]

@@ -131,22 +131,66 @@ def report(metrics: dict[str, Any], *, checkpoint_step: int | None = None) -> No
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-def fit(name: str, callback: Any, storage: str, *, torch: bool = False, **loop_config: Any) -> Any:
-    """``train_loop`` on two workers (see :func:`trainer` for ``torch``)."""
+def fit_loop(
+    loop: Any,
+    name: str,
+    callback: Any,
+    storage: str,
+    /,
+    *,
+    workers: int = 2,
+    torch_trainer: bool = False,
+    run_config: dict[str, Any] | None = None,
+    succeed: bool = False,
+    **config: Any,
+) -> Any:
+    """Ray Train's result of ``loop`` on ``workers`` train workers, ``config`` its
+    ``train_loop_config``, in a run named ``name`` under ``storage`` with ``callback``
+    (``torch_trainer``: see :func:`trainer`; ``run_config``: more of ``RunConfig``'s fields, a
+    ``storage_path`` of its own included); ``succeed``: the fit must end without an error."""
     from ray.train import RunConfig, ScalingConfig
 
-    return trainer(
-        train_loop,
-        torch=torch,
-        train_loop_config={"lr": 0.05, "torch": torch, **loop_config},
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, callbacks=[callback]),
+    result = trainer(
+        loop,
+        torch=torch_trainer,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(name=name, callbacks=[callback], **{"storage_path": storage, **(run_config or {})}),
     ).fit()
+    if succeed:
+        assert result.error is None, result.error
+    return result
+
+
+def fit(name: str, callback: Any, storage: str, *, torch: bool = False, **loop_config: Any) -> Any:
+    """``train_loop`` on two workers (see :func:`trainer` for ``torch``)."""
+    return fit_loop(
+        train_loop, name, callback, storage, torch_trainer=torch, **{"lr": 0.05, "torch": torch, **loop_config}
+    )
+
+
+def callback_options(**kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` with the tests' settings where they do not set their own: writers that sample and
+    upload often enough for short runs, and bounds on their start and end that a loaded machine meets."""
+    return {
+        "project": "e2e",
+        "sampling_interval_s": 0.5,
+        "init_timeout_s": 30,
+        "finish_timeout_s": 30,
+        "settings": FAST,
+        **kwargs,
+    }
 
 
 def make_callback(**kwargs: Any) -> Any:
+    """The plugin's Train callback with the tests' settings (:func:`callback_options`)."""
     from ray_wandb_nodes import WandbNodesCallback
 
-    kwargs.setdefault("project", "e2e")
-    kwargs.setdefault("sampling_interval_s", 0.5)
-    return WandbNodesCallback(init_timeout_s=30, finish_timeout_s=30, settings=FAST, **kwargs)
+    return WandbNodesCallback(**callback_options(**kwargs))
+
+
+def make_tune_callback(**kwargs: Any) -> Any:
+    """The plugin's Tune callback with the tests' settings (:func:`callback_options`)."""
+    from ray_wandb_nodes import WandbNodesTuneCallback
+
+    return WandbNodesTuneCallback(**callback_options(**kwargs))

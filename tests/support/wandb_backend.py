@@ -123,6 +123,7 @@ class RunRecord:
     upserts: int = 0
     upsert_times: list[tuple[float, str | None]] = field(default_factory=list)  # (time.time(), client id)
     api_keys: dict[str, set[str]] = field(default_factory=dict)  # client id -> keys it authenticated with
+    hosts: dict[str, str] = field(default_factory=dict)  # client id -> its writer's hostname (UpsertBucket's host)
     artifacts: list[ArtifactRecord] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)  # {title, text, severity, wait, client}
     # (client id, file name) -> {offset: parsed line}
@@ -413,6 +414,8 @@ class WandbTestBackend:
                 setattr(run, attr, v[var])
         if v.get("tags") is not None:
             run.tags = list(v["tags"])
+        if v.get("host") and client_id:
+            run.hosts[client_id] = v["host"]
         if v.get("config"):
             config = json.loads(v["config"])
             # Each writer sends its own whole config: merge user keys, keep _wandb per writer.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_scale import Clock, Quiet, make_target
+from bench.fleet_scale import Quiet, make_target
 from ray_wandb_nodes import _ray
 from ray_wandb_nodes._console import ConsoleLine, RankProcess, plan_console
 from ray_wandb_nodes._fleet.commands import AddRun, AttemptEnded, Poll, Retire, SetNodes
@@ -25,6 +25,7 @@ from ray_wandb_nodes._fleet.plan import observer_key
 from ray_wandb_nodes._fleet.targets import SharedTarget, StandaloneTarget
 from ray_wandb_nodes._fleet.wire import ConsoleEnd, ConsoleRanks
 from tests.support.console_rank import worker_file
+from tests.support.fakes import Clock
 from tests.support.recording import RecordingCluster
 from tests.support.wait import wait_until
 

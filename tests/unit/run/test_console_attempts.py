@@ -6,6 +6,7 @@ on that poll), else not; a new worker group starts clean, and so does a replaced
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -100,7 +101,9 @@ def test_the_run_sends_its_ranks_pids_and_ends_its_attempts_on_the_fleets_queue(
         attempt_ended=lambda run_id, failed: sent.append(AttemptEnded(run_id, failed)),
     )
     primary = SimpleNamespace(spec=SimpleNamespace(run_id="run-1"), update_config=lambda config: None)
-    session = SharedSession(SharedTarget.__new__(SharedTarget), primary, fleet, 30.0)  # type: ignore[arg-type]
+    target = SharedTarget.__new__(SharedTarget)  # what the session reads of it at its start
+    target.health, target.wants_report = None, threading.Event()
+    session = SharedSession(target, primary, fleet, 30.0)  # type: ignore[arg-type]
     run = object.__new__(TrainRun)  # no Ray: only what the calls reach
     run.options, run.base_id, run.node_id, run.hang_run = SimpleNamespace(strategy="shared"), "run-1", "head", None
     run.sessions = {"run-1": session}

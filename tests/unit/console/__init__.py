@@ -1,0 +1,1 @@
+"""Unit tests of the ranks' console: lines, following files, budget, tailer, sender (`_console`)."""

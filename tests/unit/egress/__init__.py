@@ -1,0 +1,1 @@
+"""Unit tests of the relay, its allow-list, the reachability check, proxy settings (`_egress`)."""

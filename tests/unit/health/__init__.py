@@ -1,0 +1,1 @@
+"""Unit tests of node, GPU and rank rules, their alerts and tables (`_health`)."""

@@ -1,0 +1,1 @@
+"""Unit tests of the command line's offline report and sync (`report`)."""

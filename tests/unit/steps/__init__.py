@@ -1,0 +1,1 @@
+"""Unit tests of the step anatomy: region, recorder, windows, attribution (`_steps`)."""

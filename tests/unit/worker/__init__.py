@@ -1,0 +1,1 @@
+"""Unit tests of inside train workers: frameworks' wandb.init, the import hook (`_worker`)."""
