@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,6 +124,10 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     assert [text for _, text in console[0] if text.startswith("rank 0 ")] == [said(0, s) for s in range(REPORTS)]
     assert {label for label, _ in console[0]} == {rank_labels(run)[0]}
     assert 1 not in console, console.get(1)
+    # No line twice in the whole Logs tab (every writer's: the controller's own console and the
+    # ranks' lines; a print is in both of the rank's files, a line must not come from two writers).
+    twice = [line for line, n in Counter(x.text for x in run.console()).items() if n > 1]
+    assert not twice, twice
     assert DUMMY_KEY not in str(run.config) + str(run.summary)
     assert DUMMY_KEY not in session_log_text(cluster)
     assert_nothing_left()
