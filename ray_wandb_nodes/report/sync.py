@@ -60,6 +60,8 @@ class SyncStep:
         if self.shared:
             primary = "true" if self.role == "primary" else "false"
             env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
+            # The console lines' label is the syncing process's setting, not in the records: the writer's.
+            env["WANDB_X_LABEL"] = self.label
         else:
             env.pop("WANDB_MODE", None)
         return env
