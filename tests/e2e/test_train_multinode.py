@@ -322,6 +322,11 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         assert [row["training_iteration"] for row in user_rows(run)] == REPORTED
         assert run.completes == [type(run.completes[0])(client_id=primary_client(run, head_label), exit_code=0)]
         assert all(os.path.exists(str(p) + ".synced") for p in logs)
+        # The Logs tab offline too: rank 0's prints once each, under its node's label after the sync.
+        console = rank_console(run)
+        rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
+        assert rank0 == [said(0, s) for s in range(OFFLINE_REPORTS)], rank0
+        assert {label for label, _ in console[0]} == {rank_labels(run)[0]}
     assert_nothing_left()
 
 
