@@ -62,6 +62,7 @@ def measure(gb: float, files: int) -> dict[str, Any]:
     from bench.fleet_scale import Quiet
     from ray_wandb_nodes._config.options import build_options
     from ray_wandb_nodes._config.secrets import capture_env
+    from ray_wandb_nodes._config.values import Mode
     from ray_wandb_nodes._run.primary import PrimaryWriter
     from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
     from ray_wandb_nodes._wandb.writers import primary_spec
@@ -87,7 +88,7 @@ def measure(gb: float, files: int) -> dict[str, Any]:
             )
             options = build_options(project="checkpoint-cost", sampling_interval_s=15.0)
             spec = primary_spec(
-                options, capture_env(os.environ), mode="online", run_id=f"ckpt-{int(time.time())}",
+                options, capture_env(os.environ), mode=Mode.ONLINE, run_id=f"ckpt-{int(time.time())}",
                 label="node-head-0", display_name="checkpoint-cost", group=None, config={},
                 default_dir=os.path.join(controller, "run"),
             )  # fmt: skip

@@ -36,6 +36,7 @@ from typing import Any
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import CapturedEnv
+from ray_wandb_nodes._config.values import Mode, NodeSelection
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, Prestart
 from ray_wandb_nodes._fleet.fleet import POLL_S, NodeFleet
 from ray_wandb_nodes._fleet.targets import SharedTarget
@@ -185,12 +186,12 @@ def make_target(clock: Clock) -> SharedTarget:
     options = build_options(project="scale", sampling_interval_s=15.0)
     env = CapturedEnv(base_url="http://127.0.0.1:9", project="scale")
     spec = primary_spec(
-        options, env, mode="online", run_id="scale-run", label="node-head-0", display_name="scale",
+        options, env, mode=Mode.ONLINE, run_id="scale-run", label="node-head-0", display_name="scale",
         group=None, config={}, default_dir="/tmp",
     )  # fmt: skip
     target = SharedTarget(
         primary=PrimaryWriter(spec, warner=Quiet()),  # never started: alerts and tables queue up
-        selection="cluster",
+        selection=NodeSelection.CLUSTER,
         health=HealthMonitor(HealthOptions(), clock=clock),
         max_writers=options.max_node_writers,
     )
@@ -281,7 +282,7 @@ def prestart(n: int, workers: int, gpus_per_worker: float, busy: float) -> dict[
         kwargs["free_resources"] = sim.free_resources
     fleet = NodeFleet(**kwargs)
     target = make_target(clock)
-    target.selection, target.ready = "workers", False  # a Train run whose W&B run is being created
+    target.selection, target.ready = NodeSelection.WORKERS, False  # a Train run whose W&B run is being created
     fleet.step(AddRun(target))
     per_worker = {"CPU": 1.0, "GPU": gpus_per_worker}
     fleet.step(Prestart(True, None, workers, per_worker))  # what TrainRun asks at the controller's start

@@ -34,6 +34,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from ray_wandb_nodes._config.values import NodeSelection
 from ray_wandb_nodes._fleet import health as fleet_health
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.wire import LoggerStatus
@@ -145,7 +146,7 @@ def setup(n: int, gpus: int) -> dict[str, Any]:
         ranks={nid: tuple(range(gpus * i, gpus * (i + 1))) for i, nid in enumerate(ids)},
         rank_gpus={r: (str(r % gpus),) for r in range(gpus * n)},  # a rank a GPU
         covered_node=None,
-        selection="workers",
+        selection=NodeSelection.WORKERS,
         primary=primary,
         ready=True,
         health_fed=None,

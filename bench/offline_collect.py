@@ -86,7 +86,7 @@ def collect_once(
 
     from ray_wandb_nodes._fleet.node_offline import PackedRun
     from ray_wandb_nodes.offline.index import open_index
-    from ray_wandb_nodes.offline.storage import storage_spot
+    from ray_wandb_nodes.offline.storage import Transfer, storage_spot
 
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     node = logger.node
@@ -105,12 +105,13 @@ def collect_once(
     index = open_index(folder, run_id=run_id, project=None, name=None, group=None)
     storage = None
     if route == "storage":
-        experiment, why_not = storage_spot("storage", f"{storage_root}/bench", None)
+        experiment, why_not = storage_spot(Transfer.STORAGE, f"{storage_root}/bench", None)
         assert experiment is not None, why_not
         storage = experiment.for_run(run_id)
     from ray_wandb_nodes._fleet.collect import CollectJob
+    from ray_wandb_nodes._wandb.writers import Role
 
-    job = CollectJob(run_id=run_id, index=index, role="node", storage=storage, deadline=time.monotonic() + 600)
+    job = CollectJob(run_id=run_id, index=index, role=Role.NODE, storage=storage, deadline=time.monotonic() + 600)
     started = time.perf_counter()
     collection.collect(job, logger)
     seconds = time.perf_counter() - started

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _ray
 from ._config.setup import configure
@@ -120,27 +120,27 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         notes: str | None = None,
         config: dict[str, Any] | None = None,
         log_config: bool = True,
-        mode: str | None = None,
+        mode: Literal["online", "offline", "disabled"] | None = None,
         excludes: list[str] | None = None,
-        strategy: str = "shared",
-        rank_metrics: str = "rank0",
-        rank_console: str = "rank0",
-        nodes: str = "workers",
+        strategy: Literal["shared", "main", "node", "all"] = "shared",
+        rank_metrics: Literal["rank0", "reduce", "all"] = "rank0",
+        rank_console: Literal["rank0", "all", "failures", "off"] = "rank0",
+        nodes: Literal["workers", "cluster"] = "workers",
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
         upload_checkpoints: bool = False,
         upload_timeout: float = 1800.0,
         straggler_metric: str | None = None,
-        straggler_mode: str = "max",
+        straggler_mode: Literal["max", "min"] = "max",
         straggler_threshold: float = 0.7,
         straggler_window_s: float = 120.0,
         alerts: bool = True,
-        hang_timeout_s: float | str | None = "auto",
-        on_hang: str = "alert",
+        hang_timeout_s: float | Literal["auto"] | None = "auto",
+        on_hang: Literal["alert", "restart"] = "alert",
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,
-        offline_transfer: str = "auto",
+        offline_transfer: Literal["auto", "ray", "storage"] = "auto",
         api_key: str | None = None,
         api_key_file: str | None = None,
         **wandb_init_kwargs: Any,
@@ -151,13 +151,16 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         self._warner = Warner()
         self._run: TrainRun | None = None
         # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
-        self._tune_trial_id = _ray.current_trial_id() if self.options.mode != "disabled" else None
+        self._tune_trial_id = _ray.current_trial_id() if self.options.mode.logs else None
         self._relay: TrialRelay | None = None  # inside a trial whose run is the run (see _handoff)
         self._workers = TrainWorkers(self._warner)  # where the ranks run, and the attempt they arm in
 
     def __repr__(self) -> str:
         o = self.options
-        return f"WandbNodesCallback(project={o.project!r}, mode={o.mode!r}, strategy={o.strategy!r}, nodes={o.nodes!r})"
+        return (
+            f"WandbNodesCallback(project={o.project!r}, mode={o.mode.value!r}, strategy={o.strategy.value!r}, "
+            f"nodes={o.nodes.value!r})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:  # runtime state never travels
         return {**self.__dict__, "_run": None, "_relay": None}
@@ -170,7 +173,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     # ControllerCallback --------------------------------------------------------------------
     @guarded("after_controller_start")
     def after_controller_start(self, train_run_context: TrainRunContext) -> None:
-        if self.options.mode == "disabled" or self._run is not None or self._relay is not None:
+        if not self.options.mode.logs or self._run is not None or self._relay is not None:
             return
         mark = _handoff.trial_mark(self._tune_trial_id) if self._tune_trial_id else None
         if self._tune_trial_id and mark:

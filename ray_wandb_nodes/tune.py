@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ray.tune import Callback
 
@@ -21,6 +21,7 @@ from . import _ray
 from ._config.options import invalid
 from ._config.secrets import capture_env
 from ._config.setup import configure, default_base_url
+from ._config.values import Mode
 from ._run.session import SharedSession
 from ._run.tune_run import TuneRuns
 from ._warn import Warner, guarded
@@ -103,8 +104,8 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         entity: str | None = None,
         tags: list[str] | None = None,
         notes: str | None = None,
-        mode: str | None = None,
-        nodes: str = "workers",
+        mode: Literal["online", "offline", "disabled"] | None = None,
+        nodes: Literal["workers", "cluster"] = "workers",
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
         straggler_threshold: float = 0.7,
@@ -113,7 +114,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         init_timeout_s: float = 90.0,
         finish_timeout_s: float = 60.0,
         max_node_writers: int = 256,
-        offline_transfer: str = "auto",
+        offline_transfer: Literal["auto", "ray", "storage"] = "auto",
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=False)
@@ -139,7 +140,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
 
     def __repr__(self) -> str:
         o = self.options
-        return f"WandbNodesTuneCallback(project={o.project!r}, mode={o.mode!r}, nodes={o.nodes!r})"
+        return f"WandbNodesTuneCallback(project={o.project!r}, mode={o.mode.value!r}, nodes={o.nodes.value!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks into the experiment folder (tuner.pkl): the key stays
@@ -151,7 +152,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_runs", None)
-        if self._env.api_key is None and self.options.mode == "online":
+        if self._env.api_key is None and self.options.mode is Mode.ONLINE:
             try:
                 found = capture_env(os.environ, api_key_file=self._api_key_file, default_base_url=default_base_url())
             except ValueError as e:
@@ -231,7 +232,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
 
     # internals -----------------------------------------------------------------------------------
     def _start(self, trial: Trial) -> SharedSession | None:
-        if self.options.mode == "disabled":
+        if not self.options.mode.logs:
             return None
         if self._runs is None:
             self._runs = TuneRuns(self.options, self._env, self._warner, driver_cwd=self._driver_cwd, rows=self._rows)

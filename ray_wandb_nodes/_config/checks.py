@@ -10,9 +10,13 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
-MODES = ("online", "offline", "disabled")
+from .values import Mode, parse_hang_timeout, spellings
+
+_E = TypeVar("_E", bound=Enum)
+MODES = spellings(Mode)
 # wandb's own spellings that mean one of ours.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 _ONE_OF_MODES = f"one of {', '.join(MODES)}"
@@ -46,11 +50,14 @@ class Check:
             raise invalid(option, value, f"expected {e.allowed or self.allowed}") from None
 
 
-def choice(*values: str) -> Check:
-    def normalise(value: Any) -> str:
-        if value not in values:
+def choice(choices: type[_E]) -> Check:
+    """One of ``choices``' members, as a user spells it (exactly: case and spaces count)."""
+    values = spellings(choices)
+
+    def normalise(value: Any) -> _E:
+        if not isinstance(value, str) or value not in values:
             raise RejectedError
-        return str(value)
+        return choices(value)
 
     return Check(f"one of {', '.join(repr(v) for v in values)}", normalise)
 
@@ -137,18 +144,18 @@ def _gpu_ids(value: Any) -> tuple[int, ...] | None:
 GPU_IDS = Check("a list of GPU indices >= 0 (as nvidia-smi numbers them) or None", _gpu_ids)
 
 
-def mode_value(value: Any, source: str = "mode") -> str:
-    """One of MODES (wandb's aliases accepted); ``source`` names where the value came from."""
+def mode_value(value: Any, source: str = "mode") -> Mode:
+    """One of MODES in any case (wandb's aliases accepted); ``source`` names where the value came from."""
     if not isinstance(value, str):
         raise invalid(source, value, f"expected {_ONE_OF_MODES}")
     mode = _MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
     if mode not in MODES:
         extra = " (shared mode is what the plugin uses underneath online runs)" if mode == "shared" else ""
         raise invalid(source, value, f"expected {_ONE_OF_MODES}{extra}")
-    return mode
+    return Mode(mode)
 
 
-def _mode(value: Any) -> str | None:
+def _mode(value: Any) -> Mode | None:
     return None if value is None else mode_value(value)
 
 
@@ -194,8 +201,6 @@ INIT_KWARGS = Check("wandb.init keyword arguments", lambda value: dict(value or 
 
 
 def _hang_timeout(value: Any) -> Any:
-    from .values import parse_hang_timeout
-
     try:
         return parse_hang_timeout(value)
     except ValueError:

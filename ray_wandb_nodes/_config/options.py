@@ -14,17 +14,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..offline.storage import Transfer
 from . import checks as c
 from .checks import invalid, mode_value
-from .values import HangTimeout
+from .values import (
+    AUTO,
+    ConsoleMode,
+    HangTimeout,
+    Mode,
+    NodeSelection,
+    OnHang,
+    RankMetrics,
+    StragglerMode,
+    Strategy,
+    literal,
+)
 
 __all__ = ["OPTIONS", "Option", "Options", "build_options", "invalid", "resolve_mode"]
 
 TRAIN, TUNE = "train", "tune"
 BOTH = (TRAIN, TUNE)
-STRATEGIES = ("shared", "main", "node", "all")
-RANK_METRICS = ("rank0", "reduce", "all")
-RANK_CONSOLE = ("rank0", "all", "failures", "off")  # _console.CONSOLE_MODES (a unit test keeps them equal)
 _SAME = object()  # tune_default: as the Train default
 
 
@@ -34,7 +43,7 @@ class Option:
 
     name: str
     default: Any
-    annotation: str  # as the callbacks' signatures write it
+    annotation: str  # as the callbacks' signatures write it (a closed set: ``literal`` of its enum)
     check: c.Check
     callbacks: tuple[str, ...]
     section: str  # a key of SECTIONS
@@ -87,7 +96,7 @@ OPTIONS: tuple[Option, ...] = (
         tune_default=False,  # as Ray's WandbLoggerCallback
     ),
     Option(
-        "mode", None, "str | None", c.MODE, BOTH, "run",
+        "mode", None, f"{literal(Mode)} | None", c.MODE, BOTH, "run",
         "``online``, ``offline`` or ``disabled``; None: ``WANDB_MODE`` (``WANDB_DISABLED=true``: disabled), "
         "else ``online``",
     ),
@@ -96,24 +105,24 @@ OPTIONS: tuple[Option, ...] = (
         "metric keys not to log: a key, or a prefix of nested keys (``opt`` drops ``opt/lr``)",
     ),
     Option(
-        "strategy", "shared", "str", c.choice(*STRATEGIES), (TRAIN,), "logging",
+        "strategy", Strategy.SHARED.value, literal(Strategy), c.choice(Strategy), (TRAIN,), "logging",
         "``shared`` (one run that every node's writer joins), ``main`` (one run, the controller's node only), "
         "``node`` (one run per node, grouped) or ``all`` (one run per rank, grouped)",
     ),
     Option(
-        "rank_metrics", "rank0", "str", c.choice(*RANK_METRICS), (TRAIN,), "logging",
+        "rank_metrics", RankMetrics.RANK0.value, literal(RankMetrics), c.choice(RankMetrics), (TRAIN,), "logging",
         "what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce`` (mean, min, max, "
         "std, argmax and argmin rank of every numeric key across ranks) or ``all`` (``rank_<r>/key``)",
     ),
     Option(
-        "rank_console", "rank0", "str", c.choice(*RANK_CONSOLE), (TRAIN,), "logging",
+        "rank_console", ConsoleMode.RANK0.value, literal(ConsoleMode), c.choice(ConsoleMode), (TRAIN,), "logging",
         "what the shared run's Logs tab holds of what the ranks print (stdout and stderr, read from Ray's worker "
         "log files on each node, labelled ``[rank N]``): ``rank0`` (rank 0's console, and every rank's last lines "
         "when an attempt fails), ``all`` (every rank's), ``failures`` (only every rank's last lines when an "
         "attempt fails) or ``off``",
     ),
     Option(
-        "nodes", "workers", "str", c.choice("workers", "cluster"), BOTH, "logging",
+        "nodes", NodeSelection.WORKERS.value, literal(NodeSelection), c.choice(NodeSelection), BOTH, "logging",
         "``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive node, "
         "new ones included",
     ),
@@ -148,7 +157,7 @@ OPTIONS: tuple[Option, ...] = (
         "value the median of its ranks'; None: GPU utilisation, or CPU on nodes without GPUs",
     ),
     Option(
-        "straggler_mode", "max", "str", c.choice("max", "min"), (TRAIN,), "health",
+        "straggler_mode", StragglerMode.MAX.value, literal(StragglerMode), c.choice(StragglerMode), (TRAIN,), "health",
         "whether a higher (``max``) or a lower (``min``) ``straggler_metric`` is better",
     ),
     Option(
@@ -166,13 +175,13 @@ OPTIONS: tuple[Option, ...] = (
         "``nodes/stragglers`` stay without)",
     ),
     Option(
-        "hang_timeout_s", "auto", "float | str | None", c.HANG_TIMEOUT, (TRAIN,), "hangs",
+        "hang_timeout_s", AUTO, f'float | Literal["{AUTO}"] | None', c.HANG_TIMEOUT, (TRAIN,), "hangs",
         "seconds without progress (a report or an optimizer step) after which a rank is hung and every rank's "
         "evidence is taken; ``auto``: max(120 s, 5 x the slowest interval of the last hour), 3 x in the first "
         "step, saves and evaluations, always below the process-group timeout; None: off",
     ),
     Option(
-        "on_hang", "alert", "str", c.choice("alert", "restart"), (TRAIN,), "hangs",
+        "on_hang", OnHang.ALERT.value, literal(OnHang), c.choice(OnHang), (TRAIN,), "hangs",
         "what a hang does: ``alert`` (an ERROR alert, the ``hangs`` table and every rank's stacks in the run) or "
         "``restart`` (the same, then the hung attempt is ended so that ``FailureConfig`` restarts it from the "
         "last checkpoint)",
@@ -192,7 +201,7 @@ OPTIONS: tuple[Option, ...] = (
         "warning says so",
     ),
     Option(
-        "offline_transfer", "auto", "str", c.choice("auto", "ray", "storage"), BOTH, "offline",
+        "offline_transfer", Transfer.AUTO.value, literal(Transfer), c.choice(Transfer), BOTH, "offline",
         "how each node's offline run reaches the driver side at the end: ``ray`` (through Ray, up to 2 GiB a "
         "node), ``storage`` (the run's storage path, which every node must reach) or ``auto`` (the storage unless "
         "it is this machine's local file system, else Ray); a node that cannot use the storage falls back to Ray",
@@ -254,12 +263,12 @@ class Options:
     notes: str | None
     config: Mapping[str, Any]
     log_config: bool
-    mode: str  # resolved: the option, else WANDB_MODE, else online
+    mode: Mode  # resolved: the option, else WANDB_MODE, else online
     excludes: tuple[str, ...]
-    strategy: str
-    rank_metrics: str
-    rank_console: str
-    nodes: str
+    strategy: Strategy
+    rank_metrics: RankMetrics
+    rank_console: ConsoleMode
+    nodes: NodeSelection
     sampling_interval_s: float
     gpu_device_ids: tuple[int, ...] | None
     video_kwargs: Mapping[str, Any]
@@ -267,25 +276,28 @@ class Options:
     upload_checkpoints: bool
     upload_timeout: float
     straggler_metric: str | None
-    straggler_mode: str
+    straggler_mode: StragglerMode
     straggler_threshold: float
     straggler_window_s: float
     alerts: bool
     hang_timeout_s: HangTimeout
-    on_hang: str
+    on_hang: OnHang
     init_timeout_s: float
     finish_timeout_s: float
     max_node_writers: int  # node writers of one shared run (see _fleet/cap.py)
-    offline_transfer: str
+    offline_transfer: Transfer
     wandb_init_kwargs: Mapping[str, Any]
     settings: Mapping[str, Any]  # from wandb_init_kwargs' ``settings``
 
 
-def resolve_mode(mode: str | None, env_mode: str | None) -> str:
-    """The effective mode: the option, else ``WANDB_MODE``, else online."""
+def resolve_mode(mode: Mode | str | None, env_mode: str | None) -> Mode:
+    """The effective mode: the option (checked already, or as a user writes it), else
+    ``WANDB_MODE``, else online."""
+    if isinstance(mode, Mode):
+        return mode
     if mode is not None:
         return mode_value(mode)
-    return mode_value(env_mode, "WANDB_MODE") if env_mode else "online"
+    return mode_value(env_mode, "WANDB_MODE") if env_mode else Mode.ONLINE
 
 
 def build_options(

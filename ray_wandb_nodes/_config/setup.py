@@ -45,7 +45,7 @@ def configure(callback: str, given: Mapping[str, Any]) -> tuple[Options, Capture
         callback=callback,
         **values,
     )
-    if built.mode != "disabled" and params is None:
+    if built.mode.logs and params is None:
         raise ImportError("ray_wandb_nodes needs wandb to log (pip install 'wandb>=0.28'), or pass mode='disabled'")
     api_key, api_key_file = values["api_key"], values["api_key_file"]
     env = capture_env(os.environ, api_key=api_key, api_key_file=api_key_file, default_base_url=default_base_url())

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._wandb.writers import Role
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex, node_local_dir
 from ..offline.storage import StorageSpot, fetch, remove, remove_folder_if_empty
@@ -36,7 +37,7 @@ class CollectJob:
 
     run_id: str
     index: OfflineIndex
-    role: str  # of its writers on the nodes: "node" (joined a shared run) or "run"
+    role: Role  # of its writers on the nodes: NODE (joined a shared run) or RUN
     storage: StorageSpot | None = None
     sources: list[LoggerHandle] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -61,7 +62,7 @@ class OfflineCollection:
         self._hosted.setdefault(node_id, set()).add(run_id)
 
     def job(
-        self, run_id: str, index: OfflineIndex, role: str, storage: StorageSpot | None, handles: list[LoggerHandle]
+        self, run_id: str, index: OfflineIndex, role: Role, storage: StorageSpot | None, handles: list[LoggerHandle]
     ) -> CollectJob:
         """The job of bringing ``run_id`` over from the nodes (of ``handles``) that hosted it."""
         sources = [h for h in handles if run_id in self._hosted.get(h.node.node_id, ())]
@@ -97,7 +98,7 @@ class OfflineCollection:
         if job.storage is not None and not any(t.is_alive() for t in job.threads):
             remove_folder_if_empty(job.storage)
 
-    def lost(self, node: NodeInfo, index_of: dict[str, tuple[OfflineIndex, str]]) -> None:
+    def lost(self, node: NodeInfo, index_of: dict[str, tuple[OfflineIndex, Role]]) -> None:
         """``node`` left the cluster: its offline runs (``index_of``: run id -> index, role)
         stayed on it, and the index says so."""
         for run_id in sorted(self._hosted.get(node.node_id, ())):
@@ -107,7 +108,7 @@ class OfflineCollection:
                 self.leave_on_node(node, run_id, index, role, error, state="lost")
 
     def leave_on_node(
-        self, node: NodeInfo, run_id: str, index: OfflineIndex, role: str, error: str, state: str = "left-on-node"
+        self, node: NodeInfo, run_id: str, index: OfflineIndex, role: Role, error: str, state: str = "left-on-node"
     ) -> None:
         """Say, in a warning and in the index, that a node's offline run is not in the folder,
         why, and (unless it is empty) where it stayed."""
@@ -121,8 +122,8 @@ class OfflineCollection:
         )
         self._set_writer(index, node, role, **fields)
 
-    def _set_writer(self, index: OfflineIndex, node: NodeInfo, role: str, **fields: Any) -> None:
-        entry = {"role": role, "label": node.label, "node_id": node.node_id, "hostname": node.hostname, **fields}
+    def _set_writer(self, index: OfflineIndex, node: NodeInfo, role: Role, **fields: Any) -> None:
+        entry = {"role": role.value, "label": node.label, "node_id": node.node_id, "hostname": node.hostname, **fields}
         try:
             index.set_writer(entry)
         except OSError as e:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .. import _ray
+from .._config.values import ConsoleMode
 from .._console import ConsoleTailer, RankProcess, plan_console
 from .._warn import Warner, describe
 from .pool import LoggerHandle, LoggerPool
@@ -35,7 +36,7 @@ def wanted_consoles(targets: Iterable[RunTarget]) -> tuple[Wanted, dict[str, Con
     remote: Wanted = {}
     local: dict[str, ConsoleRanks] = {}
     for t in targets:
-        if not isinstance(t, SharedTarget) or t.console == "off" or not t.ready or not t.pids:
+        if not isinstance(t, SharedTarget) or t.console is ConsoleMode.OFF or not t.ready or not t.pids:
             continue
         placed = {
             node: procs
@@ -69,7 +70,8 @@ class FleetConsoles:
         they changed: on a change of the runs' placements, or after a plan (``replanned``: writers
         added, loggers started or restarted)."""
         shape = [
-            (t.run_id, t.ready, t.covered_node, t.ranks, t.pids, getattr(t, "console", "off")) for t in targets.values()
+            (t.run_id, t.ready, t.covered_node, t.ranks, t.pids, getattr(t, "console", ConsoleMode.OFF))
+            for t in targets.values()
         ]
         if not replanned and shape == self._seen:
             return

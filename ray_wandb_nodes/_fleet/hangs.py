@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .._config.values import OnHang
 from .._hang import (
     Counts,
     EndAnswer,
@@ -100,7 +101,7 @@ class HangSetting:
     from (a Train run inside a Tune trial publishes it through the hand-off)."""
 
     timeout: HangTimeout  # the run's ``hang_timeout_s``: a fixed limit, or "auto" (the job's cadence)
-    on_hang: str = "alert"  # what a hang does: "alert", or "restart" (its stopped ranks are ended)
+    on_hang: OnHang = OnHang.ALERT  # what a hang does past its alert: restart ends its stopped ranks
     pg_timeout_s: float | None = None  # torch's process-group timeout: every limit stays below it
 
     def watch(self) -> HangWatch:
@@ -116,7 +117,7 @@ class HangWatch:
     processes live). It lives as long as the run, across Ray Train's attempts."""
 
     setting: HangTimeout
-    on_hang: str = "alert"
+    on_hang: OnHang = OnHang.ALERT
     pg_timeout_s: float | None = None
     episode: int = 0  # hangs raised so far
     open: bool = False  # a hang raised and no progress since
@@ -217,7 +218,7 @@ class HangWatch:
         )
         verdict = judge(facts)
         place = place_of(verdict, self.checkpoint_reports)
-        repeat_of = self.restarted.get(place) if self.on_hang == "restart" and place is not None else None
+        repeat_of = self.restarted.get(place) if self.on_hang.ends_attempt and place is not None else None
         repeat = ""
         if repeat_of is not None and place is not None:
             repeat = (
@@ -240,7 +241,7 @@ class HangWatch:
         self.open, self.counts, self.stopped, self.raised_at = True, hang.counts, hang.notice.stopped, self.clock()
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {hang.sentence}")
         deliver(hang.notice)
-        self.ended = self.on_hang == "restart" and hang.repeat_of is None
+        self.ended = self.on_hang.ends_attempt and hang.repeat_of is None
         if self.ended:
             if hang.place is not None:
                 self.restarted[hang.place] = self.episode

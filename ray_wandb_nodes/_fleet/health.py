@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from .._config.values import NodeSelection
 from .._health import NodeEnd, NodeSummary, read_warning
 from .._warn import Warner
 from .cap import cap_warning
@@ -32,7 +33,7 @@ def feed(
     wanted = set(target.nodes) | set(target.ranks)
     if target.covered_node:
         wanted.add(target.covered_node)
-    if target.selection == "cluster":
+    if target.selection is NodeSelection.CLUSTER:
         wanted |= set(alive)
     fed = HealthFed(frozenset(wanted), id(target.ranks), observed, len(known), id(alive))
     if fed != target.health_fed:

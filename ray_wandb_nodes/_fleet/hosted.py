@@ -10,7 +10,7 @@ from typing import Any
 from .._health import ReadProblem, SummaryReader
 from .._wandb.metrics import Stepper
 from .._wandb.uploads import ArtifactUploads, Upload
-from .._wandb.writers import WriterSpec
+from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner
 
 EARLY_ROWS = 10_000  # rows kept for a writer not added yet (a restarted actor gets its writers back later)
@@ -73,8 +73,8 @@ class HostedRun:
         return self.spec.label if self.spec is not None else ""
 
     @property
-    def role(self) -> str:
-        return self.spec.role if self.spec is not None else ""
+    def role(self) -> Role | None:
+        return self.spec.role if self.spec is not None else None
 
     def problems(self) -> tuple[ReadProblem, ...]:
         """What kept its samples from being read, its reader's and its own."""

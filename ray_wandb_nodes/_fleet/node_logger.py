@@ -1,9 +1,9 @@
 """``NodeLogger``: the small Ray actor on each node that hosts that node's W&B writers and watches
 the train ranks the runs placed there.
 
-A writer that joins a shared run (``role="node"``) is there for system metrics: wandb-core
+A writer that joins a shared run (``Role.NODE``) is there for system metrics: wandb-core
 samples this node's GPUs, CPU, memory, disk and network and labels every key with the
-node's label. A writer of the node or all strategy (``role="run"``) is a run of its own:
+node's label. A writer of the node or all strategy (``Role.RUN``) is a run of its own:
 it also logs the history rows the controller routes to it and ends with the training's
 exit code. The actor takes no CPU (``num_cpus=0``) and sits in a placement-group bundle of
 a little memory. It reports failures as data (``status()``) instead of dying, so one bad
@@ -52,7 +52,7 @@ from .._health import Degradation, NodeSummary, ReadProblem, aged
 from .._wandb.artifacts import checkpoint_artifact
 from .._wandb.metrics import Stepper
 from .._wandb.runs import init_writer
-from .._wandb.writers import WriterSpec, node_dir
+from .._wandb.writers import Role, WriterSpec, node_dir
 from .._warn import describe
 from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
@@ -186,7 +186,7 @@ class NodeLogger(OfflineRuns):
     def finish(self, run_id: str | None = None, exit_code: int | None = None) -> LoggerStatus:
         """Finish one writer, or all when ``run_id`` is None.
 
-        Only a writer that is its own run (``role="run"``) sends a final state, with
+        Only a writer that is its own run (``Role.RUN``) sends a final state, with
         ``exit_code``; a writer that joined a shared run never does. The ranks' console it writes
         ends first: their last lines too where ``exit_code`` says the run failed. The answer carries each
         finished writer's last summary (``final``): its samples read just before the finish and
@@ -206,7 +206,7 @@ class NodeLogger(OfflineRuns):
             if record.uploads is not None:  # the checkpoints still being built are logged first
                 record.uploads.drain(BUILD_WAIT_S)
             try:
-                if record.role == "run" and exit_code is not None:
+                if record.role is Role.RUN and exit_code is not None:
                     record.run.finish(exit_code=exit_code)
                 else:
                     record.run.finish()
@@ -217,7 +217,7 @@ class NodeLogger(OfflineRuns):
                 final[record.key] = last
             if record.uploads is not None:  # the finish waited for the uploads: say which W&B did not commit
                 record.uploads.finished(WATCH_END_S)
-            if record.role == "observer":  # its samples were for the table only
+            if record.role is Role.OBSERVER:  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(record.key, record.label), ignore_errors=True)
         return self.status(final, ended=ended)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .._config.values import NodeSelection
 from .._health import NodeEnd
 from .._wandb.naming import LABELS
 from .cap import node_kind
@@ -90,22 +91,17 @@ def ended_nodes(records: Iterable[Mapping[str, object]]) -> dict[str, NodeEnd]:
 
 
 def select_nodes(
-    selection: str,
+    selection: NodeSelection,
     worker_nodes: Iterable[str],
     alive: Mapping[str, _T],
     primary_node_id: str | None,
 ) -> dict[str, _T]:
     """Nodes that need a node writer: the selected alive nodes, less the primary's own node.
 
-    ``selection`` is ``"workers"`` (nodes hosting train workers) or ``"cluster"`` (every alive
-    node). The primary's process already reports its own node, so it never gets a second writer.
+    ``selection``: ``WORKERS`` (nodes hosting train workers) or ``CLUSTER`` (every alive node).
+    The primary's process already reports its own node, so it never gets a second writer.
     """
-    if selection == "cluster":
-        wanted = set(alive)
-    elif selection == "workers":
-        wanted = set(worker_nodes) & set(alive)
-    else:
-        raise ValueError(f"unknown node selection {selection!r}; expected 'workers' or 'cluster'")
+    wanted = set(alive) if selection is NodeSelection.CLUSTER else set(worker_nodes) & set(alive)
     wanted.discard(primary_node_id or "")
     return {nid: alive[nid] for nid in sorted(wanted)}
 

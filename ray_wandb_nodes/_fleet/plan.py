@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .._config.values import NodeSelection
 from .cap import choose_members, priority
 from .nodes import select_nodes
 
@@ -33,7 +34,7 @@ class RunWants:
     """One run's wish for node writers: its node selection and nodes, less the primary's own."""
 
     run_id: str
-    selection: str  # "workers": the nodes in `nodes`; "cluster": every alive node
+    selection: NodeSelection  # WORKERS: the nodes in `nodes`; CLUSTER: every alive node
     nodes: frozenset[str]
     covered_node: str | None = None  # the primary samples this node itself
     # At most this many node writers join the run (None: no cap); the others are observers.

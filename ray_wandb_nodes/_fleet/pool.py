@@ -69,6 +69,59 @@ class _Join:
     started: float
 
 
+class _PingTurn:
+    """Which loggers are pinged, in turn: at most ``PING_BATCH`` new pings a tick, each logger at
+    most every ``ping_s``, in the order they were last pinged; and the pings in flight. The work a
+    tick is bounded by the pings in flight, whatever the number of loggers."""
+
+    def __init__(self, ping_s: float) -> None:
+        self._ping_s = ping_s
+        self._turn: collections.deque[str] = collections.deque()  # nodes in ping order
+        self._in_turn: set[str] = set()
+        self._in_flight: dict[str, LoggerHandle] = {}  # node -> handle with a ping in flight
+
+    def add(self, node_id: str) -> None:
+        if node_id not in self._in_turn:
+            self._in_turn.add(node_id)
+            self._turn.append(node_id)
+
+    def drop(self, node_id: str) -> None:
+        """A logger killed: its ping is not waited for (it leaves the turn when its turn comes)."""
+        self._in_flight.pop(node_id, None)
+
+    def answered(self, actors: RayActors) -> list[tuple[LoggerHandle, Any]]:
+        """The pings answered since the last call: each logger's handle and its status call's ref."""
+        if not self._in_flight:
+            return []
+        refs = actors.answered([h.ping for h in self._in_flight.values()])
+        out = []
+        for node_id, handle in list(self._in_flight.items()):
+            if handle.ping in refs:
+                del self._in_flight[node_id]
+                ref, handle.ping = handle.ping, None
+                out.append((handle, ref))
+        return out
+
+    def send(
+        self, handles: Mapping[str, LoggerHandle], now: float, joining: Callable[[LoggerHandle], set[str]]
+    ) -> None:
+        """The next pings: each due logger with writers and no ping in flight asks its status;
+        ``joining``: its writers whose join has not answered (no ping can find them missing)."""
+        for _ in range(min(PING_BATCH, len(self._turn))):
+            node_id = self._turn[0]
+            held = handles.get(node_id)
+            if held is None:  # dropped: out of the turn
+                self._in_turn.discard(self._turn.popleft())
+                continue
+            if now - held.pinged < self._ping_s:
+                break  # the turn is in ping order: the rest were pinged later
+            self._turn.rotate(-1)
+            if held.runs and held.ping is None:  # a ping is answered beside the writer calls, a join's first maybe
+                held.ping, held.pinged = held.actor.status.remote(), now
+                held.ping_runs = frozenset(held.runs - joining(held))
+                self._in_flight[node_id] = held
+
+
 class LoggerPool:
     def __init__(
         self,
@@ -81,16 +134,13 @@ class LoggerPool:
     ) -> None:
         self._init_timeout_s = init_timeout_s
         self._warner = warner
-        self._ping_s = ping_s
         self._actors = actors or RayActors(warner)
         self._clock = clock
         self._handles: dict[str, LoggerHandle] = {}
         self._joins: list[_Join] = []
         self._group_ids = itertools.count()
         self._lock = threading.Lock()
-        self._turn: collections.deque[str] = collections.deque()  # nodes in ping order
-        self._in_turn: set[str] = set()
-        self._pinging: dict[str, LoggerHandle] = {}  # node -> handle with a ping in flight
+        self._pings = _PingTurn(ping_s)
         # Nodes whose summary changed since the fleet last took them (see take_updated()).
         self._updated: set[str] = set()
         self.changed = False  # a logger was lost or restarted: the fleet re-plans
@@ -209,27 +259,13 @@ class LoggerPool:
         that ended meanwhile). One that is gone for good is dropped, so the next plan replaces it.
         The work a tick is bounded by the pings in flight, whatever the number of loggers.
         """
-        if self._pinging:
-            answered = self._actors.answered([h.ping for h in self._pinging.values()])
-            for node_id, handle in list(self._pinging.items()):
-                if handle.ping in answered:
-                    del self._pinging[node_id]
-                    ref, handle.ping = handle.ping, None
-                    self._pinged(handle, ref, spec_for)
-        now = self._clock()
-        for _ in range(min(PING_BATCH, len(self._turn))):
-            node_id = self._turn[0]
-            held = self._handles.get(node_id)
-            if held is None:  # dropped: out of the turn
-                self._in_turn.discard(self._turn.popleft())
-                continue
-            if now - held.pinged < self._ping_s:
-                break  # the turn is in ping order: the rest were pinged later
-            self._turn.rotate(-1)
-            if held.runs and held.ping is None:  # a ping is answered beside the writer calls, a join's first maybe
-                joined = held.runs - {j.run_id for j in self._joins if j.handle is held}
-                held.ping, held.pinged, held.ping_runs = held.actor.status.remote(), now, frozenset(joined)
-                self._pinging[node_id] = held
+        for handle, ref in self._pings.answered(self._actors):
+            self._pinged(handle, ref, spec_for)
+        self._pings.send(self._handles, self._clock(), self._joining)
+
+    def _joining(self, handle: LoggerHandle) -> set[str]:
+        """``handle``'s writers whose join has not answered yet."""
+        return {j.run_id for j in self._joins if j.handle is handle}
 
     def _pinged(self, handle: LoggerHandle, ref: Any, spec_for: Callable[[str, NodeInfo], WriterSpec | None]) -> None:
         try:
@@ -252,7 +288,17 @@ class LoggerPool:
             handle.summary = summary
             self._updated.add(handle.node.node_id)
             handle.summaries = {run_of(key)[0]: s for key, s in status.summaries.items()}
-        said_on_node(self._warner, handle.node, status)
+        self._said(handle.node, status)
+
+    def _said(self, node: NodeInfo, status: LoggerStatus) -> None:
+        """What a logger's status says: its readers' problems (rare: once per node and cause) and
+        its writers' warnings (a checkpoint left out of its artifact), each once (the warner keeps
+        what it said)."""
+        for key, text in status.warnings.items():
+            self._warner.warn(f"node-said:{key}", text)
+        for problems in status.problems.values():
+            for p in problems:
+                self._warner.warn(f"{p.kind}:{node.node_id}:{p.cause}", read_warning(node.label, p))
 
     def take_updated(self) -> set[str]:
         """The nodes whose summary changed since the last call."""
@@ -296,9 +342,7 @@ class LoggerPool:
             actor, pg = self._actors.create(node.node_id, f"{prefix}{next(self._group_ids)}")
             with self._lock:
                 self._handles[node.node_id] = LoggerHandle(node=node, actor=actor, pg=pg)
-            if node.node_id not in self._in_turn:
-                self._in_turn.add(node.node_id)
-                self._turn.append(node.node_id)
+            self._pings.add(node.node_id)
 
     def drop(self, node_id: str) -> LoggerHandle | None:
         """Kill the logger of ``node_id`` and forget it; its handle, if there was one."""
@@ -309,7 +353,7 @@ class LoggerPool:
         return handle
 
     def _kill(self, handle: LoggerHandle) -> None:
-        self._pinging.pop(handle.node.node_id, None)
+        self._pings.drop(handle.node.node_id)
         self._actors.kill(handle.actor, handle.pg)
 
     def kill_all(self) -> None:
@@ -319,14 +363,3 @@ class LoggerPool:
         for handle in handles:
             self._kill(handle)
         self._actors.close()
-
-
-def said_on_node(warner: Warner, node: NodeInfo, status: LoggerStatus) -> None:
-    """What a logger's status says: its readers' problems (rare: once per node and cause) and
-    its writers' warnings (a checkpoint left out of its artifact), each once (the warner keeps
-    what it said)."""
-    for key, text in status.warnings.items():
-        warner.warn(f"node-said:{key}", text)
-    for problems in status.problems.values():
-        for p in problems:
-            warner.warn(f"{p.kind}:{node.node_id}:{p.cause}", read_warning(node.label, p))

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from .._console import ConsoleMode
-from .._wandb.writers import WriterSpec, node_spec, observer_spec, offline_index
+from .._config.values import ConsoleMode, NodeSelection
+from .._wandb.writers import Role, WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
 from ..offline.storage import StorageSpot
@@ -86,7 +86,7 @@ class Relayed:
 
 @dataclass(kw_only=True)
 class RunTarget:
-    selection: str = "workers"  # "workers": the nodes in `nodes`; "cluster": every alive node
+    selection: NodeSelection = NodeSelection.WORKERS  # WORKERS: the nodes in `nodes`; CLUSTER: every alive node
     nodes: set[str] = field(default_factory=set)
     # The node whose metrics the primary reports itself (no node writer there); None when
     # the primary samples no system metrics, or there is no primary.
@@ -106,7 +106,7 @@ class RunTarget:
     # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of beacons and
     # dumps on each node), as the last placement said; None: no ranks armed for hangs.
     attempt: str | None = None
-    role: ClassVar[str] = "node"  # the role of its writers on the nodes
+    role: ClassVar[Role] = Role.NODE  # the role of its writers on the nodes
 
     @property
     def run_id(self) -> str:
@@ -159,7 +159,7 @@ class SharedTarget(RunTarget):
     # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
     hangs: HangWatch | None = None
     # What the run's Logs tab holds of its ranks' console (``rank_console``; see _console.budget).
-    console: ConsoleMode = "off"
+    console: ConsoleMode = ConsoleMode.OFF
 
     def __post_init__(self) -> None:
         if self.index is None:
@@ -187,7 +187,7 @@ class StandaloneTarget(RunTarget):
     writer: WriterSpec
     excludes: tuple[str, ...] = ()
     ready: bool = True  # its writer creates the run
-    role: ClassVar[str] = "run"
+    role: ClassVar[Role] = Role.RUN
 
     def __post_init__(self) -> None:
         if self.index is None:

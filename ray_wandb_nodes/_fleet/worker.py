@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._config.values import NodeSelection
 from .._health import NodeEnd
-from .._wandb.writers import WriterSpec
+from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from .actors import RayActors
 from .collect import OfflineCollection
@@ -209,13 +210,13 @@ class FleetWorker:
                 continue
             host = self.pool.add_writer(node_id, spec)
             target = self.targets[run_of(key)[0]]
-            if target.index is not None and spec.role != "observer":  # offline: collected from here at the end
+            if target.index is not None and spec.role is not Role.OBSERVER:  # offline: collected from here at the end
                 self._collection.hosted(node_id, key)
             self._rows.placed(key, host)
         self._health.note_caps(step.capped, self.targets)
         early = early_nodes(self.targets.values(), alive)  # their loggers start before the run exists
         self.pool.prestart([alive[n] for n in sorted(early)])
-        if wants and all(w.selection == "workers" for w in wants) and any(w.nodes for w in wants):
+        if wants and all(w.selection is NodeSelection.WORKERS for w in wants) and any(w.nodes for w in wants):
             self.pool.drop_unused_warm(early.union(*(w.nodes for w in wants)))
 
     def _check_health(self, only: str | None = None) -> None:

@@ -5,10 +5,11 @@ the verdict across ranks.
 node's logger); ``folders`` names an attempt's folder of slots and dumps and keeps it no longer
 than its processes; ``policy`` says when silence is a hang and ``confirm`` when a suspicion is
 one; ``evidence`` arms a rank (faulthandler on a signal, the flight recorder, a dump thread) and
-``dumps`` takes its dumps; ``node`` is what a node's logger runs (the folders it watches, every
-rank's evidence, an end); ``stacks`` and ``flight`` parse what the dumps hold into typed values;
-``verdict`` names who stopped and who waits. Nothing here imports Ray or wandb: the node loggers,
-the health monitor and the callbacks drive it.
+``dumps`` takes its dumps (``proc`` reads what ``/proc`` says of its process); ``node`` is what a
+node's logger runs (the folders it watches, every rank's evidence, an end); ``stacks`` and
+``flight`` parse what the dumps hold into typed values; ``position`` says where one rank is and
+``verdict`` who stopped and who waits. Nothing here imports Ray or wandb: the node loggers, the
+health monitor and the callbacks drive it.
 """
 
 from .beacon import (
@@ -39,6 +40,7 @@ from .policy import (
     limit_s,
     parse_hang_timeout,
 )
+from .position import RankFacts
 from .rank import (
     ArmedRank,
     arm_rank,
@@ -53,7 +55,7 @@ from .rank import (
 )
 from .report import HANG_COLUMNS, HangNotice, ended_notice, evidence_text, hang_notice, resumed_notice
 from .stacks import Frame, ThreadStack, parse_faulthandler
-from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, judge, rank_ranges
+from .verdict import HangRow, Verdict, format_stack_groups, judge, rank_ranges
 
 __all__ = [
     "DUMPS_TIMEOUT_S",

@@ -54,6 +54,7 @@ from .ending import END_REQUEST
 from .evidence import REQUEST, EvidencePaths, RankEvidence, wake
 from .flight import parse_flight_recorder
 from .native import native_dumps
+from .proc import signal_caught, thread_stopped, thread_wakes
 from .stacks import ThreadStack, parse_faulthandler, stack_from_data
 
 _POLL_S = 0.02
@@ -143,7 +144,7 @@ def request_dumps(
         item = _Pending(slot, paths, next(_request_ids), _size(paths.stacks), [])
         if _is_fifo(paths.request):
             item.thread = _thread_id(paths)
-            item.waits_at_wake = _wakes(slot.pid, item.thread)  # before the wake: every later one counts
+            item.waits_at_wake = thread_wakes(slot.pid, item.thread)  # before the wake: every later one counts
             try:
                 wake(paths.request, item.request_id)
                 item.woken = True
@@ -182,7 +183,7 @@ def _signal_if_stuck(item: _Pending) -> None:
     if item.woken and not _withdraw(item):
         item.not_signalled = ""
         return  # its dump thread took the request (it runs Python): its dump is waited for
-    if not _caught(item.slot.pid, item.slot.dump_signal):
+    if not signal_caught(item.slot.pid, item.slot.dump_signal):
         item.not_signalled = f"signal {item.slot.dump_signal} is no longer caught in the process (SigCgt)"
         _rewake(item)
         return
@@ -203,11 +204,11 @@ def _why_not_stuck(item: _Pending) -> str:
         return "no dump thread to show that its Python cannot run"
     if not item.thread or item.waits_at_wake is None:
         return "its dump thread's id is unknown, so it cannot be shown that its Python cannot run"
-    if _stopped(item.slot.pid, item.thread):
+    if thread_stopped(item.slot.pid, item.thread):
         return "the process is stopped (SIGSTOP, or a debugger)"
     if not _ack(item)[1]:  # its GIL waits are then those of a thread that runs Python
         return "its dump thread is still answering an earlier request (its Python runs)"
-    now = _wakes(item.slot.pid, item.thread)
+    now = thread_wakes(item.slot.pid, item.thread)
     waits = -1 if now is None else now - item.waits_at_wake
     if waits < MIN_GIL_WAITS:
         return (
@@ -222,44 +223,6 @@ def _thread_id(paths: EvidencePaths) -> int:
         return int(paths.thread.read_text())
     except (OSError, ValueError):
         return 0
-
-
-def _task_status(pid: int, tid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def _field(status: str, name: str) -> str:
-    for line in status.splitlines():
-        if line.startswith(name + ":"):
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
-def _wakes(pid: int, tid: int) -> int | None:
-    """How many times thread ``tid`` of ``pid`` has gone to sleep of its own accord (None: unknown)."""
-    try:
-        return int(_field(_task_status(pid, tid), "voluntary_ctxt_switches"))
-    except ValueError:
-        return None
-
-
-def _stopped(pid: int, tid: int) -> bool:
-    return _field(_task_status(pid, tid), "State")[:1] in ("T", "t")
-
-
-def _caught(pid: int, signum: int) -> bool:
-    """Whether ``pid`` still catches ``signum`` (``SigCgt`` of ``/proc/<pid>/status``): a C-level
-    handler, which faulthandler's is. False where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            mask = int(_field(f.read(), "SigCgt"), 16)
-    except (OSError, ValueError):
-        return False
-    return signum > 0 and bool(mask >> (signum - 1) & 1)
 
 
 def _rewake(item: _Pending) -> None:

@@ -7,8 +7,10 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._config.values import OnHang
+from .position import RankFacts
 from .stacks import format_stack
-from .verdict import HangRow, RankFacts, Verdict, format_stack_groups, rank_ranges
+from .verdict import HangRow, Verdict, format_stack_groups, rank_ranges
 
 # Stopped ranks the alert names one a line; past it, counted (every rank of 8,000 stuck in one
 # place made an alert of 0.6 MB). The hangs table and verdict.txt have them all.
@@ -56,7 +58,7 @@ def hang_notice(
     verdict: Verdict,
     facts: Sequence[RankFacts],
     episode: int,
-    on_hang: str = "alert",
+    on_hang: OnHang = OnHang.ALERT,
     now: datetime.datetime | None = None,
     taken: str = "",
     repeat: str = "",
@@ -80,7 +82,7 @@ def hang_notice(
     files_at = f"Every rank's stacks are in the run's files under hangs/hang-{episode}/."
     if repeat:
         action = f"{repeat}\n{files_at}"
-    elif on_hang == "restart":
+    elif on_hang.ends_attempt:
         action = "The attempt is ended so that Ray Train restarts it (on_hang='restart')."
     else:
         action = files_at

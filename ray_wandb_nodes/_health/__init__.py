@@ -2,9 +2,10 @@
 
 ``summary`` turns a writer's recent samples (wandb keeps them per run) into a
 :class:`NodeSummary` (``messages``); ``rule`` is the straggler rule, pure; ``node_judge`` and
-``gpus`` judge nodes and GPUs; ``monitor`` holds one run's nodes and says, tick by tick, which
-alerts to raise (grouped by cause and held against flapping by ``alert_groups``) and what the
-tables (``table``) hold; ``alerts`` and ``degradation`` write the words. The names below are what other packages use.
+``gpus`` judge nodes and GPUs (``gpu_node``: one node's GPUs as its summaries tell them);
+``monitor`` holds one run's nodes and says, tick by tick, which alerts to raise (grouped by cause
+and held against flapping by ``alert_groups``) and what the tables (``table``) hold; ``alerts``
+and ``degradation`` write the words. The names below are what other packages use.
 """
 
 from .alerts import ALERT_WAIT_S, Alert, gpu_finding, gpu_name

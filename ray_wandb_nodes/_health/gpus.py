@@ -2,9 +2,8 @@
 (slow, idle, memory errors, lost; each in a module of its own) and the ``gpus`` table. Plain
 data in, plain data out; the monitor feeds it each node's summaries and ranks.
 
-Every GPU is keyed by (node id, NVML index). The ranks on a GPU come from Ray's GPU ids of each
-train worker, mapped to NVML indices (``_gpu_ids``: integer ids as indices, UUIDs through the
-UUIDs the monitor reports). Only the run's GPUs are judged and enter the medians (:func:`judged`):
+Every GPU is keyed by (node id, NVML index); what a node's summaries and ranks say of its GPUs is
+its record's (``gpu_node``). Only the run's GPUs are judged and enter the medians (``judged``):
 those its ranks hold; every GPU of a node whose ranks' ids cannot be mapped (a MIG device, a UUID
 not known yet); none of a node whose ranks hold no GPU or that hosts no rank (a CPU-only job, an
 observed node), unless ``whole_nodes`` (a Tune trial's nodes where it holds no GPU: a Train run
@@ -31,14 +30,15 @@ it changes (``gpu_peers``), so a poll costs what changed, not the fleet.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from operator import attrgetter
 from typing import Any
 
-from .._gpu_ids import GpuSlots, RankGpus, as_ids, nvml_indices
+from .._gpu_ids import GpuSlots
 from .gpu import Gpu, GpuEvent
 from .gpu_ecc import ecc_step
 from .gpu_lost import lost_step
+from .gpu_node import NodeGpus, judged
 from .gpu_peers import GpuPeers
 from .gpu_slow import is_slow
 from .kinds import EventKind, GpuState
@@ -51,34 +51,13 @@ _ORDER = attrgetter("order")
 SAVES_KEPT = 8  # checkpoint save spans kept for samples that come late (blocks, pings at scale)
 
 
-@dataclass
-class _NodeGpus:
-    node_id: str
-    gpus: dict[int, Gpu] = field(default_factory=dict)
-    float_t: float | None = None
-    gpu_t: float | None = None  # the newest sample with GPU readings
-    seq: int | None = None  # the writer's sampling intervals as of its last summary
-    int_t: float | None = None
-    uuids: tuple[str, ...] = ()
-    models: tuple[str, ...] = ()
-    ray_ids: tuple[str, ...] | None = None  # Ray's GPU ids on the node (None: every GPU)
-    rank_ids: dict[int, RankGpus | None] = field(default_factory=dict)  # rank -> Ray's GPU ids or slots
-    unmapped: tuple[int, ...] = ()  # ranks whose GPUs are not known
-    first_report: float | None = None  # when its ranks (as they are now) first reported
-    # What places its sample times on this clock: its latest summary's arrival here, less that
-    # summary's newest sample's age when it arrived (a duration on the node's clock) and time.
-    to_here: float = 0.0
-    order: int = 0  # when first seen, among the run's nodes: its GPUs' verdicts come in this order
-    version: int = 0  # counts the changes to its GPUs (what the node rule reads of them)
-
-
 class GpuHealth:
     def __init__(
         self, threshold: float, window_s: float, min_samples: int = MIN_SAMPLES, whole_nodes: bool = False
     ) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self.whole_nodes = whole_nodes  # a node without rank GPU ids is judged by all its GPUs
-        self._nodes: dict[str, _NodeGpus] = {}
+        self._nodes: dict[str, NodeGpus] = {}
         self._live: set[str] = set()  # the nodes judged, as the last ``judge`` said
         self._dirty: set[str] = set()  # nodes whose GPUs changed since the last ``judge``: what it looks at
         self._peers = GpuPeers()  # what the idle and slow rules compare each GPU with
@@ -88,13 +67,12 @@ class GpuHealth:
 
     # feeding ------------------------------------------------------------------------------------
     def ranks(self, node_id: str, rank_ids: Mapping[int, Iterable[str] | GpuSlots | None]) -> None:
-        """The train ranks on a node now, each with its GPU ids as Ray names them or slots (None: not known)."""
+        """The train ranks on a node now, each with its GPU ids as Ray names them, or its slots
+        (a Tune trial's; None: not known)."""
         node = self._node(node_id)
-        new = {r: ids if ids is None or isinstance(ids, GpuSlots) else tuple(ids) for r, ids in rank_ids.items()}
-        if new != node.rank_ids:  # other ranks (a restart): set-up again until they report
-            node.rank_ids, node.first_report = new, None
+        node.set_ranks(rank_ids)
         self.awaits_report |= bool(node.rank_ids) and node.first_report is None
-        self._map(node)
+        self._dirty.add(node_id)
 
     def reported(self, at: float, checkpoint: bool = False) -> None:
         """Every rank reported at ``at`` (Ray's report waits for all), ``checkpoint``: with one,
@@ -110,54 +88,14 @@ class GpuHealth:
         """A node's new summary: its GPUs' fresh values become batches to judge. ``arrived``: when,
         on the clock the reports are timed on (with the summary's ``age_s``, it places the
         node's samples on that clock; without, they are taken as on it: this host's own writer)."""
-        node = self._node(node_id)
-        node.version += 1
-        if arrived is not None and summary.age_s is not None:
-            node.to_here = arrived - (summary.t + summary.age_s)
+        self._node(node_id).take(summary, arrived, self.window_s)
         self._dirty.add(node_id)
-        info = summary.gpu_info
-        if info is not None and info.uuids and (info.uuids, info.ray_ids) != (node.uuids, node.ray_ids):
-            node.uuids, node.models, node.ray_ids = info.uuids, info.models, info.ray_ids
-            self._map(node)
-        gpus, t = summary.gpus, summary.t
-        # wandb sends the GPU readings as records of their own: samples read between the system
-        # record and the GPU record of an interval hold no GPU at all, which says nothing. A GPU
-        # is missing when its node's other GPUs report without it, or when none has for longer
-        # than the window while the node samples on.
-        silent = not gpus and (node.gpu_t is None or t - node.gpu_t <= self.window_s)
-        if t != node.float_t and (gpus or node.gpus) and not silent:
-            node.float_t = t
-            if gpus:
-                node.gpu_t = t
-            # ``seq`` counts the writer's sampling intervals: those between two summaries count too
-            seq = summary.seq
-            count = seq - node.seq if seq is not None and node.seq is not None and seq > node.seq else None
-            node.seq = seq if seq is not None else node.seq
-            batch = (float(summary.t0), float(t), count or int(summary.n or 1))
-            for index, values in gpus.items():
-                gpu = node.gpus.get(index) or self._gpu(node_id, node, index)
-                gpu.util, gpu.mem, gpu.temp = values.util, values.mem, values.temp
-                gpu.power, gpu.limit = values.power, values.limit if values.limit is not None else gpu.limit
-                # present while any of its series reports: a MIG GPU has no utilisation, and a
-                # GPU whose utilisation read failed once is never asked for it again (see gpu_lost)
-                gpu.floats = (*batch, values.count(None) < len(values))
-            for index in node.gpus.keys() - gpus.keys():  # seen before, missing now
-                node.gpus[index].floats = (*batch, False)
-        for ints in summary.gpu_ints:  # oldest first; each judged in turn
-            if node.int_t is None or ints.t > node.int_t:
-                node.int_t = ints.t
-                span = (float(ints.t0), float(ints.t), int(ints.n or 1))
-                for index, read in ints.by.items():
-                    gpu = self._gpu(node_id, node, int(index))
-                    gpu.ints.append((*span, read))
 
     def forget(self, node_id: str) -> None:
         """A node lost or left: its GPUs are no longer judged (its rows stay, as they were)."""
         node = self._nodes.get(node_id)
         if node is not None:
-            node.version += 1
-            for gpu in node.gpus.values():
-                gpu.floats, gpu.ints = None, []
+            node.forget()
 
     # judging ------------------------------------------------------------------------------------
     def judge(self, live: set[str]) -> list[GpuEvent]:
@@ -286,20 +224,13 @@ class GpuHealth:
         return node is not None and bool(node.gpus)
 
     # inside -----------------------------------------------------------------------------------------
-    def _node(self, node_id: str) -> _NodeGpus:
+    def _node(self, node_id: str) -> NodeGpus:
         node = self._nodes.get(node_id)
         if node is None:
-            node = self._nodes[node_id] = _NodeGpus(node_id, order=len(self._nodes))
+            node = self._nodes[node_id] = NodeGpus(node_id, order=len(self._nodes))
         return node
 
-    def _gpu(self, node_id: str, node: _NodeGpus, index: int) -> Gpu:
-        gpu = node.gpus.get(index)
-        if gpu is None:
-            gpu = node.gpus[index] = Gpu(node_id, index)
-            self._map(node)
-        return gpu
-
-    def _changed(self, live: set[str]) -> list[tuple[_NodeGpus, list[Gpu]]]:
+    def _changed(self, live: set[str]) -> list[tuple[NodeGpus, list[Gpu]]]:
         """The nodes changed since the last call (their summaries, ranks or GPUs, or joined or
         left ``live``), in the run's order, each with its judged GPUs (none unless live)."""
         if live != self._live:
@@ -308,35 +239,6 @@ class GpuHealth:
         nodes = sorted((self._nodes[n] for n in self._dirty), key=_ORDER)
         self._dirty = set()
         return [(n, judged(n, self.whole_nodes) if n.node_id in self._live else []) for n in nodes]
-
-    def _map(self, node: _NodeGpus) -> None:
-        """Each GPU's model and ranks, from the monitor's GPU list and Ray's GPU ids."""
-        by_index: dict[int, list[int]] = {}
-        unmapped = []
-        for rank, given in sorted(node.rank_ids.items()):
-            ids = as_ids(given, node.ray_ids, listed=bool(node.uuids))  # slots: named once the inventory came
-            indices = None if ids is None else nvml_indices(ids, node.uuids) if ids else ()  # (): no GPU
-            if indices is None:
-                unmapped.append(rank)
-            for i in indices or ():
-                by_index.setdefault(i, []).append(rank)
-        node.unmapped = tuple(unmapped)
-        node.version += 1
-        self._dirty.add(node.node_id)
-        for i, gpu in node.gpus.items():
-            gpu.ranks = tuple(by_index.get(i, ()))
-            if i < len(node.models):
-                gpu.model = node.models[i]
-
-
-def judged(node: _NodeGpus, whole_nodes: bool = False) -> list[Gpu]:
-    """The GPUs of ``node`` that the run's rules judge and its medians take: those its ranks
-    hold; all of them when a rank's ids cannot be mapped (which GPU it uses is not known), or, with
-    ``whole_nodes``, when no rank of it is known; none when its ranks hold no GPU or it hosts
-    no rank (another job's GPUs, on a shared node or one only observed)."""
-    if node.unmapped or (whole_nodes and not node.rank_ids):
-        return list(node.gpus.values())
-    return [g for g in node.gpus.values() if g.ranks]
 
 
 def _as_now(gpu: Gpu) -> Gpu:

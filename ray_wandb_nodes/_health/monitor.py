@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .._config.values import StragglerMode
 from .._gpu_ids import RankGpus
 from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
@@ -37,7 +38,7 @@ __all__ = ["COLUMNS", "GPU_COLUMNS", "Alert", "HealthMonitor", "HealthOptions", 
 @dataclass(frozen=True)
 class HealthOptions:
     metric: str | None = None
-    mode: str = "max"
+    mode: StragglerMode = StragglerMode.MAX
     threshold: float = 0.7
     window_s: float = 120.0
     alerts: bool = True

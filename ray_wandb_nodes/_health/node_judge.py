@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from .._config.values import StragglerMode
 from .._wandb.metrics import flatten
 from .alerts import Alert, lost_alert, node_who, straggler_alert
 from .gpus import GpuHealth
@@ -55,11 +56,11 @@ def lost_when_gone(node: TrackedNode, end: NodeEnd, now: float, *, working: bool
 class NodeJudge:
     """The straggler rules of one run, and the streak each node is on."""
 
-    def __init__(self, metric: str | None, mode: str, threshold: float, window_s: float) -> None:
+    def __init__(self, metric: str | None, mode: StragglerMode, threshold: float, window_s: float) -> None:
         self.metric, self.threshold, self.window_s = metric, threshold, window_s
         self._metric_rule = StragglerRule(mode, threshold, window_s)
-        self._gpu_rule = StragglerRule("max", threshold, window_s, floor=SYSTEM_FLOOR)
-        self._cpu_rule = StragglerRule("min", threshold, window_s, floor=SYSTEM_FLOOR)
+        self._gpu_rule = StragglerRule(StragglerMode.MAX, threshold, window_s, floor=SYSTEM_FLOOR)
+        self._cpu_rule = StragglerRule(StragglerMode.MIN, threshold, window_s, floor=SYSTEM_FLOOR)
         self.streaks: dict[str, NodeStreak] = {}
         # each node's value and what it was made of (its GPUs' version, summaries taken, kind): a
         # node whose inputs did not change is not worked out again on every tick (one flat tuple
@@ -145,7 +146,7 @@ class NodeJudge:
             return lost_alert(node.label, who, node.age(now))
         what, value = self.value(node, gpus)
         rule = self._metric_rule if self.metric is not None else self._cpu_rule if what == "cpu" else self._gpu_rule
-        bound = f"{self.threshold:g} x" if rule.mode == "max" else f"1/{self.threshold:g} x"
+        bound = f"{self.threshold:g} x" if rule.mode.higher_is_better else f"1/{self.threshold:g} x"
         return straggler_alert(
             node.label,
             who,

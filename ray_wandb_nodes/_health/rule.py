@@ -1,10 +1,10 @@
 """The straggler rule (pure): which node stays worse than the others, and when it recovers.
 
 Each node's value is compared with the median of the *other* nodes' values (so with two nodes
-each compares to the other). ``mode="max"`` (higher is better, as throughput or GPU
-utilisation): a value is worse when below ``threshold`` x that median; ``mode="min"`` (lower is
-better, as step time): worse when above the median / ``threshold``. A difference under ``floor``
-never counts (idle nodes differ by noise). A node becomes a straggler once its values have been
+each compares to the other). ``MAX`` (higher is better, as throughput or GPU utilisation): a
+value is worse when below ``threshold`` x that median; ``MIN`` (lower is better, as step time):
+worse when above the median / ``threshold``. A difference under ``floor`` never counts (idle
+nodes differ by noise). A node becomes a straggler once its values have been
 worse for ``window_s`` and at least ``min_samples`` samples in a row; it recovers once they have
 been no worse for as long. The rule only sees numbers: which value a node has is the monitor's.
 """
@@ -15,12 +15,13 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._config.values import StragglerMode
 from .kinds import EventKind
 
 
 @dataclass(frozen=True)
 class StragglerRule:
-    mode: str = "max"
+    mode: StragglerMode = StragglerMode.MAX
     threshold: float = 0.7
     window_s: float = 120.0
     min_samples: int = 3
@@ -30,7 +31,7 @@ class StragglerRule:
         """Whether ``value`` is worse than the others' ``median`` by the rule."""
         if abs(value - median) <= self.floor:
             return False
-        if self.mode == "max":
+        if self.mode.higher_is_better:
             return value < self.threshold * median
         return value > median / self.threshold
 

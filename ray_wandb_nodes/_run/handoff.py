@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass
 
 from .. import _ray
+from .._config.values import HangTimeout, OnHang
 from .._fleet import HangSetting
-from .._hang import HangTimeout
 
 NAMESPACE = "ray_wandb_nodes"
 
@@ -106,7 +106,7 @@ class TrialHang:
 
     def to_json(self) -> bytes:
         s = self.setting
-        data = {"seconds": s.timeout.seconds, "auto": s.timeout.auto, "on_hang": s.on_hang}
+        data = {"seconds": s.timeout.seconds, "auto": s.timeout.auto, "on_hang": s.on_hang.value}
         return json.dumps({**data, "pg_timeout_s": s.pg_timeout_s}).encode()
 
     @classmethod
@@ -114,7 +114,7 @@ class TrialHang:
         data = json.loads(raw)
         seconds, pg = data.get("seconds"), data.get("pg_timeout_s")
         timeout = HangTimeout(seconds=None if seconds is None else float(seconds), auto=bool(data.get("auto")))
-        on_hang = str(data.get("on_hang", "alert"))
+        on_hang = OnHang(data.get("on_hang", OnHang.ALERT.value))  # as the Train run's options checked it
         return cls(HangSetting(timeout, on_hang, None if pg is None else float(pg)))
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from .._config.values import RankMetrics
 from .._console import ConsoleLine, RunConsole
 from .._hang import HangNotice
 from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
@@ -56,7 +57,7 @@ class PrimaryWriter:
     ) -> None:
         """``prepare`` runs on the writer thread before ``wandb.init`` and may adjust the spec."""
         self.spec = spec
-        self._rows = rows or report_rows("rank0", ())
+        self._rows = rows or report_rows(RankMetrics.RANK0, ())
         self._prepare = prepare
         self._on_ready: Callable[[], None] | None = None
         self._warner = warner

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from .._health import Alert
-from .._wandb.writers import WriterSpec
+from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
 
@@ -57,7 +57,7 @@ def index_primary(index: OfflineIndex, spec: WriterSpec, entity: str | None, pro
     index.update(entity=entity or None, project=project or index.data["project"])
     index.set_writer(
         {
-            "role": "primary",
+            "role": Role.PRIMARY.value,
             "label": spec.label,
             "node_id": node_id,
             "hostname": socket.gethostname(),

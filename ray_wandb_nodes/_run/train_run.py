@@ -1,18 +1,20 @@
 """The W&B side of one Train run, on the Train controller: its sessions, one path for every strategy.
 
-Strategies shared and main open one session (a primary on the controller) when the controller
-starts; node and all open one standalone session per node or rank once the workers are placed.
-Every report, checkpoint and the end go to the sessions the same way; one node fleet serves them.
+A strategy with a primary (shared, main) opens one session on the controller when the controller
+starts; the others (node, all) open one standalone session per node or rank once the workers are
+placed. What else a strategy implies (node writers, hang watching) the run asks the strategy
+(``_config.values.Strategy``). Every report, checkpoint and the end go to the sessions the same
+way; one node fleet serves them.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any
 
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._console import ConsoleMode
+from .._config.values import ConsoleMode, Mode, NodeSelection
 from .._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
 from .._health import HealthMonitor, HealthOptions
 from .._ray import Placement, TrainStart
@@ -43,7 +45,7 @@ def train_config(options: Options, start: TrainStart) -> dict[str, Any]:
         "run_name": start.run_name,
         "num_workers": start.num_workers,
         "use_gpu": start.use_gpu,
-        "strategy": options.strategy,
+        "strategy": options.strategy.value,
     }
     return config
 
@@ -74,8 +76,7 @@ def abort_uploads_warning(bound: float, dropped: list[str], last: str | None) ->
 def console_mode(options: Options) -> ConsoleMode:
     """What the run's Logs tab holds of the ranks' console: ``rank_console`` in the shared strategy
     (whose node writers read each node's ranks), else nothing."""
-    mode = options.rank_console if options.strategy == "shared" else "off"
-    return cast("ConsoleMode", mode)
+    return options.rank_console if options.strategy.node_writers else ConsoleMode.OFF
 
 
 def health_options(options: Options) -> HealthOptions:
@@ -105,12 +106,11 @@ class TrainRun:
         self._env, self._warner, self._driver_cwd = env, warner, driver_cwd
         self.run_name = start.run_name
         self.base_id = train_run_id(start.storage_path, self.run_name)
-        self.mode = o.mode or "online"
         self.node_id = node_id
         # Offline: where node writers put their runs for the controller when not through Ray:
         # the run's storage as the controller already resolved it (no second lookup here).
         self._storage: StorageSpot | None = None
-        if self.mode == "offline":
+        if o.mode is Mode.OFFLINE:
             self._storage, why_not = storage_spot(
                 o.offline_transfer, start.experiment_fs_path, start.storage_filesystem
             )
@@ -118,8 +118,8 @@ class TrainRun:
                 warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         self.config = config_for_wandb(train_config(o, start), warner.warn)
         self._pg_timeout_s = start.pg_timeout_s
-        # Hangs are watched in the shared strategy, whose node loggers read the ranks' beacons.
-        self.hang_run = self.base_id if o.hang_timeout_s.enabled and o.strategy == "shared" else None
+        # Hangs are watched where the strategy has node loggers to read the ranks' beacons.
+        self.hang_run = self.base_id if o.hang_timeout_s.enabled and o.strategy.watches_hangs else None
         self._score_key = start.score_attribute
         self._score_max = start.score_order != "min"
         self._best: float | None = None
@@ -133,11 +133,11 @@ class TrainRun:
         self.sessions: dict[str, RunSession] = {}
         self._ranks: dict[str, int | None] = {}  # run id -> the rank it logs; None: as rank_metrics says
         self._ray_hangs: RayHangRelay | None = None
-        if o.strategy in ("shared", "main"):
+        if o.strategy.primary:
             primary = self._open_primary(hostname)
             storage = (start.experiment_fs_path, start.storage_filesystem)
             self._ray_hangs = relay_ray_hangs(primary, primary.spec.label, storage, warner)
-        if o.strategy == "shared":  # loggers ready before the workers are placed (see await_writers)
+        if o.strategy.node_writers:  # loggers ready before the workers are placed (see await_writers)
             workers = start.num_workers if isinstance(start.num_workers, int) else start.max_workers
             self.fleet.prestart(
                 use_gpu=bool(start.use_gpu), exclude=node_id, workers=workers, per_worker=start.resources_per_worker
@@ -160,26 +160,27 @@ class TrainRun:
 
     def _open_primary(self, hostname: str) -> PrimaryWriter:
         o = self.options
+        node_writers = o.strategy.node_writers
         spec = primary_spec(
             o,
             self._env,
-            mode=self.mode,
+            mode=o.mode,
             run_id=self.base_id,
             label=LABELS.label(hostname, self.node_id),
             display_name=self.run_name,
             group=None,
             config=self.config,
             default_dir=self._driver_cwd,
-            shared=o.strategy == "shared",
+            shared=node_writers,
         )
         primary = PrimaryWriter(spec, warner=self._warner, rows=report_rows(o.rank_metrics, o.excludes))
         target = SharedTarget(
             primary=primary,
-            selection=o.nodes if o.strategy == "shared" else "workers",
+            selection=o.nodes if node_writers else NodeSelection.WORKERS,
             covered_node=self.node_id,  # the primary samples its own node
             storage=self._offline_storage(self.base_id),
             health=HealthMonitor(health_options(o)),
-            max_writers=o.max_node_writers if o.strategy == "shared" else None,
+            max_writers=o.max_node_writers if node_writers else None,
             hangs=HangWatch(o.hang_timeout_s, o.on_hang, self._pg_timeout_s) if self.hang_run else None,
             console=console_mode(o),
         )
@@ -193,7 +194,7 @@ class TrainRun:
         spec = run_spec(
             o,
             self._env,
-            mode=self.mode,
+            mode=o.mode,
             run_id=planned.run_id,
             name=planned.name,
             group=o.group or self.run_name,
@@ -212,14 +213,14 @@ class TrainRun:
         if self.hang_run:  # an attempt starts, from the last checkpoint
             self._reports = 0
             self.fleet.checkpointed(self.hang_run, 0)
-        if strategy in ("shared", "main"):
+        if strategy.runs_per is None:  # the primary's run
             session = self.sessions[self.base_id]
             ranks: dict[str, list[int]] = {}
             for p in placements:
                 ranks.setdefault(p.node_id, []).append(p.rank)
-            # main: no node writer at all (its target never learns a node; its table does).
+            # No node writers (main): its target never learns a node; its table does.
             session.set_nodes(
-                set(ranks) if strategy == "shared" else (),
+                set(ranks) if strategy.node_writers else (),
                 self.node_id,
                 ranks={n: tuple(r) for n, r in ranks.items()},
                 rank_gpus={p.rank: p.gpu_ids for p in placements},
@@ -228,7 +229,7 @@ class TrainRun:
             )
             session.update_config(placement_config(placements))
             return
-        for planned in plan_runs(strategy, placements, self.base_id):
+        for planned in plan_runs(strategy.runs_per, placements, self.base_id):
             session = self.sessions.get(planned.run_id) or self._open_standalone(planned)
             self._ranks[planned.run_id] = planned.rank  # a restart may place other ranks there
             session.set_nodes({planned.node_id})
@@ -264,7 +265,7 @@ class TrainRun:
                 # No copy on the controller's event loop: the writer thread builds its own row from
                 # Ray's dicts and never changes them, and Ray hands a report's dicts to the report
                 # callbacks after taking them off its queues, then drops them.
-                session.report(metrics[0] if self.options.rank_metrics == "rank0" else list(metrics))
+                session.report(list(metrics) if self.options.rank_metrics.every_rank else metrics[0])
                 session.report_ranks(metrics, checkpoint is not None)
             elif rank < len(metrics):
                 session.report(metrics[rank])

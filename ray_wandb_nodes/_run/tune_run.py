@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
+from .._config.values import NodeSelection
 from .._fleet import HangSetting, NodeFleet, NodeInfo, Relayed, RunProcess, RunWriter, SharedTarget
 from .._gpu_ids import GpuSlots
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
@@ -70,7 +71,7 @@ class TuneRuns:
         spec = primary_spec(
             self.options,
             self._env,
-            mode=self.options.mode or "online",
+            mode=self.options.mode,
             run_id=run_id,
             label=self.driver_node.label,
             display_name=str(trial),
@@ -95,7 +96,7 @@ class TuneRuns:
         target = SharedTarget(
             primary=primary,
             selection=self.options.nodes,
-            relay=TrialRelayed(trial.trial_id) if self.options.nodes == "workers" else None,
+            relay=TrialRelayed(trial.trial_id) if self.options.nodes is NodeSelection.WORKERS else None,
             spec_for=_node_writer_spec,
             storage=storage,
             health=TrialHealth(

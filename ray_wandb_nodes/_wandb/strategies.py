@@ -6,6 +6,10 @@
 | main     | one                               | rank 0 (or ``rank_metrics``) | the primary's node only  |
 | node     | one per node, grouped             | the lowest rank on the node | that node                |
 | all      | one per rank, grouped             | that rank                 | the rank's node (its GPUs) |
+
+What the run's code asks of a strategy (``_config.values.Strategy``): ``primary`` (shared,
+main), ``node_writers`` and ``watches_hangs`` (shared), ``runs_per`` (node: ``NODE``, all:
+``RANK``; :func:`plan_runs` plans those runs).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._config.options import RANK_METRICS
+from .._config.values import RankMetrics, RunsPer
 from .._ray import Placement
 from .metrics import RowBuilder, flatten, number, to_row
 from .naming import LABELS
@@ -27,7 +31,7 @@ _ID_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """A W&B run of the node or all strategy, hosted by the logger actor of ``node_id``."""
+    """A W&B run of the node or all strategy (``runs_per``), hosted by the logger actor of ``node_id``."""
 
     run_id: str
     name: str
@@ -46,14 +50,15 @@ def child_run_id(base_id: str, suffix: str) -> str:
     return f"{run_id[:53]}-{digest}"
 
 
-def plan_runs(strategy: str, placements: Sequence[Placement], base_id: str) -> list[PlannedRun]:
+def plan_runs(runs_per: RunsPer, placements: Sequence[Placement], base_id: str) -> list[PlannedRun]:
     """The runs of the ``node`` and ``all`` strategies for one worker-group placement.
 
-    ``node``: one run per node, named for its label, logging the lowest rank on the node.
-    ``all``: one run per rank, ``rank-<r>``, hosted on the rank's node and sampling the
-    rank's own GPUs. Ids depend on the label or rank only, so restarts write to the same runs.
+    ``NODE`` (``node``): one run per node, named for its label, logging the lowest rank on the
+    node. ``RANK`` (``all``): one run per rank, ``rank-<r>``, hosted on the rank's node and
+    sampling the rank's own GPUs. Ids depend on the label or rank only, so restarts write to the
+    same runs.
     """
-    if strategy == "node":
+    if runs_per is RunsPer.NODE:
         lowest: dict[str, Placement] = {}
         for p in sorted(placements, key=lambda p: p.rank):
             lowest.setdefault(p.node_id, p)
@@ -65,36 +70,32 @@ def plan_runs(strategy: str, placements: Sequence[Placement], base_id: str) -> l
                 PlannedRun(run_id=child_run_id(base_id, label), name=label, node_id=p.node_id, label=label, rank=p.rank)
             )
         return runs
-    if strategy == "all":
-        return [
-            PlannedRun(
-                run_id=child_run_id(base_id, f"rank-{p.rank}"),
-                name=f"rank-{p.rank}",
-                node_id=p.node_id,
-                label=f"rank-{p.rank}",
-                rank=p.rank,
-                gpu_ids=p.gpu_ids,
-            )
-            for p in sorted(placements, key=lambda p: p.rank)
-        ]
-    raise ValueError(f"strategy {strategy!r} has no per-node or per-rank runs")
+    return [
+        PlannedRun(
+            run_id=child_run_id(base_id, f"rank-{p.rank}"),
+            name=f"rank-{p.rank}",
+            node_id=p.node_id,
+            label=f"rank-{p.rank}",
+            rank=p.rank,
+            gpu_ids=p.gpu_ids,
+        )
+        for p in sorted(placements, key=lambda p: p.rank)
+    ]
 
 
-def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: str) -> dict[str, Any]:
+def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: RankMetrics) -> dict[str, Any]:
     """One history row from every rank's report.
 
-    ``rank0``: rank 0's metrics. ``all``: ``rank_<r>/key`` for every rank and key.
-    ``reduce``: for every numeric key, ``key/mean``, ``/min``, ``/max``, ``/std`` (population)
+    ``RANK0``: rank 0's metrics. ``ALL``: ``rank_<r>/key`` for every rank and key.
+    ``REDUCE``: for every numeric key, ``key/mean``, ``/min``, ``/max``, ``/std`` (population)
     and ``/argmax_rank``, ``/argmin_rank`` over the ranks that reported it, so a straggler
     shows in one chart; other keys as rank 0 reported them.
     """
-    if mode == "rank0":
+    if mode is RankMetrics.RANK0:
         return dict(metrics[0]) if metrics else {}
     flat = [flatten(m) for m in metrics]
-    if mode == "all":
+    if mode is RankMetrics.ALL:
         return {f"rank_{r}/{k}": v for r, m in enumerate(flat) for k, v in m.items()}
-    if mode != "reduce":
-        raise ValueError(f"unknown rank_metrics {mode!r}; expected one of {', '.join(RANK_METRICS)}")
     keys: list[str] = []
     for m in flat:
         keys.extend(k for k in m if k not in keys)
@@ -117,7 +118,7 @@ def combine_ranks(metrics: Sequence[Mapping[str, Any]], mode: str) -> dict[str, 
     return row
 
 
-def report_rows(rank_metrics: str, excludes: Sequence[str]) -> RowBuilder:
+def report_rows(rank_metrics: RankMetrics, excludes: Sequence[str]) -> RowBuilder:
     """The row builder of a Train run's primary: one report (rank 0's dict, or every rank's
     dicts combined as ``rank_metrics`` says) becomes one history row."""
 

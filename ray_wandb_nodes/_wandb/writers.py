@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from .._config.options import Options
 from .._config.secrets import CapturedEnv, Secret
+from .._config.values import Mode
 from ..offline.index import OfflineIndex, make_private_dir, node_local_dir, offline_folder, open_index
 
 STEP_METRIC = "training_iteration"
@@ -27,11 +29,25 @@ _SAMPLER_ONLY = {"console": "off", "x_disable_meta": True, "disable_git": True, 
 BUFFER_SAMPLES = 16
 
 
+class Role(Enum):
+    """What a writer is to its run; the value is how an offline run's ``index.json`` names it."""
+
+    PRIMARY = "primary"  # on the driver side: creates the run (shared mode) and owns its final state
+    NODE = "node"  # on another node: joins the primary's run for that node's system metrics
+    RUN = "run"  # on a node: a run of its own (the node and all strategies), created and finished by it
+    OBSERVER = "observer"  # past the run's writer cap: offline, dropped at its end; feeds the node table
+
+    @property
+    def joins_shared_run(self) -> bool:
+        """One of several writers of a run in wandb's shared mode (online), not a run of its own."""
+        return self in (Role.PRIMARY, Role.NODE)
+
+
 @dataclass(frozen=True)
 class WriterSpec:
     """Everything one writer needs to call ``wandb.init``; plain data, picklable."""
 
-    role: str  # "primary" or "node"
+    role: Role
     label: str
     init_kwargs: dict[str, Any]
     settings: dict[str, Any]
@@ -70,15 +86,16 @@ def _common_settings(options: Options, env: CapturedEnv) -> dict[str, Any]:
     return settings
 
 
-def _wandb_mode(mode: str) -> str:
-    return "shared" if mode == "online" else mode
+def _wandb_mode(mode: Mode, shared: bool) -> str:
+    """wandb's ``mode`` setting: a run that node writers join online is wandb's ``shared``."""
+    return "shared" if shared and mode is Mode.ONLINE else mode.value
 
 
 def primary_spec(
     options: Options,
     env: CapturedEnv,
     *,
-    mode: str,
+    mode: Mode,
     run_id: str,
     label: str,
     display_name: str | None,
@@ -106,16 +123,14 @@ def primary_spec(
     if not init_kwargs.get("dir"):
         init_kwargs["dir"] = env.dir or default_dir
     offline_dir = None
-    if mode == "offline":
+    if mode is Mode.OFFLINE:
         # One folder per run on the driver side; node writers' runs are brought next to it.
         offline_dir = offline_folder(init_kwargs.get("dir") or os.getcwd(), str(init_kwargs["id"]))
         init_kwargs["dir"] = os.path.join(offline_dir, "primary")
     settings = {"console": "off", **_common_settings(options, env)}
-    settings.update(
-        mode=_wandb_mode(mode) if shared else mode, x_primary=True, x_label=label, x_update_finish_state=True
-    )
+    settings.update(mode=_wandb_mode(mode, shared), x_primary=True, x_label=label, x_update_finish_state=True)
     return WriterSpec(
-        role="primary",
+        role=Role.PRIMARY,
         label=label,
         init_kwargs=_drop_none(init_kwargs),
         settings=settings,
@@ -128,7 +143,7 @@ def run_spec(
     options: Options,
     env: CapturedEnv,
     *,
-    mode: str,
+    mode: Mode,
     run_id: str,
     name: str,
     group: str | None,
@@ -155,7 +170,7 @@ def run_spec(
         shared=False,
     )
     init_kwargs = {**primary.init_kwargs, "id": run_id, "name": name}
-    return replace(primary, role="run", init_kwargs=_drop_none(init_kwargs), gpu_ids=tuple(gpu_ids))
+    return replace(primary, role=Role.RUN, init_kwargs=_drop_none(init_kwargs), gpu_ids=tuple(gpu_ids))
 
 
 def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: str | None) -> WriterSpec:
@@ -175,7 +190,7 @@ def node_spec(primary: WriterSpec, *, label: str, entity: str | None, project: s
     settings.update(x_primary=False, x_update_finish_state=False, x_label=label, **_SAMPLER_ONLY)
     return replace(
         primary,
-        role="node",
+        role=Role.NODE,
         label=label,
         init_kwargs=_drop_none(init_kwargs),
         settings=settings,
@@ -193,7 +208,7 @@ def observer_spec(primary: WriterSpec, *, key: str, label: str) -> WriterSpec:
     init_kwargs = {"id": key, "project": primary.init_kwargs.get("project")}
     return replace(
         primary,
-        role="observer",
+        role=Role.OBSERVER,
         label=label,
         init_kwargs=_drop_none(init_kwargs),
         settings=settings,

@@ -5,9 +5,18 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from .transfer import CHUNK_BYTES, receive
+
+
+class Transfer(Enum):
+    """``offline_transfer``: how each node's offline run reaches the driver side (see :func:`storage_spot`)."""
+
+    AUTO = "auto"  # the storage unless it is this machine's local file system, else Ray
+    RAY = "ray"  # through Ray, in bounded chunks
+    STORAGE = "storage"  # the run's storage, also a local path (an NFS mount is shared but looks local)
 
 
 @dataclass(frozen=True)
@@ -43,20 +52,22 @@ def _is_local(fs: Any) -> bool:
     return isinstance(fs, pyarrow.fs.LocalFileSystem)
 
 
-def storage_spot(transfer: str, experiment_path: Any, storage_filesystem: Any) -> tuple[StorageSpot | None, str | None]:
+def storage_spot(
+    transfer: Transfer, experiment_path: Any, storage_filesystem: Any
+) -> tuple[StorageSpot | None, str | None]:
     """The ``ray_wandb_nodes`` folder of an experiment's storage: (spot, None), or (None, why not).
 
     ``experiment_path`` and ``storage_filesystem`` as Ray's ``StorageContext`` has them
     (``experiment_fs_path``, a path in that filesystem), or a path or URI without a filesystem.
-    ``transfer="ray"``: never (None, None). ``"auto"``: the storage unless it is this machine's
-    local file system (a cloud URI or a custom filesystem is what every node reaches; a local
-    path may be each node's own disk), else Ray. ``"storage"``: the storage, also a local path
-    (an NFS mount is shared but looks local).
+    ``RAY``: never (None, None). ``AUTO``: the storage unless it is this machine's local file
+    system (a cloud URI or a custom filesystem is what every node reaches; a local path may be
+    each node's own disk), else Ray. ``STORAGE``: the storage, also a local path (an NFS mount is
+    shared but looks local), and a reason when there is none.
     """
-    if transfer == "ray":
+    if transfer is Transfer.RAY:
         return None, None
     if experiment_path is None:
-        return None, "the run has no storage path" if transfer == "storage" else None
+        return None, "the run has no storage path" if transfer is Transfer.STORAGE else None
     try:
         import pyarrow.fs
 
@@ -66,7 +77,7 @@ def storage_spot(transfer: str, experiment_path: Any, storage_filesystem: Any) -
             fs, path = pyarrow.fs.FileSystem.from_uri(str(experiment_path))
     except Exception as e:  # noqa: BLE001 - e.g. an unknown scheme, a relative path
         return None, f"the storage path {str(experiment_path)!r} could not be opened ({type(e).__name__}: {e})"
-    if transfer == "auto" and _is_local(fs):
+    if transfer is Transfer.AUTO and _is_local(fs):
         return None, None
     base = path.rstrip("/")
     return StorageSpot(fs, f"{base}/ray_wandb_nodes" if base or path.startswith("/") else "ray_wandb_nodes"), None

@@ -51,7 +51,7 @@ def format_text(reports: list[RunReport]) -> str:
                 else f"{(n.net_sent_bps or 0) / 1e6:.2f}/{(n.net_recv_bps or 0) / 1e6:.2f}"
             )
             lines.append(
-                f"  {n.label[:28]:<28} {n.role:<7} {n.samples:>7} {_span(n.span_s):>6} "
+                f"  {n.label[:28]:<28} {n.role.value:<7} {n.samples:>7} {_span(n.span_s):>6} "
                 f"{_num(n.cpu_mean) + '/' + _num(n.cpu_max):>13} {_num(n.mem_mean) + '/' + _num(n.mem_max):>13} "
                 f"{net:>14}"
             )
@@ -101,7 +101,13 @@ def to_json(reports: list[RunReport]) -> dict[str, Any]:
         d = asdict(r)
         d.pop("series")
         for node, n in zip(d["nodes"], r.nodes, strict=True):
-            node.update(span_s=n.span_s, gpu_util_mean=n.gpu_util_mean, gpu_mem_mean=n.gpu_mem_mean, net_bps=n.net_bps)
+            node.update(
+                role=n.role.value,
+                span_s=n.span_s,
+                gpu_util_mean=n.gpu_util_mean,
+                gpu_mem_mean=n.gpu_mem_mean,
+                net_bps=n.net_bps,
+            )
         d["errors"] = r.errors
         runs.append(d)
     return {"runs": runs}

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._wandb.txlog import RunLog, read_run
+from .._wandb.writers import Role
 from .gpu_flags import gpu_flags
-from .walk import absent_writers, find_run_folders, identify, wandb_files
+from .walk import absent_writers, find_run_folders, identify, role_named, wandb_files
 
 _GPU_UTIL = re.compile(r"^gpu\.(\d+)\.gpu$")
 _GPU_MEM = re.compile(r"^gpu\.(\d+)\.memoryAllocated$")
@@ -42,7 +43,7 @@ class GpuSummary:
 @dataclass
 class NodeSummary:
     label: str
-    role: str  # primary, node, run
+    role: Role  # PRIMARY, NODE or RUN
     files: list[str] = field(default_factory=list)
     node_id: str | None = None
     workers: bool | None = None  # hosts train workers (from the index), None when unknown
@@ -134,7 +135,7 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
     for log in sorted(logs, key=lambda g: (g.start_time or 0.0, g.path)):
         who = identify(log, folder, index)
         writer, role = who.entry, who.role
-        if role == "primary" or (role == "run" and log.history):
+        if role is Role.PRIMARY or (role is Role.RUN and log.history):
             report.history_rows += sum(not _is_health_row(row) for row in log.history)
             report.history_keys = sorted({*report.history_keys, *log.keys})
             report.project = report.project or log.project
@@ -144,8 +145,8 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
                 report.exit_code = log.exit_code
         for label in who.labels:
             node = nodes.setdefault(label or "(unlabelled)", NodeSummary(label=label or "(unlabelled)", role=role))
-            if role == "primary":
-                node.role = "primary"
+            if role is Role.PRIMARY:
+                node.role = Role.PRIMARY
             node.files.append(os.path.relpath(log.path, folder))
             if writer:
                 node.node_id = writer.get("node_id") or node.node_id
@@ -157,7 +158,9 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
                 )
     for w in absent_writers(index, set(nodes)):
         label = w.get("label") or "?"
-        node = NodeSummary(label=label, role=w.get("role") or "node", node_id=w.get("node_id"), state=w.get("state"))
+        node = NodeSummary(
+            label=label, role=role_named(w.get("role"), Role.NODE), node_id=w.get("node_id"), state=w.get("state")
+        )
         where = f" ({w['source']})" if w.get("source") else ""
         node.errors.append(f"no data here: {w.get('state')}{where}: {w.get('error') or 'unknown'}")
         nodes[label] = node
@@ -167,7 +170,7 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
         _fill(node, samples)
         if worker_nodes and node.node_id:
             node.workers = node.node_id in worker_nodes
-    report.nodes = sorted(nodes.values(), key=lambda n: (n.role != "primary", n.label))
+    report.nodes = sorted(nodes.values(), key=lambda n: (n.role is not Role.PRIMARY, n.label))
     flag(report)
     by_gpu = gpu_flags(report.series, idx.get("health"))  # and each GPU, by the rules the live run applies
     for node in report.nodes:

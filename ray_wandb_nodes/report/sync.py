@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wandb.txlog import read_run
+from .._wandb.writers import Role
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
 
@@ -26,7 +27,7 @@ from .walk import absent_writers, find_run_folders, identify, wandb_files
 class SyncStep:
     run_id: str
     label: str
-    role: str  # primary, node, run
+    role: Role  # PRIMARY, NODE or RUN
     file: str  # the run-<id>.wandb transaction log
     project: str | None
     entity: str | None
@@ -45,7 +46,7 @@ class SyncStep:
 
     @property
     def shared(self) -> bool:
-        return self.role in ("primary", "node")
+        return self.role.joins_shared_run
 
     def command(self, entity: str | None, project: str | None) -> list[str]:
         cmd = [sys.executable, "-m", "wandb", "beta", "sync", "--id", self.run_id]
@@ -58,7 +59,7 @@ class SyncStep:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.shared:
-            primary = "true" if self.role == "primary" else "false"
+            primary = "true" if self.role is Role.PRIMARY else "false"
             env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
             # The console lines' label is the syncing process's setting, not in the records: the writer's.
             env["WANDB_X_LABEL"] = self.label
@@ -88,7 +89,7 @@ def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:
                 error=str(log.error) if log.error else None,
             )
             found.append((log.start_time or 0.0, step))
-        found.sort(key=lambda x: (x[1].run_id, x[1].role != "primary", x[1].label, x[0]))
+        found.sort(key=lambda x: (x[1].run_id, x[1].role is not Role.PRIMARY, x[1].label, x[0]))
         steps.extend(step for _, step in found)
         absent.extend(absent_writers(index, {step.label for _, step in found}))
     return steps, absent
@@ -117,7 +118,7 @@ def sync(
     failed_runs: set[str] = set()
     failures = 0
     for step in steps:
-        what = f"{step.run_id}  {step.role:<7} {step.label}  {step.path}"
+        what = f"{step.run_id}  {step.role.value:<7} {step.label}  {step.path}"
         if step.synced:
             out(f"skip  {what}  (already synced)")
             continue
@@ -128,7 +129,7 @@ def sync(
         if step.error:
             out(f"note  {step.label}: {step.error}; wandb sync uploads what precedes the damage")
         if dry_run:
-            mode = f"shared, x_primary={step.role == 'primary'}" if step.shared else "a run of its own"
+            mode = f"shared, x_primary={step.role is Role.PRIMARY}" if step.shared else "a run of its own"
             out(f"would sync  {what}  ({mode})")
             continue
         out(f"sync  {what}")
@@ -137,6 +138,6 @@ def sync(
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             out(f"FAILED  {step.label}: wandb sync exited {proc.returncode}: " + " | ".join(tail))
             failures += 1
-            if step.role == "primary":
+            if step.role is Role.PRIMARY:
                 failed_runs.add(step.run_id)
     return 1 if failures else 0

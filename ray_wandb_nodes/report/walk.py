@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wandb.txlog import RunLog
+from .._wandb.writers import Role
 from ..offline.index import INDEX, read_index
 
 
@@ -55,7 +56,7 @@ class Writer:
     """Who wrote one transaction log: its run, role and labels, and its index entry if any."""
 
     run_id: str
-    role: str  # primary, node, run
+    role: Role  # PRIMARY, NODE or RUN
     labels: list[str]  # as in the file's keys ("" for unlabelled keys)
     entry: dict[str, Any] | None
 
@@ -65,9 +66,14 @@ def identify(log: RunLog, folder: str, index: dict[str, Any] | None) -> Writer:
     else from the file itself (a file with history or config is a primary's)."""
     entry = writer_for(log.path, folder, index)
     run_id = log.run_id or (index or {}).get("run_id") or "unknown"
-    role = (entry or {}).get("role") or ("primary" if log.history or log.config else "node")
+    role = role_named((entry or {}).get("role"), Role.PRIMARY if log.history or log.config else Role.NODE)
     labels = log.labels or [(entry or {}).get("label") or os.path.basename(os.path.dirname(log.path))]
     return Writer(run_id=str(run_id), role=role, labels=labels, entry=entry)
+
+
+def role_named(text: Any, otherwise: Role) -> Role:
+    """The role an index entry names (its ``role``: the value of a :class:`Role`), else ``otherwise``."""
+    return next((role for role in Role if role.value == text), otherwise)
 
 
 def absent_writers(index: dict[str, Any] | None, present: set[str]) -> list[dict[str, Any]]:

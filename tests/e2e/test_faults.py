@@ -378,6 +378,7 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
 
     from ray_wandb_nodes._config.options import build_options
     from ray_wandb_nodes._config.secrets import capture_env
+    from ray_wandb_nodes._config.values import Mode
     from ray_wandb_nodes._fleet.node_logger import logger_class
     from ray_wandb_nodes._hang import RankProcess, attempt_key
     from ray_wandb_nodes._wandb.writers import run_spec
@@ -387,7 +388,14 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
     name = unique("busy-logger")
     options = build_options(strategy="node", project="faults", wandb_init_kwargs={"settings": FAST})
     spec = run_spec(
-        options, capture_env(os.environ), mode="online", run_id=name, name=name, group=None, label="node-a", config={}
+        options,
+        capture_env(os.environ),
+        mode=Mode.ONLINE,
+        run_id=name,
+        name=name,
+        group=None,
+        label="node-a",
+        config={},
     )
     actor = logger_class().options(num_cpus=0).remote()
     try:

@@ -18,7 +18,8 @@ import pytest
 from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of
 from ray_wandb_nodes._hang.dumps import request_dumps
 from ray_wandb_nodes._hang.evidence import RankEvidence
-from ray_wandb_nodes._hang.verdict import Kind, RankFacts, judge, position
+from ray_wandb_nodes._hang.position import Kind, RankFacts, position
+from ray_wandb_nodes._hang.verdict import judge
 from tests.support.hang_world import rank_processes
 from tests.support.hang_world import settled as settle_ranks
 from tests.support.source import line_of

@@ -305,7 +305,12 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         # GPUs a run's ranks hold, so the run raised no alert for the lost one; the report, which
         # has no ranks and judges every GPU, flags it with the same rule's words.
         lost_label = labels[gpu_nodes[0].node_id]
-        assert not index.get("alerts"), index.get("alerts")
+        # No alert is about a GPU. The CPU rule's may come: the workers hold no GPU, so their nodes
+        # are compared by the CPU of their Ray processes, which on one loaded machine (every
+        # simulated node shares its cores) differ by more than the rule's floor over the 1 s window
+        # this run sets (the default window is 120 s).
+        about_gpus = [a for a in index.get("alerts") or [] if a["gpus"] or "CPU (%)" not in a["text"]]
+        assert not about_gpus, about_gpus
         assert f"ERROR GPU lost: {lost_label} GPU 1" not in text
         assert f"{lost_label}: GPU 1 stopped reporting while its node samples on" in text
         from PIL import Image

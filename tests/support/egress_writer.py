@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import Secret, capture_env
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._egress import RelayRoute, ray_proxy_variables, writer_settings
 from ray_wandb_nodes._wandb.runs import init_writer
 from ray_wandb_nodes._wandb.writers import node_spec, primary_spec
@@ -52,7 +53,7 @@ def main() -> None:
     options = build_options(sampling_interval_s=interval, wandb_init_kwargs={"settings": settings})
     env = capture_env(os.environ)
     spec = primary_spec(
-        options, env, mode="online", run_id=run_id, label=label, display_name=None, group=None, config={},
+        options, env, mode=Mode.ONLINE, run_id=run_id, label=label, display_name=None, group=None, config={},
         default_dir=os.environ.get("WANDB_DIR"),
     )  # fmt: skip
     route = None

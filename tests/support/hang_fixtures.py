@@ -16,7 +16,7 @@ from typing import Any
 
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.dumps import evidence_from_dumps
-from ray_wandb_nodes._hang.verdict import RankFacts
+from ray_wandb_nodes._hang.position import RankFacts
 from tests.support.child import python_child
 
 CAPTURES = Path(__file__).resolve().parent / "hang_evidence"

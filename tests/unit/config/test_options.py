@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import pickle
@@ -27,10 +28,18 @@ from ray_wandb_nodes._config.options import (
     options_of,
     resolve_mode,
 )
+from ray_wandb_nodes._config.values import Mode, NodeSelection, OnHang
+from ray_wandb_nodes.offline.storage import Transfer
 
 CLASSES = {TRAIN: WandbNodesCallback, TUNE: WandbNodesTuneCallback}
 
 # the table ------------------------------------------------------------------------------------------
+
+
+def as_compiled(annotation: str) -> str:
+    """An annotation as Python keeps it under ``from __future__ import annotations`` (unparsed:
+    ``Literal['a']`` where the source, formatted by ruff, has ``Literal["a"]``)."""
+    return ast.unparse(ast.parse(annotation, mode="eval"))
 
 
 def expected_params(callback: str) -> list[tuple[str, Any, Any, str]]:
@@ -39,12 +48,13 @@ def expected_params(callback: str) -> list[tuple[str, Any, Any, str]]:
     mine = [o for o in OPTIONS if callback in o.callbacks]
     first = [BY_NAME[n] for n in POSITIONAL[callback]]
     rest = [o for o in mine if o.name not in POSITIONAL[callback]]
-    out = [(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, o.default_for(callback), o.annotation) for o in first]
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    out = [(o.name, positional, o.default_for(callback), as_compiled(o.annotation)) for o in first]
     for o in rest:
         if o.name == VAR_KEYWORD:
-            out.append((o.name, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty, o.annotation))
+            out.append((o.name, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty, as_compiled(o.annotation)))
         else:
-            out.append((o.name, inspect.Parameter.KEYWORD_ONLY, o.default_for(callback), o.annotation))
+            out.append((o.name, inspect.Parameter.KEYWORD_ONLY, o.default_for(callback), as_compiled(o.annotation)))
     return out
 
 
@@ -262,12 +272,12 @@ def test_api_key_is_never_echoed_in_errors() -> None:
 
 def test_defaults() -> None:
     options = build_options()
-    assert options.mode == "online"
-    assert options.nodes == "workers"
+    assert options.mode is Mode.ONLINE
+    assert options.nodes is NodeSelection.WORKERS
     assert options.sampling_interval_s == 15.0
     assert options.log_config is True
     assert options.gpu_device_ids is None
-    assert options.offline_transfer == "auto"
+    assert options.offline_transfer is Transfer.AUTO
 
 
 @pytest.mark.parametrize(
@@ -282,7 +292,7 @@ def test_defaults() -> None:
     ],
 )
 def test_mode_comes_from_option_then_wandb_mode(option: str | None, env: str | None, expected: str) -> None:
-    assert resolve_mode(option, env) == expected
+    assert resolve_mode(option, env) is Mode(expected)
 
 
 def test_bad_wandb_mode_in_env_is_named() -> None:
@@ -292,10 +302,10 @@ def test_bad_wandb_mode_in_env_is_named() -> None:
 
 def test_wandb_mode_is_read_when_the_callback_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert WandbNodesCallback(project="p").options.mode == "offline"
+    assert WandbNodesCallback(project="p").options.mode is Mode.OFFLINE
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("WANDB_DISABLED", "true")
-    assert WandbNodesCallback(project="p").options.mode == "disabled"
+    assert WandbNodesCallback(project="p").options.mode is Mode.DISABLED
 
 
 def test_settings_object_and_extra_init_kwargs_are_kept() -> None:
@@ -346,8 +356,8 @@ def test_hang_timeout_s_rejects_what_is_no_timeout(value: object) -> None:
 
 
 def test_hang_timeout_s_takes_seconds_auto_and_none() -> None:
-    assert build_options().hang_timeout_s.auto and build_options().on_hang == "alert"
+    assert build_options().hang_timeout_s.auto and build_options().on_hang is OnHang.ALERT
     assert build_options(hang_timeout_s=" AUTO ").hang_timeout_s.auto
     assert build_options(hang_timeout_s=90).hang_timeout_s.seconds == 90.0
     assert not build_options(hang_timeout_s=None).hang_timeout_s.enabled
-    assert build_options(on_hang="restart").on_hang == "restart"
+    assert build_options(on_hang="restart").on_hang is OnHang.RESTART

@@ -17,6 +17,7 @@ import pytest
 
 from bench.fleet_scale import Quiet, make_target
 from ray_wandb_nodes import _ray
+from ray_wandb_nodes._config.values import ConsoleMode, NodeSelection
 from ray_wandb_nodes._console import ConsoleLine, RankProcess, plan_console
 from ray_wandb_nodes._fleet.commands import AddRun, AttemptEnded, Poll, Retire, SetNodes
 from ray_wandb_nodes._fleet.consoles import wanted_consoles
@@ -33,7 +34,7 @@ from tests.support.wait import wait_until
 def shared(ranks: dict[str, tuple[int, ...]], pids: dict[int, int], **kw: Any) -> Any:
     target = SharedTarget.__new__(SharedTarget)  # the fields wanted_consoles reads, no primary
     target.ranks, target.pids, target.covered_node = ranks, pids, kw.get("covered")
-    target.console, target.ready = kw.get("console", "rank0"), kw.get("ready", True)
+    target.console, target.ready = ConsoleMode(kw.get("console", "rank0")), kw.get("ready", True)
     target.primary = type("P", (), {"spec": type("S", (), {"run_id": kw.get("run_id", "r")})()})()
     return target
 
@@ -79,7 +80,8 @@ def test_each_member_is_told_its_ranks_after_its_join_and_ended_with_the_attempt
     a, b, c = sorted(sim.alive)
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
-    target.health, target.max_writers, target.selection, target.console = None, 2, "workers", "rank0"
+    target.health, target.max_writers, target.selection = None, 2, NodeSelection.WORKERS
+    target.console = ConsoleMode.RANK0
     run = target.run_id
     fleet.step(AddRun(target))
     ranks = {a: (0, 1), b: (2, 3), c: (4, 5)}
@@ -156,7 +158,7 @@ def test_the_fleets_own_node_writes_through_the_primary_and_ends_before_its_fini
     target = make_target(clock)
     primary = Primary()
     target.primary.console_lines = primary.console_lines  # type: ignore[method-assign]
-    target.health, target.selection, target.console = None, "workers", "rank0"
+    target.health, target.selection, target.console = None, NodeSelection.WORKERS, ConsoleMode.RANK0
     # Ranks 0 and 1 on the fleet's own node, one "process" each: rank 0 is this test's, rank 1 one
     # that ended already (its files stay, as Ray leaves a dead worker's).
     files = {0: os.getpid(), 1: 2**22 + 7}

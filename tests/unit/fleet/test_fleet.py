@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import NodeSelection
 from ray_wandb_nodes._fleet.collect import CollectJob, OfflineCollection
 from ray_wandb_nodes._fleet.commands import Poll, RankReport
 from ray_wandb_nodes._fleet.nodes import NodeInfo
@@ -14,7 +15,7 @@ from ray_wandb_nodes._fleet.plan import RunWants
 from ray_wandb_nodes._fleet.pool import LoggerHandle, LoggerPool
 from ray_wandb_nodes._fleet.retire import Retirement, advance_all
 from ray_wandb_nodes._fleet.targets import StandaloneTarget
-from ray_wandb_nodes._wandb.writers import WriterSpec
+from ray_wandb_nodes._wandb.writers import Role, WriterSpec
 from ray_wandb_nodes._warn import Warner
 from tests.support.fakes import logger_status, summary
 from tests.support.fleets import one_node_pool, simulated_fleet
@@ -37,7 +38,7 @@ def test_a_run_whose_end_fails_does_not_hold_the_other_runs_ends(caplog: pytest.
     handle = LoggerHandle(node=NodeInfo("a" * 56, "host", "10.0.0.1"), actor=None, pg=None)
     ended: list[str] = []
     # Its collection is over; recording what was left fails.
-    job = CollectJob(run_id="run-a", index=RefusingIndex(), role="node", sources=[handle])  # type: ignore[arg-type]
+    job = CollectJob(run_id="run-a", index=RefusingIndex(), role=Role.NODE, sources=[handle])  # type: ignore[arg-type]
     failing = retirement("run-a", job=job, collecting=True)
     fine = retirement("run-b")
     fine.then = lambda: ended.append("run-b")
@@ -50,10 +51,10 @@ def test_a_run_whose_end_fails_does_not_hold_the_other_runs_ends(caplog: pytest.
 
 
 def test_a_standalone_run_wants_its_one_node_and_is_ready_at_once() -> None:
-    spec = WriterSpec(role="run", label="rank-0", init_kwargs={"id": "base-rank-0"}, settings={})
+    spec = WriterSpec(role=Role.RUN, label="rank-0", init_kwargs={"id": "base-rank-0"}, settings={})
     target = StandaloneTarget(writer=spec, nodes={"n1"})
-    assert target.ready and target.role == "run" and target.index is None
-    assert target.wants() == RunWants("base-rank-0", "workers", frozenset({"n1"}), None)
+    assert target.ready and target.role is Role.RUN and target.index is None
+    assert target.wants() == RunWants("base-rank-0", NodeSelection.WORKERS, frozenset({"n1"}), None)
     assert target.wants(["n2"]).nodes == frozenset({"n1", "n2"})
     assert target.spec(NodeInfo("n1", "h", "")) is spec
 

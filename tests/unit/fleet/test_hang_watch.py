@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._fleet.hangs import HangWatch, aged, poll_s
 from ray_wandb_nodes._hang import (
     HangNotice,
@@ -181,7 +182,7 @@ class Watched:
 
     def __init__(self, on_hang: str = "alert") -> None:
         self.target, self.pool = setup({r: 1.0 for r in range(4)})
-        self.watch = HangWatch(HangTimeout(seconds=10), on_hang, clock=lambda: self.pool.clock)
+        self.watch = HangWatch(HangTimeout(seconds=10), OnHang(on_hang), clock=lambda: self.pool.clock)
         self.watch.end_attempt = lambda *args: self.ended.append(args[2])  # type: ignore[method-assign]
         self.notices: list[HangNotice] = []
         self.warner = Said()
@@ -386,7 +387,7 @@ def test_the_notice_names_the_stopped_ranks_their_node_gpu_and_when() -> None:
 
     facts = [RankFacts(progress(r, 65.0, steps=8), evidence_of(r), f"node-{r}", (str(r),)) for r in range(2)]
     now = datetime.datetime(2026, 12, 4, 12, 0, 0, tzinfo=datetime.timezone.utc)
-    notice = hang_notice(judge(facts), facts, 3, "restart", now=now)
+    notice = hang_notice(judge(facts), facts, 3, OnHang.RESTART, now=now)
     assert notice.folder == "hangs/hang-3" and notice.stopped == (0, 1)
     assert "rank 1 on node-1 GPU 1: last progress at step 8, report 5, since 11:58:55 UTC" in notice.text
     assert "on_hang='restart'" in notice.text
@@ -397,7 +398,7 @@ def test_the_notice_names_the_stopped_ranks_their_node_gpu_and_when() -> None:
 
 def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_again() -> None:
     target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
-    watch = HangWatch(HangTimeout(seconds=10), on_hang="alert", clock=lambda: pool.clock)
+    watch = HangWatch(HangTimeout(seconds=10), on_hang=OnHang.ALERT, clock=lambda: pool.clock)
     notices: list[HangNotice] = []
 
     def ask(actors: list[Any], run_id: str, ranks: list[list[int]]) -> list[Any]:
@@ -423,7 +424,7 @@ def test_a_restarted_attempt_ends_the_episode_without_an_alert_and_can_hang_agai
 
 
 def test_after_restart_ends_an_attempt_a_waiter_let_go_is_no_progress() -> None:
-    watch = HangWatch(HangTimeout(seconds=10), on_hang="restart")
+    watch = HangWatch(HangTimeout(seconds=10), on_hang=OnHang.RESTART)
     watch.end_attempt = lambda *args: None  # type: ignore[method-assign]  # no Ray here
     target, pool = setup({0: 20, 1: 20, 2: 20, 3: 20})
     notices: list[HangNotice] = []
@@ -504,7 +505,7 @@ def test_an_end_names_the_attempt_and_each_stopped_ranks_process_as_judged(monke
         return fresh
 
     notices: list[HangNotice] = []
-    HangWatch(HangTimeout(seconds=10), on_hang="restart").check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
+    HangWatch(HangTimeout(seconds=10), on_hang=OnHang.RESTART).check(target, pool, Warner(), notices.append, ask)  # type: ignore[arg-type]
     [notice] = notices
     assert notice.stopped and len(awaited) == 1
     assert {(node, key) for node, key, _, _ in sent} == {(n, ATTEMPT) for n in ("a", "b")}

@@ -23,7 +23,7 @@ from ray_wandb_nodes._fleet.pool import LoggerPool
 from ray_wandb_nodes._hang.beacon import read_slots
 from ray_wandb_nodes._hang.evidence import EvidencePaths
 from ray_wandb_nodes._hang.folders import attempt_key, run_dir
-from ray_wandb_nodes._wandb.writers import WriterSpec
+from ray_wandb_nodes._wandb.writers import Role, WriterSpec
 from ray_wandb_nodes._warn import Warner
 from tests.support.fakes import logger_status
 from tests.support.hang_fixtures import rank_process
@@ -47,7 +47,9 @@ class Run:
 
 
 def spec(key: str, role: str = "node") -> WriterSpec:
-    return WriterSpec(role=role, label="node-a", init_kwargs={"id": key}, settings={"x_stats_sampling_interval": 60})
+    return WriterSpec(
+        role=Role(role), label="node-a", init_kwargs={"id": key}, settings={"x_stats_sampling_interval": 60}
+    )
 
 
 @pytest.fixture

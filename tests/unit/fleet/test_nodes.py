@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import NodeSelection
 from ray_wandb_nodes._fleet.nodes import NodeInfo, alive_nodes, select_nodes
 
 RECORDS: list[dict[str, Any]] = [
@@ -35,4 +36,4 @@ def test_alive_nodes_drops_dead_ones_and_keeps_nodes_sharing_an_ip() -> None:
     ],
 )
 def test_select_nodes(selection: str, workers: list[str], primary: str, expected: list[str]) -> None:
-    assert list(select_nodes(selection, workers, alive_nodes(RECORDS), primary)) == expected
+    assert list(select_nodes(NodeSelection(selection), workers, alive_nodes(RECORDS), primary)) == expected

@@ -19,6 +19,7 @@ from ray_wandb_nodes._fleet.collect import CollectJob, OfflineCollection
 from ray_wandb_nodes._fleet.node_offline import OfflineRuns, PackedRun
 from ray_wandb_nodes._fleet.nodes import NodeInfo
 from ray_wandb_nodes._fleet.pool import LoggerHandle
+from ray_wandb_nodes._wandb.writers import Role
 from ray_wandb_nodes._warn import Warner
 from ray_wandb_nodes.offline.index import node_local_dir, open_index
 
@@ -75,7 +76,7 @@ def collected(tmp_path: Path, run_id: str) -> dict[str, Any]:
     """Collect ``run_id`` from the node through Ray's route; its entry in the run's index."""
     index = open_index(str(tmp_path / "driver" / run_id), run_id=run_id, project="p", name=None, group=None)
     handle = LoggerHandle(node=NODE, actor=Remote(NodeRuns()), pg=None)
-    job = CollectJob(run_id=run_id, index=index, role="node", deadline=time.monotonic() + 30)
+    job = CollectJob(run_id=run_id, index=index, role=Role.NODE, deadline=time.monotonic() + 30)
     OfflineCollection(Warner()).collect(job, handle)
     (entry,) = index.data["writers"]
     return dict(entry)

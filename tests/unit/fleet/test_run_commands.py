@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.fleet_scale import Clock, Quiet, SimCluster, make_target
+from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._fleet import HangSetting, HangWatch, Relayed, RunProcess, SharedTarget
 from ray_wandb_nodes._fleet.commands import (
     AddRun,
@@ -100,8 +101,8 @@ def test_a_command_for_a_target_no_longer_the_runs_changes_nothing(case: str) ->
 def test_the_fleet_thread_applies_what_a_run_learns_from_elsewhere() -> None:
     told: list[Relayed] = [
         Relayed({"n1": (0,)}),  # the Train run inside the trial placed its ranks; no hang setting yet
-        Relayed({"n1": (0,), "n2": (1,)}, "t.a1", HangSetting(HangTimeout(seconds=4.0), "restart", 600.0)),
-        Relayed({"n2": (1,)}, "t.a2", HangSetting(HangTimeout(seconds=4.0), "restart", 600.0), frozenset({1}), 3),
+        Relayed({"n1": (0,), "n2": (1,)}, "t.a1", HangSetting(HangTimeout(seconds=4.0), OnHang.RESTART, 600.0)),
+        Relayed({"n2": (1,)}, "t.a2", HangSetting(HangTimeout(seconds=4.0), OnHang.RESTART, 600.0), frozenset({1}), 3),
     ]
     target = make_target(Clock())
     target.relay = lambda: told[0]
@@ -113,7 +114,7 @@ def test_the_fleet_thread_applies_what_a_run_learns_from_elsewhere() -> None:
     watch = target.hangs
     assert watch is not None and (watch.setting, watch.on_hang, watch.pg_timeout_s) == (
         HangTimeout(4.0),
-        "restart",
+        OnHang.RESTART,
         600.0,
     )
     assert watch.ranks == {"n1": (0,), "n2": (1,)} and target.attempt == "t.a1"

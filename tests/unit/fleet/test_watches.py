@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bench.fleet_scale import Quiet, make_target
+from ray_wandb_nodes._config.values import NodeSelection
 from ray_wandb_nodes._fleet import worker as fleet_worker
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, Retire, SetNodes
 from ray_wandb_nodes._fleet.fleet import NodeFleet
@@ -64,7 +65,7 @@ def test_past_the_cap_a_promoted_stragglers_ranks_stay_watched(monkeypatch: pyte
     a, b, c = sorted(sim.alive)
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     target = make_target(clock)
-    target.health, target.max_writers, target.selection = None, 2, "workers"
+    target.health, target.max_writers, target.selection = None, 2, NodeSelection.WORKERS
     target.hangs = HangWatch(HangTimeout(seconds=30.0))
     stragglers: set[str] = set()
     monkeypatch.setattr(fleet_worker, "stragglers", lambda t: frozenset(stragglers))

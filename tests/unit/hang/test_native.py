@@ -12,8 +12,8 @@ import pytest
 
 from ray_wandb_nodes._hang import Phase, RankProgress, native
 from ray_wandb_nodes._hang.evidence import RankEvidence
+from ray_wandb_nodes._hang.position import RankFacts
 from ray_wandb_nodes._hang.report import evidence_text
-from ray_wandb_nodes._hang.verdict import RankFacts
 
 REPO = Path(__file__).resolve().parents[3]
 

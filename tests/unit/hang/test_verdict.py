@@ -12,19 +12,10 @@ import pytest
 from ray_wandb_nodes._hang.beacon import Phase, RankProgress
 from ray_wandb_nodes._hang.evidence import RankEvidence
 from ray_wandb_nodes._hang.flight import Collective, FlightRecord, PgStatus, parse_flight_recorder
+from ray_wandb_nodes._hang.position import Kind, RankFacts, is_library, position
 from ray_wandb_nodes._hang.report import hang_notice
 from ray_wandb_nodes._hang.stacks import Frame, ThreadStack
-from ray_wandb_nodes._hang.verdict import (
-    HangRow,
-    Kind,
-    RankFacts,
-    _what,
-    format_stack_groups,
-    is_library,
-    judge,
-    position,
-    rank_ranges,
-)
+from ray_wandb_nodes._hang.verdict import HangRow, _what, format_stack_groups, judge, rank_ranges
 from tests.support.hang_fixtures import capture, filled_ring, many
 from tests.support.hang_fixtures import facts as captured
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import StragglerMode
 from ray_wandb_nodes._health import (
     COLUMNS,
     GpuIntBatch,
@@ -64,13 +65,13 @@ RULE_CASES: list[tuple[str, StragglerRule, list[dict[str, float]], list[tuple[in
     ),
     (
         "min mode: a step time above median / threshold is worse",
-        StragglerRule(mode="min", threshold=0.5, window_s=2),
+        StragglerRule(mode=StragglerMode.MIN, threshold=0.5, window_s=2),
         [{"a": 1.0, "b": 1.1, "c": 2.5}] * 4,
         [(2, "c", "straggler")],
     ),
     (
         "min mode: below the bound is fine",
-        StragglerRule(mode="min", threshold=0.5, window_s=2),
+        StragglerRule(mode=StragglerMode.MIN, threshold=0.5, window_s=2),
         [{"a": 1.0, "b": 1.1, "c": 1.9}] * 4,
         [],
     ),
@@ -82,7 +83,7 @@ RULE_CASES: list[tuple[str, StragglerRule, list[dict[str, float]], list[tuple[in
     ),
     (
         "a floor: idle nodes differing by noise are never worse",
-        StragglerRule(mode="min", window_s=1, floor=10),
+        StragglerRule(mode=StragglerMode.MIN, window_s=1, floor=10),
         [{"a": 0.5, "b": 1.0, "c": 6.0}] * 4,
         [],
     ),

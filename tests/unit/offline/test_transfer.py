@@ -62,25 +62,25 @@ def test_the_route_is_the_storage_when_every_node_reaches_it_else_ray(tmp_path: 
     import fsspec
     import pyarrow.fs
 
-    from ray_wandb_nodes.offline.storage import storage_spot
+    from ray_wandb_nodes.offline.storage import Transfer, storage_spot
 
     root = str(tmp_path)
     local = pyarrow.fs.SubTreeFileSystem(root, pyarrow.fs.LocalFileSystem())
     custom = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fsspec.filesystem("file")))  # as s3fs would be
-    assert storage_spot("ray", "s3://bucket/exp", None) == (None, None)
-    assert storage_spot("auto", f"{root}/exp", None) == (None, None)  # a local path: maybe each node's own
-    assert storage_spot("auto", "exp", local) == (None, None)  # a local one under another name
-    spot, why_not = storage_spot("auto", f"{root}/exp", custom)
+    assert storage_spot(Transfer.RAY, "s3://bucket/exp", None) == (None, None)
+    assert storage_spot(Transfer.AUTO, f"{root}/exp", None) == (None, None)  # a local path: maybe each node's own
+    assert storage_spot(Transfer.AUTO, "exp", local) == (None, None)  # a local one under another name
+    spot, why_not = storage_spot(Transfer.AUTO, f"{root}/exp", custom)
     assert why_not is None and spot is not None
     assert spot.filesystem is custom and spot.path == f"{root}/exp/ray_wandb_nodes"
     run = spot.for_run("run-1")
     assert run.path == f"{root}/exp/ray_wandb_nodes/run-1" and run.file("n") == f"{run.path}/n.tar.gz"
-    spot, why_not = storage_spot("storage", f"{root}/exp/", None)  # said so: also a local path (NFS)
+    spot, why_not = storage_spot(Transfer.STORAGE, f"{root}/exp/", None)  # said so: also a local path (NFS)
     assert spot is not None and spot.uri == f"local://{root}/exp/ray_wandb_nodes"
-    spot, why_not = storage_spot("storage", "nosuchscheme://bucket/exp", None)
+    spot, why_not = storage_spot(Transfer.STORAGE, "nosuchscheme://bucket/exp", None)
     assert spot is None and why_not is not None and "'nosuchscheme://bucket/exp'" in why_not
-    assert storage_spot("auto", None, None) == (None, None)
-    assert storage_spot("storage", None, None) == (None, "the run has no storage path")
+    assert storage_spot(Transfer.AUTO, None, None) == (None, None)
+    assert storage_spot(Transfer.STORAGE, None, None) == (None, "the run has no storage path")
 
 
 def _node_folder(root: Path) -> Path:
@@ -94,13 +94,13 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
     import pyarrow.fs
 
     from ray_wandb_nodes._fleet.node_logger import NodeLogger
-    from ray_wandb_nodes.offline.storage import fetch, remove, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.storage import Transfer, fetch, remove, remove_folder_if_empty, storage_spot
     from ray_wandb_nodes.offline.transfer import pack
 
     bucket = tmp_path / "bucket"
     bucket.mkdir()
     custom = pyarrow.fs.SubTreeFileSystem(str(bucket), pyarrow.fs.LocalFileSystem())
-    experiment, _ = storage_spot("storage", "exp", custom)
+    experiment, _ = storage_spot(Transfer.STORAGE, "exp", custom)
     assert experiment is not None
     spot = experiment.for_run("run-1")
     src = _node_folder(tmp_path)
@@ -119,10 +119,10 @@ def test_a_node_run_comes_through_the_storage_and_leaves_nothing_there(tmp_path:
 
 
 def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_unpacked(tmp_path: Path) -> None:
-    from ray_wandb_nodes.offline.storage import fetch, put, remove_folder_if_empty, storage_spot
+    from ray_wandb_nodes.offline.storage import Transfer, fetch, put, remove_folder_if_empty, storage_spot
     from ray_wandb_nodes.offline.transfer import pack
 
-    experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
+    experiment, _ = storage_spot(Transfer.STORAGE, str(tmp_path / "exp"), None)
     assert experiment is not None
     spot = experiment.for_run("run-1")
     archive, size = pack(str(_node_folder(tmp_path)))
@@ -142,10 +142,10 @@ def test_a_storage_the_driver_side_sees_differently_is_refused_and_nothing_is_un
 
 
 def test_a_copy_that_would_come_too_late_is_not_made(tmp_path: Path) -> None:
-    from ray_wandb_nodes.offline.storage import put, storage_spot
+    from ray_wandb_nodes.offline.storage import Transfer, put, storage_spot
     from ray_wandb_nodes.offline.transfer import pack
 
-    experiment, _ = storage_spot("storage", str(tmp_path / "exp"), None)
+    experiment, _ = storage_spot(Transfer.STORAGE, str(tmp_path / "exp"), None)
     assert experiment is not None
     archive, _ = pack(str(_node_folder(tmp_path)))
     with pytest.raises(TimeoutError, match="no time left to copy to local://"):
@@ -160,7 +160,7 @@ def test_a_node_copies_within_the_duration_it_is_handed_whatever_its_wall_clock(
     from ray_wandb_nodes.offline import storage
     from ray_wandb_nodes.offline.transfer import pack
 
-    experiment, _ = storage.storage_spot("storage", str(tmp_path / "exp"), None)
+    experiment, _ = storage.storage_spot(storage.Transfer.STORAGE, str(tmp_path / "exp"), None)
     assert experiment is not None
     spot = experiment.for_run("run-1")
     archive, size = pack(str(_node_folder(tmp_path)))

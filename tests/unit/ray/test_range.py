@@ -6,6 +6,7 @@ import pytest
 import ray
 
 from ray_wandb_nodes import WandbNodesCallback, WandbNodesTuneCallback
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._ray import train_callback_bases
 from ray_wandb_nodes._ray.range import SUPPORTED_RAY, minor, unsupported_ray
 
@@ -82,4 +83,4 @@ def test_the_callbacks_subclass_the_replica_group_callback_where_ray_has_one() -
 
 
 def test_the_tune_callback_builds_on_every_supported_ray() -> None:
-    assert WandbNodesTuneCallback(project="p", mode="disabled").options.mode == "disabled"
+    assert WandbNodesTuneCallback(project="p", mode="disabled").options.mode is Mode.DISABLED

@@ -12,6 +12,7 @@ import pytest
 
 from ray_wandb_nodes import cli
 from ray_wandb_nodes._wandb.txlog import RunLog, read_run
+from ray_wandb_nodes._wandb.writers import Role
 from ray_wandb_nodes.report.summary import NodeSummary, RunReport, flag
 from tests.support.offline import offline_run, write_offline_run
 from tests.support.runs import unique
@@ -53,8 +54,8 @@ def test_small_differences_and_two_node_runs_are_not_flagged() -> None:
 
 
 def test_only_nodes_with_workers_are_compared_when_the_index_says_which() -> None:
-    nodes = [NodeSummary(label=f"w{i}", role="node", samples=5, cpu_mean=90.0, workers=True) for i in range(3)]
-    nodes.append(NodeSummary(label="head", role="primary", samples=5, cpu_mean=2.0, workers=False))
+    nodes = [NodeSummary(label=f"w{i}", role=Role.NODE, samples=5, cpu_mean=90.0, workers=True) for i in range(3)]
+    nodes.append(NodeSummary(label="head", role=Role.PRIMARY, samples=5, cpu_mean=2.0, workers=False))
     report = RunReport(run_id="r", folder="/x", nodes=nodes)
     flag(report)
     assert all(n.flags == [] for n in report.nodes)
@@ -64,7 +65,7 @@ def test_the_note_on_flagging_counts_the_nodes_it_compares() -> None:
     from ray_wandb_nodes.report.render import format_text
 
     def node(label: str, role: str, workers: bool | None) -> NodeSummary:
-        return NodeSummary(label=label, role=role, samples=5, cpu_mean=50.0, workers=workers)
+        return NodeSummary(label=label, role=Role(role), samples=5, cpu_mean=50.0, workers=workers)
 
     known = RunReport(run_id="r", folder="/x", nodes=[node("head", "primary", False), node("a", "node", True),
                                                       node("b", "node", True)])  # fmt: skip
@@ -82,7 +83,6 @@ def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:
     """The real client writes a table's reference as nested keys (nodes/_type, nodes/path, ...):
     the report lists the key that was logged, ``nodes``, beside ``nodes/stragglers``."""
     import wandb
-
     from ray_wandb_nodes.report.render import format_text
     from ray_wandb_nodes.report.summary import summarise
 

@@ -18,6 +18,7 @@ import pytest
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import capture_env
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._ray import TrainStart
 from ray_wandb_nodes._run.train_run import ABORT_S, TrainRun
 from ray_wandb_nodes._warn import Warner
@@ -118,7 +119,6 @@ def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
 
 def test_a_checkpoint_is_uploaded_from_where_it_is_never_copied(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import wandb
-
     from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
 
     monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "data"))  # wandb's staging folder is under it
@@ -174,7 +174,6 @@ def test_a_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_
 
 def test_a_checkpoint_deleted_before_or_while_its_artifact_is_built_is_never_built(tmp_path: Any) -> None:
     import wandb
-
     from ray_wandb_nodes._wandb.artifacts import CheckpointGoneError, checkpoint_artifact, still_whole
 
     gone = checkpoint(tmp_path / "gone")
@@ -242,7 +241,7 @@ def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_ne
     kwargs = {"settings": FAST}
     o = build_options(strategy="node", project="end-bounds", upload_checkpoints=True, wandb_init_kwargs=kwargs)
     env = capture_env(os.environ)
-    spec = run_spec(o, env, mode="online", run_id=name, name=name, group=None, label="node-a", config={})
+    spec = run_spec(o, env, mode=Mode.ONLINE, run_id=name, name=name, group=None, label="node-a", config={})
     logger = NodeLogger()
     assert logger.add_writer(spec).errors == {}
     artifact = f"checkpoint-{name}"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import _ray, train
+from ray_wandb_nodes._config.values import ConsoleMode, Strategy
 from ray_wandb_nodes._fleet.commands import AttemptEnded, SetNodes
 from ray_wandb_nodes._run.train_run import console_mode
 from ray_wandb_nodes._run.train_workers import TrainWorkers
@@ -105,7 +106,12 @@ def test_the_run_sends_its_ranks_pids_and_ends_its_attempts_on_the_fleets_queue(
     target.health, target.wants_report = None, threading.Event()
     session = SharedSession(target, primary, fleet, 30.0)  # type: ignore[arg-type]
     run = object.__new__(TrainRun)  # no Ray: only what the calls reach
-    run.options, run.base_id, run.node_id, run.hang_run = SimpleNamespace(strategy="shared"), "run-1", "head", None
+    run.options, run.base_id, run.node_id, run.hang_run = (
+        SimpleNamespace(strategy=Strategy.SHARED),
+        "run-1",
+        "head",
+        None,
+    )
     run.sessions = {"run-1": session}
     run.workers_placed(_ray.placements_of([worker(0, 100), worker(1, 101)]))
     run.attempt_ended(failed=True)
@@ -118,11 +124,5 @@ def test_the_run_sends_its_ranks_pids_and_ends_its_attempts_on_the_fleets_queue(
 )
 def test_only_the_shared_strategy_reads_its_ranks_console(strategy: str, rank_console: str, mode: str) -> None:
     """Its node writers read each node's ranks; the other strategies have none that join one run."""
-    assert console_mode(SimpleNamespace(strategy=strategy, rank_console=rank_console)) == mode  # type: ignore[arg-type]
-
-
-def test_the_options_choices_are_the_consoles_modes() -> None:
-    from ray_wandb_nodes._config.options import RANK_CONSOLE
-    from ray_wandb_nodes._console import CONSOLE_MODES
-
-    assert RANK_CONSOLE == CONSOLE_MODES
+    options = SimpleNamespace(strategy=Strategy(strategy), rank_console=ConsoleMode(rank_console))
+    assert console_mode(options) is ConsoleMode(mode)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._fleet import HangSetting
 from ray_wandb_nodes._hang import HangTimeout
 from ray_wandb_nodes._run import handoff as _handoff
@@ -23,7 +24,7 @@ VALUES: list[Any] = [
     TrialMark("trial-run-1"),
     WORKERS,
     TrialWorkers(),
-    TrialHang(HangSetting(HangTimeout(seconds=4.0), "restart", 1800.0)),
+    TrialHang(HangSetting(HangTimeout(seconds=4.0), OnHang.RESTART, 1800.0)),
     TrialHang(HangSetting(HangTimeout(auto=True))),
     AttemptState(frozenset({0, 2}), 5),
 ]
@@ -46,7 +47,7 @@ def test_the_wire_forms_hold_what_the_reader_needs() -> None:
         ],
         "attempt": "trial.a1.0badcafe",
     }
-    hang = TrialHang(HangSetting(HangTimeout(seconds=4.0), "restart", 1800.0))
+    hang = TrialHang(HangSetting(HangTimeout(seconds=4.0), OnHang.RESTART, 1800.0))
     assert json.loads(hang.to_json()) == {"seconds": 4.0, "auto": False, "on_hang": "restart", "pg_timeout_s": 1800.0}
 
 
@@ -73,7 +74,7 @@ def test_the_store_functions_write_and_read_each_value_under_the_trials_keys(mon
     assert _handoff.trial_mark("t1") is None and _handoff.hang_setting("t1") is None
     assert _handoff.trial_workers("t1") == TrialWorkers() and _handoff.attempt_state("t1") == AttemptState()
 
-    setting = HangSetting(HangTimeout(seconds=4.0), "alert", 600.0)
+    setting = HangSetting(HangTimeout(seconds=4.0), OnHang.ALERT, 600.0)
     _handoff.mark_trial("t1", TrialMark("run-1"))
     _handoff.publish_workers("t1", WORKERS)
     _handoff.publish_hang("t1", setting)

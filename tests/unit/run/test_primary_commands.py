@@ -68,12 +68,13 @@ class FakeRun:
 def _spec() -> Any:
     from ray_wandb_nodes._config.options import build_options
     from ray_wandb_nodes._config.secrets import CapturedEnv
+    from ray_wandb_nodes._config.values import Mode
     from ray_wandb_nodes._wandb.writers import primary_spec
 
     options = build_options(project="proj")
     env = CapturedEnv(base_url="http://127.0.0.1:9", project="proj")
     return primary_spec(
-        options, env, mode="online", run_id="run-1", label="node-head-0", display_name="run",
+        options, env, mode=Mode.ONLINE, run_id="run-1", label="node-head-0", display_name="run",
         group=None, config={}, default_dir="/tmp",
     )  # fmt: skip
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._config.options import build_options
+from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._ray import TrainStart
 from ray_wandb_nodes._run.train_run import placement_config, train_config
 from ray_wandb_nodes._wandb.artifacts import checkpoint_aliases
@@ -166,7 +167,9 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     relay = _trial_relay.TrialRelay("trial-1", Warner())
     start = SimpleNamespace(pg_timeout_s=1800.0)
     monkeypatch.setattr(_trial_relay._ray, "train_start", lambda ctx: start)
-    options = SimpleNamespace(hang_timeout_s=SimpleNamespace(enabled=True, seconds=4.0, auto=False), on_hang="alert")
+    options = SimpleNamespace(
+        hang_timeout_s=SimpleNamespace(enabled=True, seconds=4.0, auto=False), on_hang=OnHang.ALERT
+    )
     assert relay.hangs(_handoff.TrialMark("trial-run"), options, None) == "trial-run"
     relay.placed([], None)
     callback = SimpleNamespace(

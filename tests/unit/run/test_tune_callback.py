@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-import wandb
 
+import wandb
 from ray_wandb_nodes import WandbNodesTuneCallback
+from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._health import COLUMNS
 from ray_wandb_nodes._run.tune_rows import tune_rows
 from ray_wandb_nodes._wandb.artifacts import artifact_name, checkpoint_uri
@@ -292,6 +293,7 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     from dataclasses import replace
 
     from bench.fleet_scale import Quiet, SimCluster, make_target
+    from ray_wandb_nodes._config.values import NodeSelection
     from ray_wandb_nodes._fleet.commands import AddRun, RunReady, SetNodes
     from ray_wandb_nodes._fleet.fleet import NodeFleet
     from tests.support.fakes import Clock
@@ -301,10 +303,10 @@ def test_a_trials_node_gets_its_logger_before_its_run_exists_and_keeps_it() -> N
     fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
     node_a, node_b, _ = list(sim.alive)
     other = make_target(clock)  # a trial running on node b, its run created
-    other.selection, other.nodes = "workers", {node_b}
+    other.selection, other.nodes = NodeSelection.WORKERS, {node_b}
     trial = make_target(clock)  # a trial just started on node a: wandb.init still runs
     trial.primary.spec = replace(trial.primary.spec, init_kwargs={**trial.primary.spec.init_kwargs, "id": "trial-a"})
-    trial.selection, trial.ready = "workers", False
+    trial.selection, trial.ready = NodeSelection.WORKERS, False
     fleet.step(AddRun(other))
     fleet.step(AddRun(trial))
     fleet.step(SetNodes(trial.run_id, {node_a}, None, trial))
@@ -354,7 +356,7 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
 
     places = (_handoff.WorkerPlace("n1", "h1", 0), _handoff.WorkerPlace("n2", "h2", 1))
     monkeypatch.setattr(_handoff, "trial_workers", lambda trial_id: _handoff.TrialWorkers(places, "t1.a1.0badcafe"))
-    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: HangSetting(HangTimeout(4.0), "alert"))
+    monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: HangSetting(HangTimeout(4.0), OnHang.ALERT))
     monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
     target = make_target(Clock())  # the trial's run, on the fleet thread
     target.relay = TrialRelayed("t1")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ray_wandb_nodes import WandbNodesCallback
+from ray_wandb_nodes._config.values import RankMetrics, RunsPer
 from ray_wandb_nodes._wandb.strategies import Placement, child_run_id, combine_ranks, plan_runs
 
 PLACEMENTS = [
@@ -21,7 +22,7 @@ PLACEMENTS = [
 
 
 def test_node_strategy_plans_one_run_per_node_for_its_lowest_rank() -> None:
-    runs = plan_runs("node", list(reversed(PLACEMENTS)), "exp-123")
+    runs = plan_runs(RunsPer.NODE, list(reversed(PLACEMENTS)), "exp-123")
     assert [(r.name, r.node_id, r.rank, r.label) for r in runs] == [
         ("node-gpu-a-aaaaaa", "aaaaaa01", 0, "node-gpu-a-aaaaaa"),
         ("node-gpu-b-bbbbbb", "bbbbbb02", 2, "node-gpu-b-bbbbbb"),
@@ -30,7 +31,7 @@ def test_node_strategy_plans_one_run_per_node_for_its_lowest_rank() -> None:
 
 
 def test_all_strategy_plans_one_run_per_rank_on_its_node_with_its_gpus() -> None:
-    runs = plan_runs("all", PLACEMENTS, "exp-123")
+    runs = plan_runs(RunsPer.RANK, PLACEMENTS, "exp-123")
     assert [(r.run_id, r.name, r.node_id, r.gpu_ids) for r in runs] == [
         ("exp-123-rank-0", "rank-0", "aaaaaa01", ("0",)),
         ("exp-123-rank-1", "rank-1", "aaaaaa01", ("1",)),
@@ -41,7 +42,8 @@ def test_all_strategy_plans_one_run_per_rank_on_its_node_with_its_gpus() -> None
 
 def test_run_ids_do_not_depend_on_where_a_rank_runs() -> None:
     moved = [Placement(rank=p.rank, node_id="cccccc03", hostname="gpu-c") for p in PLACEMENTS]
-    assert [r.run_id for r in plan_runs("all", moved, "x")] == [r.run_id for r in plan_runs("all", PLACEMENTS, "x")]
+    runs = plan_runs(RunsPer.RANK, moved, "x")
+    assert [r.run_id for r in runs] == [r.run_id for r in plan_runs(RunsPer.RANK, PLACEMENTS, "x")]
 
 
 def test_child_run_ids_stay_short_and_safe() -> None:
@@ -52,8 +54,8 @@ def test_child_run_ids_stay_short_and_safe() -> None:
 
 def test_rank0_and_all_modes() -> None:
     ranks = [{"loss": 1.0, "opt": {"lr": 0.1}}, {"loss": 3.0}]
-    assert combine_ranks(ranks, "rank0") == {"loss": 1.0, "opt": {"lr": 0.1}}
-    assert combine_ranks(ranks, "all") == {"rank_0/loss": 1.0, "rank_0/opt/lr": 0.1, "rank_1/loss": 3.0}
+    assert combine_ranks(ranks, RankMetrics.RANK0) == {"loss": 1.0, "opt": {"lr": 0.1}}
+    assert combine_ranks(ranks, RankMetrics.ALL) == {"rank_0/loss": 1.0, "rank_0/opt/lr": 0.1, "rank_1/loss": 3.0}
 
 
 def test_reduce_over_ranks_with_different_keys_and_types() -> None:
@@ -62,7 +64,7 @@ def test_reduce_over_ranks_with_different_keys_and_types() -> None:
         {"loss": 3.0, "tok_s": 40, "extra": 5},
         {"loss": 2.0, "tok_s": 90, "phase": "hot", "t": torch.tensor(4.0)},
     ]
-    row = combine_ranks(ranks, "reduce")
+    row = combine_ranks(ranks, RankMetrics.REDUCE)
     assert row["loss/mean"] == 2.0 and row["loss/min"] == 1.0 and row["loss/max"] == 3.0
     assert row["loss/std"] == pytest.approx(math.sqrt(2 / 3))
     assert (row["loss/argmax_rank"], row["loss/argmin_rank"]) == (1, 0)
@@ -74,7 +76,7 @@ def test_reduce_over_ranks_with_different_keys_and_types() -> None:
 
 
 def test_reduce_leaves_out_nan_and_mixed_types_as_rank0_had_them() -> None:
-    row = combine_ranks([{"x": float("nan"), "y": "a"}, {"x": 1.0, "y": 2}], "reduce")
+    row = combine_ranks([{"x": float("nan"), "y": "a"}, {"x": 1.0, "y": 2}], RankMetrics.REDUCE)
     assert math.isnan(row["x"]) and row["y"] == "a"
 
 

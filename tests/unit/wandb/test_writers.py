@@ -11,14 +11,15 @@ from typing import Any
 
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import CapturedEnv, Secret
-from ray_wandb_nodes._wandb.writers import BUFFER_SAMPLES, node_dir, node_spec, primary_spec
+from ray_wandb_nodes._config.values import Mode
+from ray_wandb_nodes._wandb.writers import BUFFER_SAMPLES, Role, node_dir, node_spec, primary_spec
 from tests.support.env import DUMMY_KEY, WANDB_TABLES
 from tests.support.wandb_backend import WandbTestBackend
 
 ENV = CapturedEnv(base_url="http://127.0.0.1:9", project="env-proj", entity="env-ent", api_key=Secret("k" * 40))
 
 
-def make_primary(mode: str = "online", **options: Any) -> Any:
+def make_primary(mode: Mode = Mode.ONLINE, **options: Any) -> Any:
     init_kwargs = {k: options.pop(k) for k in ("id", "job_type", "settings") if k in options}
     return primary_spec(
         build_options(
@@ -37,7 +38,7 @@ def make_primary(mode: str = "online", **options: Any) -> Any:
 
 def test_primary_creates_the_shared_run_and_owns_its_state() -> None:
     spec = make_primary(gpu_device_ids=[0, 1], tags=["t"], job_type="train", settings={"x_stats_buffer_size": 5})
-    assert spec.role == "primary"
+    assert spec.role is Role.PRIMARY
     assert spec.init_kwargs == {
         "id": "exp-abc",
         "project": "env-proj",
@@ -77,7 +78,7 @@ def test_options_win_over_the_captured_environment() -> None:
 def test_node_writer_joins_as_non_primary_without_finishing_the_run() -> None:
     primary = make_primary()
     spec = node_spec(primary, label="node-w1-bbbbbb", entity="resolved-ent", project="resolved-proj")
-    assert spec.role == "node"
+    assert spec.role is Role.NODE
     assert spec.init_kwargs == {
         "id": "exp-abc",
         "entity": "resolved-ent",
@@ -104,7 +105,7 @@ def test_node_writer_joins_as_non_primary_without_finishing_the_run() -> None:
 
 
 def test_offline_writers_write_their_own_offline_runs_under_the_run_id() -> None:
-    primary = make_primary(mode="offline")
+    primary = make_primary(mode=Mode.OFFLINE)
     node = node_spec(primary, label="node-w1-bbbbbb", entity=None, project=None)
     assert primary.settings["mode"] == node.settings["mode"] == "offline"
     assert primary.run_id == node.run_id == "exp-abc"
@@ -148,13 +149,14 @@ import sys, time, warnings
 import wandb
 from ray_wandb_nodes._config.options import build_options
 from ray_wandb_nodes._config.secrets import CapturedEnv, Secret
+from ray_wandb_nodes._config.values import Mode
 from ray_wandb_nodes._wandb.runs import health_table, init_writer
 from ray_wandb_nodes._wandb.writers import primary_spec
 
 base_url, key, run_id, folder = sys.argv[1:]
 env = CapturedEnv(base_url=base_url, project="lone", entity=None, api_key=Secret(key))
 options = build_options(sampling_interval_s=1, finish_timeout_s=20, wandb_init_kwargs={})
-spec = primary_spec(options, env, mode="online", run_id=run_id, label="node-lone-aaaaaa", display_name=run_id,
+spec = primary_spec(options, env, mode=Mode.ONLINE, run_id=run_id, label="node-lone-aaaaaa", display_name=run_id,
                     group=None, config={}, default_dir=folder)
 run = init_writer(spec)
 process = wandb.setup().settings
