@@ -1,5 +1,6 @@
-"""The fleet's side of node health: feed each shared run's monitor and hand its output to the
-run's primary. Runs on the fleet thread, after each plan."""
+"""The fleet's side of node health: feed each shared run's monitor (its nodes' summaries, its
+ranks' step totals) and hand its output to the run's primary. Runs on the fleet thread, after
+each plan."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .._warn import Warner
 from .cap import cap_warning
 from .nodes import NodeInfo
 from .pool import LoggerPool
+from .steps import feed_steps
 from .targets import HealthFed, RunTarget, SharedTarget
 
 
@@ -77,6 +79,8 @@ def publish(target: SharedTarget, warner: Warner, final: bool = False) -> None:
             target.primary.alert(alert)
     if result.stragglers is not None or result.table is not None:
         target.primary.log_health(result.stragglers, result.table, result.gpu_table)
+    if result.rank_history is not None or result.rank_table is not None:
+        target.primary.log_ranks(result.rank_history, result.rank_table)
 
 
 def judge_final(target: SharedTarget, warner: Warner, last: Mapping[str, NodeSummary]) -> None:
@@ -145,6 +149,7 @@ class FleetHealth:
                 before = stragglers(target)
                 observed = self._observed.get(target.run_id, frozenset())
                 feed(target, pool, alive, self._known, updated, observed, ended)
+                feed_steps(target, pool, self._known)
                 publish(target, self._warner, final=final)
                 _tell_wants_report(target)
                 if target.hangs is not None and target.ready and not final:

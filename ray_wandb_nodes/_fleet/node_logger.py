@@ -20,7 +20,8 @@ the run (``console``, ``console_end``); a writer's finish hands every rank's las
 Hang detection's side of the node (``_hang.NodeWatch``) is apart from its writers: the fleet
 asks a logger to watch an attempt's folder for the ranks placed on its node (``watch``) and to
 let it go when the attempt is over (``unwatch``), whether a writer of that run joined, failed,
-or was swapped for another past the writer cap.
+or was swapped for another past the writer cap. Each rank's slot, read once a status, gives its
+progress and its step anatomy (``steps``: the running totals of its step's parts, decoded).
 
 **Threads.** Ray runs the actor's calls in three concurrency groups. The writer calls (joining,
 logging, finishing, offline packing and copying: each may wait minutes on wandb or storage) run
@@ -40,7 +41,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,6 +50,7 @@ import ray
 from .. import _ray
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
+from .._steps import RankSteps, decode
 from .._wandb.artifacts import checkpoint_artifact
 from .._wandb.metrics import Stepper
 from .._wandb.runs import init_writer
@@ -250,6 +252,7 @@ class NodeLogger(OfflineRuns):
         if self._warm_error:
             errors["warm"] = self._warm_error
         problems = {r.key: p for r in (*hosted, *ended) if (p := r.problems())}
+        read = self._watch.read()  # every watched rank's slot, once: its progress and its step anatomy
         return LoggerStatus(
             pid=os.getpid(),
             node_id=ray.get_runtime_context().get_node_id(),
@@ -261,7 +264,8 @@ class NodeLogger(OfflineRuns):
             errors=errors,
             summaries=self.summaries(hosted),
             problems=problems,
-            progress=self.progress(),
+            progress={key: tuple(p for p, _ in ranks) for key, ranks in read.items()},
+            steps=rank_steps(read),
             final=final or {},
             warnings=self._said.said,
         )
@@ -314,6 +318,18 @@ class NodeLogger(OfflineRuns):
         """Whether the writer ``key`` is joined here now (see :class:`OfflineRuns`)."""
         record = self._hosted.get(key)
         return record is not None and record.run is not None
+
+
+def rank_steps(read: Mapping[str, tuple[tuple[RankProgress, bytes], ...]]) -> dict[str, tuple[RankSteps, ...]]:
+    """Each watched attempt's ranks' step totals (by the attempt's key), decoded from their slots'
+    extensions as read with their progress; a rank whose region is not written yet (or was
+    being written) is left out until the next read."""
+    out = {}
+    for key, ranks in read.items():
+        steps = tuple(RankSteps(p.rank, t) for p, raw in ranks if raw and (t := decode(raw)) is not None)
+        if steps:
+            out[key] = steps
+    return out
 
 
 def logger_class() -> Any:

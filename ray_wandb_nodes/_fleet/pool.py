@@ -21,6 +21,7 @@ from typing import Any
 
 from .._hang import RankProgress
 from .._health import NodeSummary, read_warning
+from .._steps import RankSteps
 from .._wandb.writers import WriterSpec
 from .._warn import Warner, describe
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
@@ -53,6 +54,8 @@ class LoggerHandle:
     # The train ranks' progress on its node by attempt key (their beacons), as the last ping brought.
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
     progress_at: float = 0.0  # when it came (the pool's clock): its ages are that old
+    # The train ranks' step totals on its node by attempt key (their beacons' regions), as the last ping brought.
+    steps: Mapping[str, tuple[RankSteps, ...]] = field(default_factory=dict)
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers joined when the last ping was sent
     # The attempt folders it was asked to watch (key -> the ranks there), as sent (see watches.py).
@@ -282,7 +285,7 @@ class LoggerPool:
         self._rejoin(handle, status, spec_for)
 
     def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
-        handle.progress, handle.progress_at = status.progress, self._clock()
+        handle.progress, handle.progress_at, handle.steps = status.progress, self._clock(), status.steps
         summary = status.summary
         if summary is not None and summary is not handle.summary:
             handle.summary = summary

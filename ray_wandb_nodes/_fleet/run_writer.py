@@ -1,7 +1,8 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, health tables, the console of the ranks on its own node). The driver side's
-primary (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it serves."""
+(alerts, hangs, health and rank tables, the console of the ranks on its own node). The driver
+side's primary (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it
+serves."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ class RunWriter(Protocol):
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
     ) -> None:
         """The straggler count and the ``nodes`` and ``gpus`` tables, at the current step."""
+
+    def log_ranks(self, history: dict[str, float] | None, table: list[list[Any]] | None) -> None:
+        """The slow-rank history keys and the ``ranks`` table (each when given), at the current step."""
 
     @property
     def summary(self) -> NodeSummary | None:

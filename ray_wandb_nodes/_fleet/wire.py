@@ -15,6 +15,7 @@ from typing import Any
 from .._console import ConsolePlan, RankProcess
 from .._hang import RankProgress
 from .._health import NodeSummary, ReadProblem
+from .._steps import RankSteps
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,9 @@ class LoggerStatus:
     progress: Mapping[str, tuple[RankProgress, ...]] = field(default_factory=dict)
     """The train ranks' progress on this node by attempt key (the folders it watches), read off their
     beacons (ages on this node's clock)."""
+    steps: Mapping[str, tuple[RankSteps, ...]] = field(default_factory=dict)
+    """The train ranks' step anatomy on this node by attempt key: each rank's running totals, read
+    off its beacon slot's region with its progress (durations and counts on the rank's own clock)."""
     final: Mapping[str, NodeSummary] = field(default_factory=dict)
     """Each writer this call finished, by writer key: its last summary, read after its finish,
     with the integer GPU series of its transaction log's last, partial block (the run's final

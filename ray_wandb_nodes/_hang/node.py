@@ -88,6 +88,12 @@ class NodeWatch:
     def progress(self) -> dict[str, tuple[RankProgress, ...]]:
         """Each watched attempt's ranks here (their beacons; ages on this node's clock). The files
         of its ranks' dead processes are removed as they are read, and its lease refreshed."""
+        return {key: tuple(p for p, _ in ranks) for key, ranks in self.read().items()}
+
+    def read(self) -> dict[str, tuple[tuple[RankProgress, bytes], ...]]:
+        """As :meth:`progress`, each rank's progress with its slot's extension (bytes 256..511,
+        raw: the step anatomy's region, ``b""`` where a write was under way), read in the same
+        ``pread``."""
         out = {}
         with self._lock:
             now = self._clock()
@@ -100,7 +106,7 @@ class NodeWatch:
                 slots = [s for s in read_slots(folder) if s.rank in w.ranks]
                 if slots:
                     ns = time.monotonic_ns()
-                    out[key] = tuple(progress_of(slot, ns) for slot in slots)
+                    out[key] = tuple((progress_of(slot, ns), slot.extension) for slot in slots)
         return out
 
     def janitor(self) -> list[str]:

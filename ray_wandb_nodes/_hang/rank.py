@@ -34,6 +34,9 @@ class ArmedRank:
     beacon: Beacon
     armed: Armed
     remove_hook: Callable[[], None] | None
+    # Called as the rank enters a long phase (a save, an evaluation, a preparation): another
+    # subsystem's (the step anatomy leaves the step interval under way out of its figures).
+    on_long_phase: Callable[[], None] | None = None
 
 
 _current: ArmedRank | None = None
@@ -129,6 +132,8 @@ def in_phase(phase: Phase) -> Iterator[None]:
         return
     before = armed.beacon.current_phase
     armed.beacon.phase(phase)
+    if phase in LONG_PHASES:
+        _long_phase_entered(armed)
     try:
         yield
     finally:
@@ -154,9 +159,19 @@ def enter_phase(phase: Phase) -> tuple[Beacon, Phase] | None:
         if before in _NOT_FOR_SAVES or not beacon.on_training_thread():
             return None
         beacon.phase(phase)
+        if phase in LONG_PHASES:
+            _long_phase_entered(armed)
     except Exception:  # noqa: BLE001 - a beacon closed under us: the save goes on, unwatched
         return None
     return beacon, before
+
+
+def _long_phase_entered(armed: ArmedRank) -> None:
+    """Tell the rank's other subsystem that a long phase began (never raises into the phase)."""
+    listener = armed.on_long_phase
+    if listener is not None:
+        with contextlib.suppress(Exception):
+            listener()
 
 
 def leave_phase(entered: tuple[Beacon, Phase]) -> None:

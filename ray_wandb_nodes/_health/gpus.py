@@ -213,6 +213,10 @@ class GpuHealth:
         wanted = set(node_ids)
         return [g for n, node in self._nodes.items() if n in wanted for g in node.gpus.values()]
 
+    def gpu_of_rank(self, node_id: str, rank: int) -> int | None:
+        """The NVML index of the GPU ``rank`` holds on ``node_id`` (its first); None: none, or not known."""
+        return min((g.index for g in self.gpus_of((node_id,)) if rank in g.ranks), default=None)
+
     def version(self, node_id: str) -> int:
         """Counts a node's changes: :meth:`judged_indices` and :meth:`model` say the same while it does."""
         node = self._nodes.get(node_id)

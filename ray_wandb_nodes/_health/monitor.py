@@ -9,6 +9,10 @@ against the job's others by ``gpus`` (slow, idle, memory errors, lost); ``table`
 rows, ``alerts`` the words. A node that leaves the cluster with the run's ranks on it is lost.
 
 Nodes without train workers (no ranks) are left out of the comparison unless ``compare_all``.
+
+The run's ranks are judged too (``ranks``: fed each poll with every rank's step totals, judged
+by the rank rule): its alerts, the ``ranks`` table and the history keys come with the tick, and
+the node and GPU alerts it speaks for are held back (``claims``: one slow rank, one alert).
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from typing import Any, NamedTuple
 
 from .._config.values import StragglerMode
 from .._gpu_ids import RankGpus
+from .._steps import StepTotals
 from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
+from .claims import ClaimHold
 from .degradation import no_gpu_warning, reports_no_gpu
 from .gpus import GpuHealth
 from .kinds import Degradation, EventKind, NodeEnd, NodeState
 from .messages import NodeSummary
 from .node_judge import NodeJudge, lost_when_gone
+from .ranks import HISTORY_EVERY_S, RankAt, RankHealth
 from .table import COLUMNS, GPU_COLUMNS, node_order, node_row
 from .tracked import TrackedNode
 
@@ -45,6 +52,7 @@ class HealthOptions:
     table_every_s: float = TABLE_EVERY_S
     hold_s: float = HOLD_S
     compare_all: bool = False  # compare every node of the run, with ranks or not (a Tune trial's)
+    history_every_s: float = HISTORY_EVERY_S  # the slow-rank history keys at most this often (sampling interval)
 
 
 class Notice(NamedTuple):
@@ -72,6 +80,8 @@ class TickResult:
     table: list[list[Any]] | None = None  # rows, when due
     gpu_table: list[list[Any]] | None = None  # the gpus table's rows, with the node table (GPUs seen)
     notices: list[Notice] = field(default_factory=list)  # degraded nodes, each once
+    rank_table: list[list[Any]] | None = None  # the ranks table's rows, with the node table (ranks judged)
+    rank_history: dict[str, float] | None = None  # the slow-rank history keys, when due
 
 
 class HealthMonitor:
@@ -89,6 +99,8 @@ class HealthMonitor:
         self._hold = FlapHold(o.hold_s)
         self.raised: list[Alert] = []
         self.gpus = GpuHealth(o.threshold, o.window_s, whole_nodes=o.compare_all)
+        self.ranks = RankHealth(o.threshold, o.window_s, o.history_every_s)
+        self._claims = ClaimHold()
 
     # what the fleet feeds it ----------------------------------------------------------------------
     def set_nodes(
@@ -159,6 +171,14 @@ class HealthMonitor:
         self.gpus.reported(now, checkpoint)
         self._said(self._judge.report(self._compared(), metrics, now), now)
 
+    def rank_steps(
+        self, totals: Mapping[int, StepTotals], at: Mapping[int, RankAt], now: float | None = None, gpus: bool = True
+    ) -> None:
+        """Every rank's latest step totals as their nodes read them, and where each rank of the
+        run's current attempt runs; ``gpus``: the ranks are the run's own (their GPUs are the ones
+        :meth:`set_nodes` mapped), not a Train run's inside a Tune trial."""
+        self.ranks.read(totals, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None)
+
     def alive(self, alive: Iterable[str], now: float | None = None, ended: Mapping[str, NodeEnd] | None = None) -> None:
         """The cluster's alive nodes, and how Ray says the dead ones ended: a node gone with the run's
         ranks on it (or just off it, see ``lost_when_gone``) is lost (one alert); any other is
@@ -187,6 +207,7 @@ class HealthMonitor:
         for node in self._nodes.values():
             node.fresh = 0
         out = TickResult(notices=self._notices())
+        said: list[tuple[str, Alert]] = []
         for node_id, alert in [*self._events, *self._hold.due(now, final)]:
             node = self._nodes[node_id]
             if alert.kind is not EventKind.NODE_LOST and node.state in (NodeState.LOST, NodeState.LEFT):
@@ -195,9 +216,14 @@ class HealthMonitor:
                 node.state = NodeState.STRAGGLER
             elif alert.kind is EventKind.RECOVERED:
                 node.state = NodeState.OK
-            out.alerts.append(alert)
+            said += self._claims.admit(node_id, alert, now, self.ranks)  # the rank rule's, or said
         self._events.clear()
+        for node_id, alert in [*said, *self._claims.due(now, self.ranks, final)]:
+            if alert.kind is EventKind.NODE_LOST or self._nodes[node_id].state not in (NodeState.LOST, NodeState.LEFT):
+                out.alerts.append(alert)
         out.alerts = group_alerts(out.alerts)  # one cause, one alert: within the tick, so none waits
+        out.alerts += self.ranks.take_alerts()  # grouped by cause already (rank_rule)
+        out.rank_history = self.ranks.history(now, final)
         self.raised += out.alerts
         count = len(self.straggler_nodes())
         if count != self._stragglers:
@@ -209,6 +235,7 @@ class HealthMonitor:
         if final or (out.alerts and not self._tabled) or now - self._table_at >= self.options.table_every_s:
             self._table_at, self._tabled = now, True
             out.table, out.gpu_table, out.stragglers = self.table(now), self.gpu_table(), count
+            out.rank_table = self.ranks.rows() if self.ranks.measured else None
         return out
 
     def progress(self, ages: dict[str, float]) -> None:
@@ -303,3 +330,4 @@ class HealthMonitor:
         self._judge.forget(node.node_id)
         self.gpus.forget(node.node_id)
         self._hold.forget(node.node_id)
+        self._claims.forget(node.node_id)

@@ -195,7 +195,12 @@ def _recovered_alert(recovered: list[tuple[int, RankFinding, float | None]], pla
     ranks = [rank for rank, _, _ in recovered]
     lines = []
     for rank, said, late in recovered[:LIST_LIMIT]:
-        now = f"it arrives {_ms(late)} a step after the median rank" if late is not None else "its wait is not measured"
+        if late is None:
+            now = "its wait is not measured"
+        elif late <= 0:
+            now = "it arrives no later than the median rank"
+        else:
+            now = f"it arrives {_ms(late)} a step after the median rank"
         before = _DOES[said.cause][2] if said.cause in _DOES else f"was slow in {said.cause}"
         lines.append(f"{_cap(where(rank, places))} keeps pace again: {now} (it {before}).")
     if len(recovered) > LIST_LIMIT:

@@ -1,6 +1,6 @@
 """The driver side of a W&B run: the Train run on the controller and the Tune runs on the driver,
 each run's session, its primary writer and what it writes (reports, config, checkpoints, hangs,
-health tables), the Train/Tune hand-off. Runs in the Train controller or the Tune driver."""
+health and rank tables), the Train/Tune hand-off. Runs in the Train controller or the Tune driver."""
 
 # Each module's public names are the package's interface (they were top-level modules).
 __all__ = [

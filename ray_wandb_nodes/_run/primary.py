@@ -19,7 +19,17 @@ from typing import Any, NoReturn
 from .._config.values import RankMetrics
 from .._console import ConsoleLine, RunConsole
 from .._hang import HangNotice
-from .._health import ALERT_WAIT_S, COLUMNS, GPU_COLUMNS, Alert, NodeSummary, ReadProblem, SummaryReader, aged
+from .._health import (
+    ALERT_WAIT_S,
+    COLUMNS,
+    GPU_COLUMNS,
+    RANK_COLUMNS,
+    Alert,
+    NodeSummary,
+    ReadProblem,
+    SummaryReader,
+    aged,
+)
 from .._wandb.metrics import RowBuilder, Stepper
 from .._wandb.runs import health_table, init_writer
 from .._wandb.strategies import report_rows
@@ -32,6 +42,7 @@ from .primary_commands import (
     Finish,
     LogArtifact,
     LogHealth,
+    LogRanks,
     LogReport,
     PrimaryCommand,
     RaiseAlert,
@@ -126,6 +137,10 @@ class PrimaryWriter:
     ) -> None:
         """Log the straggler count and, when given, the ``nodes`` and ``gpus`` tables, at the current step."""
         self._queue.put(LogHealth(stragglers, table, gpu_table))
+
+    def log_ranks(self, history: dict[str, float] | None, table: list[list[Any]] | None) -> None:
+        """Log the slow-rank history keys and, when given, the ``ranks`` table, at the current step."""
+        self._queue.put(LogRanks(history, table))
 
     @property
     def summary(self) -> NodeSummary | None:
@@ -228,6 +243,8 @@ class PrimaryWriter:
             writes.health(command.stragglers, command.table, command.gpu_table)
         elif isinstance(command, WriteConsole):
             writes.console(command.lines)
+        elif isinstance(command, LogRanks):
+            writes.ranks(command.history, command.table)
         elif isinstance(command, RecordHang):
             writes.alert(hang_alert(command.notice, self.spec.label))
             offline = self._offline is not None
@@ -372,6 +389,17 @@ class RunWrites:
             self.run.log(row)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"nodes-table:{type(e).__name__}", f"the node table could not be logged ({describe(e)})")
+
+    def ranks(self, history: dict[str, float] | None, table: list[list[Any]] | None) -> None:
+        row = {**self.step_row(), **(history or {})}
+        try:
+            if table is not None:
+                row["ranks"] = health_table(RANK_COLUMNS, table)
+                if self._offline is not None:  # the report reads the last one from the folder's index
+                    self._offline.ranks(table)
+            self.run.log(row)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"ranks-table:{type(e).__name__}", f"the ranks table could not be logged ({describe(e)})")
 
 
 def _unknown(command: NoReturn) -> NoReturn:

@@ -65,6 +65,14 @@ class LogHealth(NamedTuple):
     gpu_table: list[list[Any]] | None = None
 
 
+class LogRanks(NamedTuple):
+    """The slow-rank history keys (None: none due) and, when given, the ``ranks`` table, at the
+    current step."""
+
+    history: dict[str, float] | None
+    table: list[list[Any]] | None
+
+
 class Finish(NamedTuple):
     """Log the artifacts still being built (not after an abort), then finish the run with
     ``exit_code``; the writer thread ends."""
@@ -72,4 +80,6 @@ class Finish(NamedTuple):
     exit_code: int
 
 
-PrimaryCommand = LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | WriteConsole | LogHealth | Finish
+PrimaryCommand = (
+    LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | WriteConsole | LogHealth | LogRanks | Finish
+)

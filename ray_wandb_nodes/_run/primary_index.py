@@ -1,14 +1,15 @@
 """Offline: the primary's part of the run folder's index (``offline/index.py``): the run and the
 primary's own offline run once it exists, every alert (wandb keeps none offline; the report
-prints them), and the exit code. Written on the primary's writer thread."""
+prints them), the latest ``ranks`` table and the exit code. Written on the primary's writer thread."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
-from .._health import Alert
+from .._health import RANK_COLUMNS, Alert
 from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
@@ -17,7 +18,7 @@ from ..offline.index import OfflineIndex
 class PrimaryIndex:
     """Offline: the primary's part of the run folder's index. The run and the primary's own
     offline run once it exists, every alert (wandb keeps none offline; the report prints them),
-    and the exit code. A write that fails is one warning; training goes on."""
+    the latest ``ranks`` table and the exit code. A write that fails is one warning; training goes on."""
 
     def __init__(self, index: OfflineIndex, warner: Warner) -> None:
         self.index = index
@@ -32,6 +33,10 @@ class PrimaryIndex:
             self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
 
         self._write(add)
+
+    def ranks(self, rows: list[list[Any]]) -> None:
+        """The latest ``ranks`` table (the run's own holds every one logged; the report prints this)."""
+        self._write(lambda: self.index.update(ranks={"time": time.time(), "columns": RANK_COLUMNS, "rows": rows}))
 
     def finished(self, exit_code: int) -> None:
         self._write(lambda: self.index.update(exit_code=exit_code))

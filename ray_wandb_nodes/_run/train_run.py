@@ -87,6 +87,7 @@ def health_options(options: Options) -> HealthOptions:
         threshold=options.straggler_threshold,
         window_s=options.straggler_window_s,
         alerts=options.alerts,
+        history_every_s=options.sampling_interval_s,  # the rank charts as fine as the system charts
     )
 
 

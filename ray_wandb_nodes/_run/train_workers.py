@@ -73,3 +73,10 @@ class TrainWorkers:
                 f"hang-arm:{unarmed[0].hang}",
                 f"hang detection sees less of rank(s) {', '.join(str(a.rank) for a in unarmed)}: {unarmed[0].hang}",
             )
+        unmeasured = [a for a in answers if a.steps]
+        if unmeasured:
+            self._warner.warn(
+                f"steps-arm:{unmeasured[0].steps}",
+                f"slow ranks are not judged: the step anatomy is off on rank(s) "
+                f"{', '.join(str(a.rank) for a in unmeasured)} ({unmeasured[0].steps})",
+            )

@@ -105,6 +105,7 @@ class TuneRuns:
                     window_s=self.options.straggler_window_s,
                     alerts=self.options.alerts,
                     compare_all=True,  # a trial's nodes all run the trial
+                    history_every_s=self.options.sampling_interval_s,
                 )
             ),
             max_writers=self.options.max_node_writers,

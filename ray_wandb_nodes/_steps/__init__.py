@@ -16,7 +16,7 @@ from .attribution import Attribution, Basis, Cause, CommFinding, RankFinding, at
 from .ddp import CPU_RATE, CUDA_RATE, DdpSums, PatchDdp, ddp_sums, sampled_iterations
 from .flight import CollectiveWait, TimedCollective, collective_waits, timed_collectives
 from .recorder import StepRecorder
-from .region import REGION_SIZE, RegionWriter, Sources, StepTotals, decode
+from .region import REGION_SIZE, RankSteps, RegionWriter, Sources, StepTotals, decode
 from .windows import RankWindow, StepWindows, rank_window
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "DdpSums",
     "PatchDdp",
     "RankFinding",
+    "RankSteps",
     "RankWindow",
     "RegionWriter",
     "Sources",

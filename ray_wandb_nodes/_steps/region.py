@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 REGION_SIZE = 256
 MAGIC = 0x534E5752  # b"RWNS" read as a little-endian u32
@@ -78,6 +79,14 @@ class StepTotals:
     wait_ns: int  # DDP: exposed communication, from backward compute's end to communication's end
     # total communication (exposed and overlapped), from the first bucket's launch to the end
     comm_ns: int
+
+
+class RankSteps(NamedTuple):
+    """One rank's totals as its node read them off its slot: what a node logger's status carries
+    of each rank of an attempt it watches (by the attempt's key), and what the driver side judges."""
+
+    rank: int
+    totals: StepTotals
 
 
 _TOTALS = tuple(f.name for f in fields(StepTotals))[1:]

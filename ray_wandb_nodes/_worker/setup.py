@@ -5,7 +5,8 @@ its reports wrap in the beacon's report phase once the train context exists, the
 evaluation loops in its evaluating phase and the saves in its checkpointing phase (``_phases``:
 the saves' patches are awaited from arming on, so that a module that imports ``save_file`` by
 name during Ray's set-up gets the wrapped one). The frameworks' own W&B runs are quieted in the
-same call (``_frameworks``)."""
+same call (``_frameworks``). The rank's step anatomy (``steps``) is armed with it, in the beacon
+slot's region kept for it, and each long phase the rank enters is left out of its figures."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from .. import _ray
-from .._hang import Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, train_starts
+from .._hang import ArmedRank, Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, train_starts
 from .._warn import describe
 from . import frameworks as _frameworks
 from . import phases as _phases
+from . import steps as _steps
 
 _arm_failure = ""  # why arming failed in this process ("" when it did not)
+_steps_failure = ""  # why the step anatomy is off on this armed rank ("" when it is not)
 
 
 class WorkerSetup(NamedTuple):
@@ -27,6 +30,7 @@ class WorkerSetup(NamedTuple):
 
     rank: int
     hang: str  # "armed", "off", or why the rank is not armed
+    steps: str = ""  # why its step anatomy is off on an armed rank ("": on, or not armed)
 
 
 def arm(rank: int, attempt: str) -> None:
@@ -35,11 +39,27 @@ def arm(rank: int, attempt: str) -> None:
     for :func:`setup` to report; the worker goes on."""
     global _arm_failure
     try:
-        arm_rank(attempt, rank)
+        armed = arm_rank(attempt, rank)
         _phases.hook_saves()  # saves: the checkpointing phase (imports nothing)
         _arm_failure = ""
     except Exception as e:  # noqa: BLE001 - hang detection off on this rank, training goes on
         _arm_failure = describe(e)
+        return
+    arm_steps(armed)
+
+
+def arm_steps(armed: ArmedRank) -> None:
+    """The rank's step anatomy in its beacon slot's region (bytes 256-511), its hooks put in place
+    as their modules are imported; each long phase the rank enters (a save, an evaluation, a
+    preparation) leaves the step interval under way out of its figures. A failure is kept for
+    :func:`setup` to report; hang detection and training go on."""
+    global _steps_failure
+    try:
+        recorder = _steps.arm_steps(armed.beacon.extension, owner=armed.beacon)
+        armed.on_long_phase = recorder.leave_out_interval
+        _steps_failure = ""
+    except Exception as e:  # noqa: BLE001 - no step anatomy on this rank, training goes on
+        _steps_failure = describe(e)
 
 
 class ReportHook:
@@ -80,5 +100,6 @@ def setup(rank: int, run_id: str | None, attempt: str | None) -> WorkerSetup:
     try:
         hooked = _ray.add_report_hook(ReportHook())
     except Exception as e:  # noqa: BLE001
-        return WorkerSetup(rank, f"armed, reports not seen: {describe(e)}")
-    return WorkerSetup(rank, "armed" if hooked else "armed, reports not seen: this Ray has no report hook")
+        return WorkerSetup(rank, f"armed, reports not seen: {describe(e)}", _steps_failure)
+    said = "armed" if hooked else "armed, reports not seen: this Ray has no report hook"
+    return WorkerSetup(rank, said, _steps_failure)

@@ -26,16 +26,21 @@ from .step_inputs import Current, TimeDataLoaders, TimeRayData
 
 CURRENT = Current()
 _removers: list[Callable[[], None]] = []
+_owner: list[object | None] = [None]  # what the armed recorder writes into (its beacon)
 
 
-def arm_steps(region: memoryview | bytearray | None) -> StepRecorder:
+def arm_steps(region: memoryview | bytearray | None, owner: object | None = None) -> StepRecorder:
     """Arm this process's step anatomy, written into ``region`` (a writable buffer of 256 bytes:
     the beacon's step region; None: kept in the process only, for tests). Idempotent: a second
-    call returns the recorder armed first."""
+    call returns the recorder armed first, unless it names another ``owner`` (the beacon the
+    region is part of: a rank armed again in another attempt's folder), which disarms the first."""
     if CURRENT.recorder is not None:
-        return CURRENT.recorder
+        if owner is None or owner is _owner[0]:
+            return CURRENT.recorder
+        disarm_steps()
     recorder = StepRecorder(RegionWriter(region) if region is not None else None)
     CURRENT.recorder = recorder
+    _owner[0] = owner
     when_imported("torch.optim.optimizer", HookOptimizers(CURRENT))
     when_imported("torch.utils.data.dataloader", TimeDataLoaders(CURRENT))
     when_imported("torch.nn.parallel.distributed", PatchDdp(_attach))
@@ -49,7 +54,7 @@ def armed_steps() -> StepRecorder | None:
 
 def disarm_steps() -> None:
     """The worker's end: the last totals published, the optimizer hooks removed, the region let go."""
-    recorder, CURRENT.recorder = CURRENT.recorder, None
+    recorder, CURRENT.recorder, _owner[0] = CURRENT.recorder, None, None
     while _removers:
         with contextlib.suppress(Exception):
             _removers.pop()()

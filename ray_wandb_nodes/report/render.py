@@ -79,6 +79,7 @@ def format_text(reports: list[RunReport]) -> str:
             )
         else:
             lines.append("  Alerts raised during the run: none")
+        lines.extend(_ranks_text(r.ranks))
         for note in r.notes:
             lines.append(f"  ({note})")
         errors = [(n.label, e) for n in r.nodes for e in n.errors]
@@ -87,6 +88,45 @@ def format_text(reports: list[RunReport]) -> str:
             lines.extend(f"    {label}: {e}" for label, e in errors)
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# (column, heading, width) of the ranks table's text: the lines fit WIDTH with a 19-column node
+_RANK_PARTS = [
+    ("step_ms", "step", 7),
+    ("input_ms", "input", 7),
+    ("compute_ms", "compute", 8),
+    ("comm_wait_ms", "wait", 7),
+    ("optimizer_ms", "optim", 7),
+    ("other_ms", "other", 7),
+    ("lateness_ms", "late", 7),
+]
+
+
+def _ranks_text(rows: list[dict[str, Any]]) -> list[str]:
+    """The run's last ``ranks`` table (ms a step over the last window judged; ``-`` where a part
+    is not measured), or nothing where the run logged none."""
+    if not rows:
+        return []
+    heads = "".join(f"{h:>{w}}" for _, h, w in _RANK_PARTS)
+    lines = [
+        "  Ranks (the last table logged, ms a step):",
+        f"    {'rank':>4} {'node':<19} {'gpu':>3} {'steps':>6}{heads} state",
+    ]
+    for row in rows:
+        if not isinstance(row.get("rank"), int):  # past the cap: the row counting the others
+            lines.append(f"    {row.get('rank')}")
+            continue
+        parts = "".join(f"{_ms(row.get(c)):>{w}}" for c, _, w in _RANK_PARTS)
+        node, gpu, steps = str(row.get("node") or "-")[:19], _num(row.get("gpu")), _num(row.get("steps"))
+        lines.append(f"    {row['rank']:>4} {node:<19} {gpu:>3} {steps:>6}{parts} {row.get('state')}")
+    return lines
+
+
+def _ms(x: Any) -> str:
+    """Milliseconds to a tenth, whole ones from a second (a column stays 6 wide)."""
+    if not isinstance(x, (int, float)):
+        return "-"
+    return f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
 
 
 def _clock(t: Any) -> str:

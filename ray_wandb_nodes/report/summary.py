@@ -99,6 +99,7 @@ class RunReport:
     nodes: list[NodeSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)  # the node-health alerts raised (index)
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # the last ``ranks`` table logged (index)
     # label -> [(timestamp, values)], for charts (not in the JSON)
     series: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict, repr=False)
 
@@ -130,6 +131,7 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
     report.project, report.entity, report.name = idx.get("project"), idx.get("entity"), idx.get("name")
     report.exit_code = idx.get("exit_code")
     report.alerts = [a for a in idx.get("alerts") or [] if isinstance(a, dict)]
+    report.ranks = _rank_rows(idx.get("ranks"))
     nodes: dict[str, NodeSummary] = {}
     worker_nodes = set(idx.get("worker_nodes") or [])
     for log in sorted(logs, key=lambda g: (g.start_time or 0.0, g.path)):
@@ -176,6 +178,15 @@ def summarise(run_id: str, folder: str, logs: list[RunLog], index: dict[str, Any
     for node in report.nodes:
         node.flags += by_gpu.get(node.label, [])
     return report
+
+
+def _rank_rows(table: Any) -> list[dict[str, Any]]:
+    """The index's last ``ranks`` table (``{"columns": [...], "rows": [[...], ...]}``) as one dict
+    a row; nothing where the run logged none or the index holds something else."""
+    if not isinstance(table, dict) or not isinstance(table.get("columns"), list):
+        return []
+    columns = [str(c) for c in table["columns"]]
+    return [dict(zip(columns, row, strict=False)) for row in table.get("rows") or [] if isinstance(row, list)]
 
 
 def _fill(node: NodeSummary, samples: list[tuple[float, dict[str, Any]]]) -> None:

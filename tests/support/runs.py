@@ -20,7 +20,7 @@ def run_of(backend: WandbTestBackend, name: str) -> Any:
     return runs[0]
 
 
-HEALTH_KEYS = {"nodes", "nodes/stragglers", "hangs"}
+HEALTH_KEYS = {"nodes", "nodes/stragglers", "hangs", "ranks", "ranks/slow", "ranks/lateness_ms", "ranks/input_wait_ms"}
 
 
 def user_rows(run: Any) -> list[dict[str, Any]]:

@@ -119,6 +119,31 @@ def test_the_report_prints_the_alerts_the_run_raised() -> None:
     assert "Alerts raised during the run: none" in format_text([report_of(synthetic("n0", 95.0))])
 
 
+def test_the_report_prints_the_last_ranks_table_the_run_logged() -> None:
+    from ray_wandb_nodes._health import RANK_COLUMNS
+    from ray_wandb_nodes.report.render import format_text, to_json
+    from ray_wandb_nodes.report.summary import summarise
+
+    rows = [
+        [0, "node-a-1", None, 223, 172.72, 61.06, 6.55, 108.62, 0.11, 0.0, -2.38, "ok"],
+        [1, "node-b-2", 3, 223, 172.86, 62.23, 104.42, 6.42, 0.14, None, 101.09, "slow"],
+        ["(510 more ranks, none slow)", *[None] * (len(RANK_COLUMNS) - 1)],
+    ]
+    index = {"run_id": "r", "ranks": {"time": 1_800_000_000.0, "columns": RANK_COLUMNS, "rows": rows}}
+    report = summarise("r", "/x", [synthetic("n0", 95.0), synthetic("n1", 95.0)], index)
+    assert [row["state"] for row in report.ranks] == ["ok", "slow", None]
+    assert to_json([report])["runs"][0]["ranks"][1]["compute_ms"] == 104.42
+    text = format_text([report])
+    lines = text.splitlines()
+    at = lines.index("  Ranks (the last table logged, ms a step):")
+    assert lines[at + 1].split() == "rank node gpu steps step input compute wait optim other late state".split()
+    assert lines[at + 2].split() == "0 node-a-1 - 223 172.7 61.1 6.5 108.6 0.1 0.0 -2.4 ok".split()
+    assert lines[at + 3].split() == "1 node-b-2 3 223 172.9 62.2 104.4 6.4 0.1 - 101.1 slow".split()
+    assert lines[at + 4].strip() == "(510 more ranks, none slow)"
+    assert max(len(line) for line in lines) <= 100
+    assert "Ranks (" not in format_text([report_of(synthetic("n0", 95.0))])  # a run without: no section
+
+
 def test_cli_errors_name_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
     assert "missing' is not a folder" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from ray_wandb_nodes._run.primary_commands import (
     Finish,
     LogArtifact,
     LogHealth,
+    LogRanks,
     LogReport,
     PrimaryCommand,
     RaiseAlert,
@@ -94,6 +95,7 @@ CASES: dict[type, tuple[Callable[[PrimaryWriter], None], list[tuple[str, Any]]]]
     RecordHang: (lambda p: p.hang(HANG), [("alert", ("Hang", "ERROR")), ("save", "hangs/hang-1/rank-1.txt")]),
     LogHealth: (lambda p: p.log_health(2, None), [("log", ["nodes/stragglers", "training_iteration"])]),
     WriteConsole: (lambda p: p.console_lines([ConsoleLine(0, Stream.ERR, "hello")]), [("console", "[rank 0] hello")]),
+    LogRanks: (lambda p: p.log_ranks({"ranks/slow": 1.0}, None), [("log", ["ranks/slow", "training_iteration"])]),
     Finish: (lambda p: p.request_finish(3), [("finish", 3)]),
 }
 
