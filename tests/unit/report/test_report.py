@@ -83,6 +83,7 @@ def test_the_report_lists_a_logged_table_as_one_key(tmp_path: Path) -> None:
     """The real client writes a table's reference as nested keys (nodes/_type, nodes/path, ...):
     the report lists the key that was logged, ``nodes``, beside ``nodes/stragglers``."""
     import wandb
+
     from ray_wandb_nodes.report.render import format_text
     from ray_wandb_nodes.report.summary import summarise
 

@@ -119,6 +119,7 @@ def test_rank0_rows_never_wait_behind_building_a_checkpoint_artifact(
 
 def test_a_checkpoint_is_uploaded_from_where_it_is_never_copied(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import wandb
+
     from ray_wandb_nodes._wandb.artifacts import checkpoint_artifact
 
     monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "data"))  # wandb's staging folder is under it
@@ -174,6 +175,7 @@ def test_a_checkpoint_ray_deletes_before_its_upload_ends_is_never_a_version_and_
 
 def test_a_checkpoint_deleted_before_or_while_its_artifact_is_built_is_never_built(tmp_path: Any) -> None:
     import wandb
+
     from ray_wandb_nodes._wandb.artifacts import CheckpointGoneError, checkpoint_artifact, still_whole
 
     gone = checkpoint(tmp_path / "gone")

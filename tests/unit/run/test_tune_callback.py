@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-
 import wandb
+
 from ray_wandb_nodes import WandbNodesTuneCallback
 from ray_wandb_nodes._config.values import OnHang
 from ray_wandb_nodes._health import COLUMNS
