@@ -101,6 +101,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
         run = wandb.init(
             project="bench-console",
             id=f"console-{os.getpid()}",
+            dir=str(logs),  # its files in the bench's temporary folder, not the working directory
             settings=wandb.Settings(
                 mode="shared", x_primary=False, x_update_finish_state=False, x_label="node-1", console="off"
             ),
