@@ -290,21 +290,28 @@ def test_node_dies_without_replacement_fails_the_run_without_hanging(
 
 def test_a_node_that_joins_mid_run_gets_a_writer(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("node-joins")
-    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=50, sleep=0.5, stoppable=True)
+    # Stoppable: the test ends it once it saw what it waits for; ``steps`` only bounds a fit whose
+    # test failed (50 steps, 25 s, were less than the join and retire may take on a loaded machine).
+    fit = Fit(name, make_callback(nodes="cluster"), str(tmp_path), steps=400, sleep=0.5, stoppable=True)
     fit.start()
     wait_until(lambda: rows_of(backend, name) >= 2, 90, "two reports")
     new_node = cluster.add_node(num_cpus=0)
     added_at = time.time()
     run = run_of(backend, name)
     new_label = node_labels()[new_node.node_id]
-    wait_until(lambda: first_event_time(run, new_label) is not None, 30, "the new node's first sample")
+    # A node's first sample after it is added: its raylet's start, the fleet's next node listing
+    # (3 s), its logger's process and wandb's join, the first sample (0.5 s later on wandb < 0.31):
+    # about 10 s on a quiet machine, more than twice that under two streams' load: 60 s.
+    wait_until(lambda: first_event_time(run, new_label) is not None, 60, "the new node's first sample")
     joined = first_event_time(run, new_label)
-    assert joined is not None and joined - added_at < 30
+    assert joined is not None and joined - added_at < 60
     print(f"joining node's first sample {joined - added_at:.1f}s after it was added")
     # The autoscaler removes it again, idle (it never hosted a rank): it left, it was not lost.
     groups = len(plugin_leftovers()[1])
     cluster.remove_node(new_node)
-    wait_until(lambda: len(plugin_leftovers()[1]) < groups, 15, "the fleet to retire the removed node's logger")
+    # The fleet sees the node gone at its next listing (every 3 s) and removes its logger's placement
+    # group, which Ray's GCS drops within a second or two: about 5 s, 30 s under load.
+    wait_until(lambda: len(plugin_leftovers()[1]) < groups, 30, "the fleet to retire the removed node's logger")
     assert fit.is_alive()  # seen gone while the run goes on
     fit.stop()
     fit.join(300)
@@ -322,7 +329,9 @@ def test_a_killed_logger_process_comes_back_with_its_label(
     cluster: Any, backend: WandbTestBackend, tmp_path: Any
 ) -> None:
     name = unique("logger-killed")
-    fit = Fit(name, make_callback(), str(tmp_path), steps=30, sleep=0.5, stoppable=True)
+    # Stoppable (``steps`` only a bound): 30 steps (15 s) could end the fit before a logger that Ray
+    # restarts under load (a new process, wandb's join) rejoined, which the test waits up to 45 s for.
+    fit = Fit(name, make_callback(), str(tmp_path), steps=400, sleep=0.5, stoppable=True)
     fit.start()
     wait_until(lambda: len(alive_logger_pids()) == 2 and rows_of(backend, name) >= 2, 90, "two node loggers")
     run = run_of(backend, name)
@@ -447,7 +456,9 @@ def test_an_unreachable_wandb_leaves_the_end_as_fast_as_without_the_callback(
     cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Nothing listens there: wandb.init retries until init_timeout_s (30 s here), longer than the
-    # training. The end must not wait for it (bound: UNCREATED_WAIT_S, 1 s, plus Ray's own noise).
+    # training. The end must not wait for it (bound: UNCREATED_WAIT_S, 1 s, plus Ray's own noise:
+    # its end's seconds differ between two fits by a few on a loaded machine). An end that waited
+    # for the init would come its 30 s less the training (6 reports, under 15 s loaded) later.
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
 
     def end_of(callback: Any) -> float:
@@ -464,7 +475,7 @@ def test_an_unreachable_wandb_leaves_the_end_as_fast_as_without_the_callback(
     without = end_of(None)
     with_callback = end_of(make_callback())
     print(f"end: {without:.2f}s without the callback, {with_callback:.2f}s with it (W&B unreachable)")
-    assert with_callback <= without + 5.0
+    assert with_callback <= without + 10.0
     assert "is W&B reachable?" in session_log_text(cluster)
 
 

@@ -18,6 +18,7 @@ import pytest
 from ray_wandb_nodes._hang.beacon import BeaconSlot, default_root, progress_of
 from ray_wandb_nodes._hang.dumps import request_dumps
 from ray_wandb_nodes._hang.evidence import RankEvidence
+from ray_wandb_nodes._hang.node import DUMPS_TIMEOUT_S
 from ray_wandb_nodes._hang.position import Kind, RankFacts, position
 from ray_wandb_nodes._hang.verdict import judge
 from tests.support.hang_world import rank_processes
@@ -86,7 +87,10 @@ def test_a_rank_stuck_in_native_code_that_holds_the_gil_is_named_from_its_faulth
     started = time.monotonic()
     with ranks("native", gil_lib) as directory:
         slots = settled(directory)
-        evidence = request_dumps(slots, timeout_s=4)
+        # A node's own bound on a round (DUMPS_TIMEOUT_S, 5 s; this test had 4): the round ends as
+        # soon as every rank answered, so the bound only gives the waiters' dumps (their flight
+        # recorders, the all_reduce's number) room on a loaded machine.
+        evidence = request_dumps(slots, timeout_s=DUMPS_TIMEOUT_S)
         verdict = judge(facts_of(slots, evidence))
     stuck = next(e for e in evidence if e.rank == STUCK)
     # Its Python could not run: no dump thread, no recorder, but faulthandler's C-level dump.

@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import HangTimeout
+from ray_wandb_nodes._fleet import poll_s
+from ray_wandb_nodes._fleet.hang_nodes import EVIDENCE_TIMEOUT_S
 from ray_wandb_nodes._hang.native import py_spy
 from tests.support.cluster import assert_nothing_left, node_labels
 from tests.support.env import offline_backend
@@ -41,9 +44,29 @@ HERE = Path(__file__)  # the train functions here carry the markers the alerts' 
 WORLD, STEPS = 4, 12
 HANG_TIMEOUT_S = 4.0
 SAMPLING_S = 2.0
-FIRST_STEP_S = HANG_TIMEOUT_S  # with the optimizer's first use, longer than the limit; under the first step's (3 x)
-GIL_HELD_S = 3 * HANG_TIMEOUT_S  # the native call returns when released, or by itself after this
-UPLOAD_S = 2 * HANG_TIMEOUT_S  # a checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x
+# The fleet reads a run's beacons every poll_s (a sixteenth of a fixed limit, at least 0.25 s); a
+# reading older than the limit is taken again first (one or two polls more).
+POLL_S = poll_s(HangTimeout(seconds=HANG_TIMEOUT_S), 3.0)
+# The first step comes this long after the train function starts (the beacon's clock starts with
+# it), whatever the process groups' set-up before it took on a loaded machine: past the running
+# limit by four polls (a rule that judged it as running would see it), and 7 s under the first
+# step's own limit (3 x) for the step itself, which was 2-3 s of a sleep after set-up that took
+# seconds under load when the sleep was a fixed 4 s after it.
+FIRST_STEP_S = HANG_TIMEOUT_S + 4 * POLL_S
+# The native call returns when the test releases it (on the hang's alert), or by itself after this
+# ceiling: past the latest the alert may come (LATE_S, below), so that the rank is still held in C
+# when its evidence is taken however slow the round.
+GIL_HELD_S = 60.0
+# A checkpoint's upload: inside Ray's checkpoint hook, allowed 3 x. Its age is counted from the
+# phase's start (entering a phase is progress), so the load before it adds nothing: 8 s of upload
+# is twice the running limit, and leaves 4 s of the 12 s for the copy and the phase's end.
+UPLOAD_S = 2 * HANG_TIMEOUT_S
+# How late an alert may come after a rank stops, by the product's own bounds: the limit, three
+# polls, the evidence round (the fleet waits at most EVIDENCE_TIMEOUT_S for the nodes' dumps, 14
+# s: each node's own 5 s, 4 s of py-spy and 5 s for the answer's way; past it the alert goes without
+# the node's), and the alert's way to W&B (the primary's request to the local backend, and the
+# test's poll of it every 0.2 s): 1 s. Seen on 2 cores: 4.4 to 7.1 s (docs/performance.md).
+LATE_S = HANG_TIMEOUT_S + 3 * POLL_S + EVIDENCE_TIMEOUT_S + 1.0
 # step -> (ranks that stop, how): each episode's hang
 EPISODES = {
     2: ((3,), "python"), 4: ((2,), "native"), 6: ((0, 1, 2, 3), "python"), 8: ((1,), "report"), 9: ((3,), "groups"),
@@ -92,12 +115,15 @@ def hang_loop(config: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
+    started = time.monotonic()  # the train function starts, and the beacon's clock with it
     rank = ray.train.get_context().get_world_rank()
     # TP pairs under the default group: every rank creates both, in one order (torch's rule)
     pairs = [dist.new_group([0, 1], group_desc="pair_0_1"), dist.new_group([2, 3], group_desc="pair_2_3")]
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    time.sleep(FIRST_STEP_S)  # a long first step (a model load, a compile): no hang
+    # A long first step (a model load, a compile): no hang. FIRST_STEP_S from the start, however
+    # long the set-up above took.
+    time.sleep(max(0.0, started + FIRST_STEP_S - time.monotonic()))
     for step in range(STEPS):
         stop(config, step, rank, "python")
         stop(config, step, rank, "native")
@@ -214,10 +240,10 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     for a, (ranks, _) in zip(alerts[::2], [EPISODES[s] for s in sorted(EPISODES)], strict=True):
         for r in ranks:
             assert any(f"rank {r} on {label}" in a["text"] for label in labels), a["text"]
-    # Each hang is named within its limit and two sampling intervals of the last progress.
+    # Each hang is named within the product's bound after the rank stopped (LATE_S, derived above).
     for episode in range(1, 6):
         print(run_of(backend, name).files[f"hangs/hang-{episode}/verdict.txt"].decode().split("\n\n")[0])
-    assert all(t < HANG_TIMEOUT_S + 2 * SAMPLING_S for t in late.values()), late
+    assert all(t < LATE_S for t in late.values()), (late, LATE_S)
 
     run = run_of(backend, name)
     tables = run.tables("hangs")
@@ -376,10 +402,14 @@ def test_with_no_failures_left_fit_raises_naming_the_hang_and_offline_the_folder
 
 
 # Rank 0's save before its report (a model to a slow network file system, ``torch.save`` with no
-# user code around it): past the running limit plus the two sampling intervals an alert may take
-# (with the save judged as running, a hang raised and the attempt restarted), within the
-# checkpointing phase's limit (3 x) by 2 s. Rank 1 waits for it in Ray's report barrier.
-SAVE_S = HANG_TIMEOUT_S + 2 * SAMPLING_S + 2.0
+# user code around it), 6 s past the running limit: the polls that would see it (3 x POLL_S) and
+# the evidence round that confirms a suspicion while the rank is still in it (a rank in Python
+# answers its dump within a second or two, on a loaded machine too), so that a save judged as
+# running would be a hang raised and the attempt restarted. Within the checkpointing phase's
+# limit (3 x, 12 s) by 2 s: the phase's age counts from its start, so the load before the save
+# adds nothing, and what follows the stalled write is a few ms of writing. Rank 1 waits for it
+# in Ray's report barrier.
+SAVE_S = HANG_TIMEOUT_S + 6.0
 SAVES = 4
 
 

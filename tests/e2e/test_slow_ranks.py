@@ -144,9 +144,11 @@ def test_the_slow_rank_is_named_with_its_node_and_cause_and_a_balanced_job_names
         return sum("ranks/lateness_ms" in row for r in runs for row in r.history)
 
     started = time.monotonic()
+    switched: dict[str, float] = {}  # phase -> when the test switched to it (the backend's clock)
 
     def phase(kind: str) -> None:
         print(f"{time.monotonic() - started:6.1f} s: {kind}")
+        switched[kind] = time.time()
         (tmp_path / "phase.tmp").write_text(kind)
         (tmp_path / "phase.tmp").replace(tmp_path / "phase")
 
@@ -189,9 +191,19 @@ def test_the_slow_rank_is_named_with_its_node_and_cause_and_a_balanced_job_names
     assert alerts[2]["text"].startswith(f"Rank {FORWARD_RANK} on {nodes[FORWARD_RANK]} is slow to compute")
     for a in alerts:  # no other rank named
         assert not any(f"rank {r} " in a["text"].lower() for r in set(range(WORLD)) - {INPUT_RANK, FORWARD_RANK})
-    # One slow rank, one alert: the node rule does not speak of the slow ranks' nodes.
-    stragglers = [a["title"] for a in run.alerts if a["title"].startswith("Straggler")]
-    assert not [t for t in stragglers if t.endswith((nodes[INPUT_RANK], nodes[FORWARD_RANK]))], said()
+    # One slow rank, one alert: the node rule does not speak of a slow rank's node (nor of its
+    # episode's end) once the test slowed that rank. Before, the ranks are balanced and a straggler
+    # alert is the node rule's own: its 1 s window (WINDOW_S) judges the CPU of nodes that share
+    # one machine's 2 cores, which another test stream's load sets apart now and then (the claims'
+    # rule lets such an alert stand: no rank there is named).
+    slowed = {nodes[INPUT_RANK]: switched["input"], nodes[FORWARD_RANK]: switched["forward"]}
+    spoken = [
+        a["title"]
+        for a in run.alerts
+        for label, since in slowed.items()
+        if a["title"].startswith("Straggler") and a["title"].endswith(label) and a["received"] >= since
+    ]
+    assert not spoken, said()
 
     # The table: every rank, its node, its parts; the slow rank slow in the one its alert brought.
     assert len(tables) >= 2

@@ -161,6 +161,7 @@ def train_driver(config: dict[str, Any]) -> None:
 # without its "Hang over" before; the test then ran twelve steps after its stall so that a ping
 # saw the ranks move again.)
 REPORTS_AROUND_STALL = 6
+STALL_CEILING_S = 120.0  # a ceiling only: the stall ends at the hang alert (see the test)
 
 
 make_callback = partial(make_tune_callback, project="tune-e2e")
@@ -187,7 +188,7 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
     trial shorter than its writer's start-up may end without its node's series, a documented
     limit; this test is about whose run each node's series land in, not about how soon.) Also
     ``<node id>-<run id>`` once that run holds the node's samples, and ``alerted`` once a run of
-    the experiment has an alert."""
+    the experiment has an alert, ``hung`` once one has a hang alert."""
     folder.mkdir()
     labels = node_labels()
     stop = threading.Event()
@@ -196,13 +197,15 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
         while not stop.wait(0.2):
             with backend._lock:
                 runs = {run_id: set(run.labels) for run_id, run in experiment_runs(backend, name).items()}
-                alerted = any(run.alerts for run in experiment_runs(backend, name).values())
+                alerts = [a for run in experiment_runs(backend, name).values() for a in run.alerts]
             for node_id, label in labels.items():
                 for run_id in (r for r, seen in runs.items() if label in seen):
                     (folder / node_id).touch()
                     (folder / f"{node_id}-{run_id}").touch()
-            if alerted:
+            if alerts:
                 (folder / "alerted").touch()
+            if any(a["title"].startswith("Hang: ") for a in alerts):
+                (folder / "hung").touch()
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -324,11 +327,17 @@ def test_a_trial_wrapping_a_torch_trainer_shows_its_workers_nodes(
 ) -> None:
     name = unique("tune-train")
     callback = make_callback(upload_checkpoints=True)
-    # Rank 1 stalls 10 s at the last step while rank 0 waits in the report: a hang of the trial's
-    # Train run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial).
-    stall = {"step": REPORTS_AROUND_STALL - 1, "rank": 1, "seconds": 10}
-    config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4, "reports": REPORTS_AROUND_STALL}
-    results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
+    # Rank 1 stalls at the last step while rank 0 waits in the report: a hang of the trial's Train
+    # run, named in the trial's run (hang_timeout_s=4 in the Train callback inside the trial). The
+    # stall lasts until the hang alert is in the trial's run (an event, so the evidence is taken
+    # while the rank is stuck however slow a loaded machine makes the detection: a fixed 10 s was
+    # 4 s of limit, 0.25 s polls, up to 5 s of evidence and the alert's way to W&B, no margin
+    # left); STALL_CEILING_S only ends a stall whose hang is never named, for the asserts to say so.
+    with sampled_markers(backend, name, tmp_path / "markers") as markers:
+        hung = os.path.join(markers, "hung")
+        stall = {"step": REPORTS_AROUND_STALL - 1, "rank": 1, "seconds": STALL_CEILING_S, "until": hung}
+        config = {"storage": str(tmp_path), "stall": stall, "hang_timeout_s": 4, "reports": REPORTS_AROUND_STALL}
+        results = tuner(train_driver, name, str(tmp_path), config, callback).fit()
     assert not results.errors
     runs = experiment_runs(backend, name)
     assert len(runs) == 1

@@ -173,7 +173,11 @@ def plugin_leftovers() -> tuple[list[str], list[str]]:
 
 
 def assert_nothing_left() -> None:
-    wait_until(lambda: plugin_leftovers() == ([], []), 15, lambda: f"the plugin to leave nothing {plugin_leftovers()}")
+    """None of the plugin's actors or placement groups is left. A ceiling on an event: the fleet
+    ends its loggers and removes their groups as the run ends, and Ray's GCS lists them dead and
+    removed a second or two later; 30 s is that many times over, for a loaded lane (it waits only
+    as long as they take)."""
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, lambda: f"the plugin to leave nothing {plugin_leftovers()}")
 
 
 def node_logger_count() -> int:

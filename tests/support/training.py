@@ -45,9 +45,11 @@ def train_loop(config: dict[str, Any]) -> None:
             "nested": {"depth": step},
         }
         time.sleep(config.get("step_sleep_s", 0))
-        stall = config.get("stall")  # {"step", "rank", "seconds"}: a rank stops a while (a hang)
+        # {"step", "rank", "seconds", "until"?}: a rank stops (a hang) for ``seconds``, or until
+        # the file ``until`` exists (an event the test makes), ``seconds`` then only its ceiling
+        stall = config.get("stall")
         if stall and stall["step"] == step and stall["rank"] == rank:
-            stalled_read(stall["seconds"])
+            stalled_read(stall["seconds"], stall.get("until"))
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
@@ -58,12 +60,14 @@ def said(rank: int, step: int) -> str:
     return f"rank {rank} is at step {step}"
 
 
-def stalled_read(seconds: float) -> None:
-    """A read that stalls (a file system, say): the others wait for this rank in the next report."""
+def stalled_read(seconds: float, until: str | None = None) -> None:
+    """A read that stalls (a file system, say) for ``seconds``, or less once the file ``until``
+    exists: the others wait for this rank in the next report."""
+    import os
     import time
 
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not (until and os.path.exists(until)):
         time.sleep(0.05)  # <stalled_read>
 
 

@@ -88,7 +88,9 @@ def test_a_log_that_is_never_written_out_is_waited_for_within_the_bound() -> Non
 
     start = time.monotonic()
     last = reader.final(run, wait_s=0.2)
-    assert last is not None and last.gpu_ints == () and 0.2 <= time.monotonic() - start < 1.0
+    # At least the bound, and well under FINAL_WAIT_S (2 s, what a reader ignoring wait_s would
+    # wait): 1.3 s over the bound leave its 20 ms polls room on 2 loaded cores.
+    assert last is not None and last.gpu_ints == () and 0.2 <= time.monotonic() - start < 1.5
 
 
 def test_a_node_logger_s_finish_answers_with_the_writer_s_last_summary() -> None:

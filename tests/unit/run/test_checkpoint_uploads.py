@@ -80,7 +80,9 @@ def test_an_abort_ends_within_its_bound_while_a_checkpoint_upload_stalls(
         took = time.monotonic() - started
     finally:
         backend.faults.clear()
-    assert took <= bound + 0.5, f"the abort took {took:.1f}s"
+    # The upload stalls bound + 6 s: an abort that waited on it would take that. 3 s over the bound
+    # leave the abort's own end (the writer thread's join, the warning) room on 2 loaded cores.
+    assert took <= bound + 3.0, f"the abort took {took:.1f}s"
     said = [r.getMessage() for r in caplog.records if "aborted" in r.getMessage()]
     assert len(said) == 1 and f"checkpoint-{run.base_id}" in said[0] and "within 3s" in said[0], said
 
@@ -252,7 +254,9 @@ def test_the_node_strategy_s_checkpoint_ray_deletes_before_its_upload_ends_is_ne
     contents = [(tmp_path / f"checkpoint_{i}" / "model.pt").read_bytes() for i in (0, 1)]
     started = time.monotonic()
     logger.log_artifact(name, first, artifact, ["latest"])
-    assert time.monotonic() - started < 0.5  # the actor's call never waits on building an artifact
+    # The actor's call never waits on building an artifact: the upload is held 3 s (as above), a call
+    # that waited would take 3 s or more.
+    assert time.monotonic() - started < 2.0
     wait_until(
         lambda: any(a.name == artifact for a in list(backend.artifacts.values())),
         30,
