@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _ray
 from ._config.setup import configure
+from ._ray.failures import max_failures
 from ._run import handoff as _handoff
+from ._run.train_failures import AttemptFailures
 from ._run.train_run import TrainRun
 from ._run.train_workers import TrainWorkers
 from ._run.trial_relay import TrialRelay
@@ -154,6 +156,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         self._tune_trial_id = _ray.current_trial_id() if self.options.mode.logs else None
         self._relay: TrialRelay | None = None  # inside a trial whose run is the run (see _handoff)
         self._workers = TrainWorkers(self._warner)  # where the ranks run, and the attempt they arm in
+        self._failures = AttemptFailures()  # the current attempt's failure, as Train's hooks show it
 
     def __repr__(self) -> str:
         o = self.options
@@ -180,7 +183,9 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
             # this callback only tells it where the train workers are, and how to watch them.
             self._relay = TrialRelay(self._tune_trial_id, self._warner)
-            self._workers.hang_run = self._relay.hangs(mark, self.options, train_run_context)
+            hangs = self._relay.hangs(mark, self.options, train_run_context) is not None
+            self._workers.watch(mark.run_id or None, hangs)
+            self._failures = AttemptFailures(max_failures(train_run_context), sink=self._relay)
             return
         import ray
 
@@ -193,7 +198,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             hostname=socket.gethostname(),
             driver_cwd=self._driver_cwd,
         )
-        self._workers.hang_run = self._run.hang_run
+        self._workers.watch(self._run.watch_run, hangs=self._run.hang_run is not None)
+        self._failures = AttemptFailures(max_failures(train_run_context), sink=self._run)
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
@@ -211,6 +217,12 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         if _ray.is_aborted(current_state):
             self._abort()
 
+    @guarded("before_controller_execute_failure_decision")
+    def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
+        """Ray decided what a failure does (retry or raise): the failed attempt goes to the run, named
+        there from what the failing poll said and what each node saw (on the fleet thread)."""
+        self._failures.decided(failure_decision, self._workers.placements.values(), self._workers.attempt)
+
     def _abort(self) -> None:
         # The controller exits right after an abort: finish fast, as failed.
         if self._run is not None:
@@ -222,6 +234,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         """A worker group starts (its first, or a restart; a replaced replica group is no new group
         and calls no such hook, Ray 2.47 to 2.60): its ranks arm in an attempt of their own."""
         self._workers.new_group()
+        self._failures.new_group()
 
     def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
         """The earliest moment the workers' nodes are known (their actors exist; the train
@@ -283,12 +296,13 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
 
     @guarded("after_worker_group_poll_status")
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
-        """Train's poll of the workers: a rank's error fails the attempt (its ranks' last lines go to
-        the run at its end); the ranks whose train function returned (not those that failed) are
-        not judged for hangs, and are progress during one (inside a Tune trial, through the
-        hand-off to the trial's run)."""
+        """Train's poll of the workers: the first with a rank's error is what Ray decides on (kept
+        for the failure decision, and the attempt's ranks' last lines go to the run at its end); the
+        ranks whose train function returned (not those that failed) are not judged for hangs, and
+        are progress during one (inside a Tune trial, through the hand-off to the trial's run)."""
         if self._run is not None and not self._workers.failed and _ray.poll_failed(worker_group_status):
             self._workers.failed = True  # the controller decides on this poll: the attempt failed
+        self._failures.polled(worker_group_status, self._workers.group)
         if self._workers.hang_run and self._run is not None:
             self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
         elif self._workers.hang_run and self._relay is not None:
@@ -297,6 +311,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
+        self._failures.reported()  # after a retry, its first report: the attempt recovered
         if self._run is not None and metrics:
             self._run.report(metrics, _ray.report_checkpoint(training_report))
         elif self._relay is not None:

@@ -194,6 +194,8 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         session = self._session(trial) or self._start(trial)
         if session is None:
             return
+        if self._runs is not None:
+            self._runs.reported(trial.trial_id)  # after a retry: its first result says it recovered
         session.report(dict(result))
         path = result.get("checkpoint_path")  # a Train run inside the trial reported a checkpoint
         if self.upload_checkpoints and isinstance(path, str) and path:
@@ -216,8 +218,16 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._end(trial, exit_code=0)
 
+    @guarded("on_trial_recover")
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """The trial failed and Tune retries it (its ``FailureConfig``): the failure named in its run."""
+        if self._runs is not None:
+            self._runs.trial_failed(trial, retrying=True)
+
     @guarded("on_trial_error")
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        if self._runs is not None:
+            self._runs.trial_failed(trial, retrying=False)  # named in its run before the run ends
         self._end(trial, exit_code=1)
 
     @guarded("on_experiment_end")

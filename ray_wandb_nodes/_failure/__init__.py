@@ -5,11 +5,15 @@ beside its hang beacon); ``node`` is what the node's logger tells of its ranks f
 (records, processes gone, the cgroup's OOM kills); ``table`` joins those with what Ray's
 controller saw into one row a failing rank; ``choose`` names the first death the cause and
 the rest its consequence; ``words`` writes the alert, the summary fields and the files.
-``texts`` reads the libraries' words (gloo, NCCL, Ray). Nothing here imports Ray or wandb:
-``_ray.failures`` reads Ray's objects into these values.
+``attempt`` is a failed attempt as the driver side saw it (what crosses to the fleet thread).
+``deaths`` is a watcher's look at its ranks' ends, attempt by attempt (a node logger's, or
+the fleet's for the controller's own node). ``texts`` reads the libraries' words (gloo, NCCL,
+Ray). Nothing here imports Ray or wandb: ``_ray.failures`` reads Ray's objects into these values.
 """
 
+from .attempt import FailedAttempt, FailureEvent
 from .choose import Cause, Verdict, choose
+from .deaths import NodeDeaths
 from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
 from .node import DeathWatch, Gone, NodeFacts, OomCounter, node_facts, oom_kills, process_gone
 from .record import RankRecord, RankRecorder, RecordKind, read_records
@@ -20,10 +24,13 @@ from .words import FailureNotice, FailureSummary, failure_notice, recovered_noti
 __all__ = [
     "Cause",
     "DeathWatch",
+    "FailedAttempt",
+    "FailureEvent",
     "FailureNotice",
     "FailureSummary",
     "Gone",
     "Kind",
+    "NodeDeaths",
     "NodeFacts",
     "OomCounter",
     "OomEvidence",

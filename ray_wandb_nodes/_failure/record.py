@@ -6,6 +6,9 @@ logger reads it even when Ray's controller only saw the cascade, or saw nothing 
   (Ray's training thread hands it over, see ``_ray.failures.hook_train_errors``): its type and
   message, its traceback, its causes, the innermost frame of the user's code and the moment, on
   this node's monotonic clock (the beacon's). Written once, at failure: nothing on the hot path.
+- :meth:`RankRecorder.present`: an empty mark ``rank-<rank>.<pid>.rank``, written once when the
+  rank is set up, so that the node's logger knows the rank's process (and sees it end) whether
+  hang detection gave the rank a beacon or not.
 - :meth:`RankRecorder.stopped`: Ray asked the worker to shut down (its orderly stop after a
   decision), so a process that is gone afterwards was stopped, not killed.
 
@@ -31,7 +34,7 @@ from .._ray.failures import type_name
 from .facts import UserFrame
 from .texts import innermost_user_frame
 
-RAISED_SUFFIX, STOPPED_SUFFIX = ".failure.json", ".stopped.json"
+RAISED_SUFFIX, STOPPED_SUFFIX, PRESENT_SUFFIX = ".failure.json", ".stopped.json", ".rank"
 MAX_TRACEBACK = 256 * 1024  # characters of a traceback kept (its head and its tail past that)
 MAX_MESSAGE = 4000
 MAX_CAUSES = 8
@@ -148,6 +151,14 @@ class RankRecorder:
         except Exception:  # noqa: BLE001 - never in the way of the user's exception
             return False
 
+    def present(self) -> bool:
+        """Mark this process as the rank's (see the module's docstring); whether it was written."""
+        try:
+            self.path(PRESENT_SUFFIX).touch(mode=0o600, exist_ok=True)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
     def stopped(self) -> bool:
         """Record that Ray is stopping this worker (its shutdown call); whether it was written."""
         try:
@@ -168,6 +179,23 @@ def write_atomic(path: Path, text: str) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def new_records(directory: Path, seen: set[str]) -> list[RankRecord]:
+    """The records in ``directory`` whose file names are not in ``seen`` (read once each: a
+    traceback may be large); their names are added to ``seen``. A torn or unreadable file is left
+    for the next look."""
+    out = []
+    for suffix in (RAISED_SUFFIX, STOPPED_SUFFIX):
+        for path in Path(directory).glob(f"rank-*{suffix}"):
+            if path.name in seen:
+                continue
+            try:
+                out.append(RankRecord.from_json(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            seen.add(path.name)
+    return sorted(out, key=lambda r: (r.rank, r.mono_ns))
 
 
 def read_records(directory: Path) -> list[RankRecord]:

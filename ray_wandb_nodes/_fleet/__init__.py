@@ -4,10 +4,12 @@
 function) decides, through the ``pool`` (logger actors, placement groups, joins, health) and the
 offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself
 (``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``watches`` says
-which ranks' folders each one watches, ``janitor`` removes placement groups a dead controller
-left, ``nodes`` reads Ray's node list.
+which ranks' folders each one watches, ``hangs`` and ``failures`` name a run's hangs and failed
+attempts, ``janitor`` removes placement groups a dead controller left, ``nodes`` reads Ray's node
+list.
 """
 
+from .failures import FailureWatch
 from .fleet import POLL_S, NodeFleet
 from .hangs import HangSetting, HangWatch, poll_s
 from .nodes import NodeInfo
@@ -16,6 +18,7 @@ from .targets import Relayed, RunProcess, RunTarget, SharedTarget, StandaloneTar
 
 __all__ = [
     "POLL_S",
+    "FailureWatch",
     "HangSetting",
     "HangWatch",
     "NodeFleet",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from .._failure import FailedAttempt
     from .._gpu_ids import RankGpus
     from .targets import RunProcess, RunTarget
 
@@ -99,6 +100,21 @@ class Checkpointed(NamedTuple):
     reports: int
 
 
+class AttemptFailed(NamedTuple):
+    """A run's attempt failed (Ray's controller decided on a poll with a rank's error): its
+    failure to be named in the run, from every node's facts of its ranks."""
+
+    run_id: str
+    failed: FailedAttempt
+
+
+class AttemptRecovered(NamedTuple):
+    """The run's ``attempt`` reported, after an earlier attempt failed: it recovered."""
+
+    run_id: str
+    attempt: int
+
+
 class AwaitWriters(NamedTuple):
     """Set ``done`` once every node writer these runs want has answered its join."""
 
@@ -154,6 +170,8 @@ Command = (
     | RankReport
     | RanksFinished
     | Checkpointed
+    | AttemptFailed
+    | AttemptRecovered
     | AwaitWriters
     | LogRow
     | LogArtifact

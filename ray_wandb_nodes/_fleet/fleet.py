@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _ray
 from .._gpu_ids import RankGpus
@@ -23,6 +23,8 @@ from .actors import RayActors
 from .commands import (
     AddRun,
     AttemptEnded,
+    AttemptFailed,
+    AttemptRecovered,
     AwaitWriters,
     Checkpointed,
     Command,
@@ -41,6 +43,9 @@ from .commands import (
 )
 from .targets import RunProcess, RunTarget
 from .worker import LISTING_NODES, FleetWorker
+
+if TYPE_CHECKING:
+    from .._failure import FailedAttempt
 
 __all__ = ["LISTING_NODES", "POLL_S", "NodeFleet"]
 
@@ -159,6 +164,14 @@ class NodeFleet:
         """The run's attempt reported a checkpoint with its ``reports``-th report (0: it started)."""
         self._commands.put(Checkpointed(run_id, reports))
 
+    def attempt_failed(self, run_id: str, failed: FailedAttempt) -> None:
+        """The run's attempt failed: its failure is named in the run (decided on the fleet thread)."""
+        self._commands.put(AttemptFailed(run_id, failed))
+
+    def attempt_recovered(self, run_id: str, attempt: int) -> None:
+        """The run's ``attempt`` reported after an earlier one failed."""
+        self._commands.put(AttemptRecovered(run_id, attempt))
+
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken
         its first sample; at once for a run not created yet. False when the time ran out."""
@@ -208,7 +221,8 @@ class NodeFleet:
         try:
             while True:
                 relay = w.relaying
-                wait = _wait_s(self._poll_s, awaiting=bool(w.awaits), retiring=bool(w.retirements), relay=relay)
+                busy = bool(w.retirements) or w.failing  # a run's end, or a failure's facts awaited
+                wait = _wait_s(self._poll_s, awaiting=bool(w.awaits), retiring=busy, relay=relay)
                 try:
                     command: Command = self._commands.get(timeout=wait)
                 except queue.Empty:

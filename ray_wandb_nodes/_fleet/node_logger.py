@@ -21,13 +21,16 @@ Hang detection's side of the node (``_hang.NodeWatch``) is apart from its writer
 asks a logger to watch an attempt's folder for the ranks placed on its node (``watch``) and to
 let it go when the attempt is over (``unwatch``), whether a writer of that run joined, failed,
 or was swapped for another past the writer cap. Each rank's slot, read once a status, gives its
-progress and its step anatomy (``steps``: the running totals of its step's parts, decoded).
+progress and its step anatomy (``steps``: the running totals of its step's parts, decoded). The
+same watch looks at how its ranks end (``_failure.NodeDeaths``: their own records, their processes
+gone, the cgroup's OOM kills), with or without hang detection, and ``failure_facts`` answers with
+it when an attempt failed.
 
 **Threads.** Ray runs the actor's calls in three concurrency groups. The writer calls (joining,
 logging, finishing, offline packing and copying: each may wait minutes on wandb or storage) run
 one at a time, in the order sent, in Ray's default group. The control calls (``status``,
-``watch``, ``unwatch``, ``end_ranks``, ``console_end``) run on a thread of their own, so that a ping, a watch
-and an end are answered while a writer joins or finishes; ``hang_evidence`` on up to
+``watch``, ``unwatch``, ``end_ranks``, ``failure_facts``, ``console_end``) run on a thread of
+their own, so that a ping, a watch and an end are answered while a writer joins or finishes; ``hang_evidence`` on up to
 ``EVIDENCE_THREADS`` threads (each bounded by its dumps' timeout). The hosted writers (one
 :class:`HostedRun` a writer key) are changed by the writer calls only, under ``_lock``; every
 other thread reads them under it, as a snapshot, and never waits on wandb. The watched folders
@@ -48,6 +51,7 @@ from typing import Any, TypeVar
 import ray
 
 from .. import _ray
+from .._failure import NodeDeaths, NodeFacts
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
 from .._steps import RankSteps, decode
@@ -92,6 +96,7 @@ class NodeLogger(OfflineRuns):
         self._writing = threading.Lock()  # a run's rows (the writer calls) and artifacts (their own), one at a time
         self._watch = NodeWatch(root)
         self._consoles = NodeConsoles(self._said, self._writing, from_end=self._restarted)
+        self._deaths = NodeDeaths(root)  # how the watched ranks end (their records outlive them here)
         # Folders of this user that no live run watches and whose processes are all dead: left by
         # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
         threading.Thread(target=self._watch.janitor, name="ray_wandb_nodes-shm-janitor", daemon=True).start()
@@ -285,7 +290,9 @@ class NodeLogger(OfflineRuns):
 
     # hangs: the train ranks of this node, read off their beacons --------------------------------
     def progress(self) -> dict[str, tuple[RankProgress, ...]]:
-        """Each watched attempt's ranks on this node, by the attempt's key (ages on this node's clock)."""
+        """Each watched attempt's ranks on this node, by the attempt's key (ages on this node's clock).
+        How they end is looked at first: reading progress removes the files of dead processes."""
+        self._deaths.look(self._watch.watching())
         return self._watch.progress()
 
     @in_group(CONTROL)
@@ -295,7 +302,9 @@ class NodeLogger(OfflineRuns):
 
     @in_group(CONTROL)
     def unwatch(self, key: str) -> None:
-        """The attempt ``key`` is over here: its folder goes once none of its processes lives."""
+        """The attempt ``key`` is over here: its folder goes once none of its processes lives (how
+        its ranks ended is kept a while: see ``_failure.deaths``)."""
+        self._deaths.look(self._watch.watching())
         self._watch.unwatch(key)
 
     @in_group(CONTROL)
@@ -313,6 +322,15 @@ class NodeLogger(OfflineRuns):
         """End the named processes of the attempt ``key`` on this node (a hung attempt, so that Ray
         restarts it); refuses any other (see ``_hang.end_ranks``). Returns at once."""
         return end_ranks(key, processes, message)
+
+    @in_group(CONTROL)
+    def failure_facts(self, key: str, ranks: Sequence[int]) -> NodeFacts:
+        """How ``ranks`` of the attempt ``key`` ended on this node: their own records, their
+        processes found gone, the OOM kills its cgroup counted, its last memory sample."""
+        with self._lock:
+            summaries = [r.reader.summary for r in self._hosted.values()]
+        memory = next((s.mem for s in summaries if s is not None and s.mem is not None), None)
+        return self._deaths.facts(key, ranks, memory)
 
     def hosts(self, key: str) -> bool:
         """Whether the writer ``key`` is joined here now (see :class:`OfflineRuns`)."""

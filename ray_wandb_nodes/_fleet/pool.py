@@ -228,6 +228,10 @@ class LoggerPool:
         """Those of ``refs`` (calls on the loggers) that have answered, without waiting."""
         return self._actors.answered(refs)
 
+    def result(self, ref: Any) -> Any:
+        """The answer of a call that has answered; raises when the call or its logger failed."""
+        return self._actors.result(ref)
+
     def check_status(self, handle: LoggerHandle, ref: Any, run_id: str | None = None) -> LoggerStatus | None:
         """Turn a finished status call into one warning per problem it shows; the status (None:
         the call failed)."""

@@ -1,8 +1,8 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, health and rank tables, the console of the ranks on its own node). The driver
-side's primary (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it
-serves."""
+(alerts, hangs, failures, health and rank tables, the console of the ranks on its own node). The
+driver side's primary (``_run.primary.PrimaryWriter``) implements it; the fleet never imports the
+run it serves."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._console import ConsoleLine
+    from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert, NodeSummary, ReadProblem
     from .._wandb.writers import WriterSpec
@@ -35,6 +36,10 @@ class RunWriter(Protocol):
 
     def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
         """Write ranks' console lines into the run's Logs tab (the ranks on the writer's own node)."""
+
+    def failure(self, notice: FailureNotice) -> None:
+        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields and the
+        tracebacks as files of the run."""
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None

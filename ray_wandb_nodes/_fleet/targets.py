@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from .._config.values import ConsoleMode, NodeSelection
+from .._failure import FailureEvent
 from .._wandb.writers import Role, WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
@@ -49,6 +50,7 @@ from .run_writer import RunWriter
 if TYPE_CHECKING:
     from .._gpu_ids import RankGpus
     from .._health import HealthMonitor
+    from .failures import FailureWatch
 
 
 class RunProcess(NamedTuple):
@@ -74,14 +76,17 @@ class HealthFed(NamedTuple):
 class Relayed:
     """What a shared run learns from elsewhere than its own hooks, read by the fleet thread on
     every poll (``SharedTarget.relay``): a Train run inside a Tune trial publishes where its ranks
-    are, the attempt they armed in, its hang setting and its attempt's state. The fleet thread
-    applies it to the run's target and hang watch (:func:`relayed_nodes`)."""
+    are, the attempt they armed in, its hang setting, its attempt's state and its failed attempts.
+    The fleet thread applies it to the run's target, hang watch and failure watch
+    (:func:`relayed_nodes`)."""
 
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node id -> the ranks there
     attempt: str | None = None  # the key of the ranks' attempt (their folder); None: not armed
     hangs: HangSetting | None = None  # how to watch them for hangs; None: not watched (or not yet)
     finished: frozenset[int] = frozenset()  # ranks whose train function returned
     checkpoint_reports: int = 0  # the attempt's reports at its last checkpoint (0: none yet)
+    # Its failed attempts and recoveries so far, in order (the run's failure watch takes the new ones).
+    failures: tuple[FailureEvent, ...] = ()
 
 
 @dataclass(kw_only=True)
@@ -103,8 +108,8 @@ class RunTarget:
     rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
     # Each rank's process id, as the last placement said (its console's files carry it).
     pids: dict[int, int] = field(default_factory=dict)
-    # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of beacons and
-    # dumps on each node), as the last placement said; None: no ranks armed for hangs.
+    # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of records, beacons
+    # and dumps on each node), as the last placement said; None: no ranks watched.
     attempt: str | None = None
     role: ClassVar[Role] = Role.NODE  # the role of its writers on the nodes
 
@@ -160,6 +165,10 @@ class SharedTarget(RunTarget):
     hangs: HangWatch | None = None
     # What the run's Logs tab holds of its ranks' console (``rank_console``; see _console.budget).
     console: ConsoleMode = ConsoleMode.OFF
+    # The run's failures named (a rank's death, its cause and what followed); None: not named.
+    failures: FailureWatch | None = None
+    # The ranks on each node of a Train run inside a Tune trial (as it published them); None: the run's own.
+    relayed_ranks: dict[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.index is None:
@@ -217,14 +226,25 @@ def relayed_nodes(target: RunTarget, warner: Warner) -> Iterable[str]:
 
 
 def take_relayed(target: SharedTarget, relayed: Relayed) -> None:
-    """Apply what the run learnt from elsewhere (on the fleet thread): its hang watch is built on
-    the first hang setting that comes with ranks, and then follows their ranks, attempt and state."""
+    """Apply what the run learnt from elsewhere (on the fleet thread): its ranks and their attempt
+    are watched (how they end, hang detection or not); its hang watch is built on the first hang
+    setting that comes with ranks, and then follows their ranks, attempt and state; its failure
+    watch takes the failed attempts and recoveries it has not taken yet."""
+    if relayed.ranks:
+        target.relayed_ranks, target.attempt = dict(relayed.ranks), relayed.attempt
     if target.hangs is None and relayed.hangs is not None and relayed.ranks:
         target.hangs = relayed.hangs.watch()
     if target.hangs is not None:
         target.hangs.ranks = dict(relayed.ranks)
         target.hangs.finished, target.hangs.checkpoint_reports = relayed.finished, relayed.checkpoint_reports
         target.attempt = relayed.attempt
+    if target.failures is not None and relayed.ranks:
+        for event in relayed.failures[target.failures.fed :]:
+            if isinstance(event, int):
+                target.failures.recovered(event)
+            else:
+                target.failures.failed(event)
+        target.failures.fed = max(target.failures.fed, len(relayed.failures))
 
 
 def early_nodes(targets: Iterable[RunTarget], alive: Mapping[str, NodeInfo]) -> set[str]:

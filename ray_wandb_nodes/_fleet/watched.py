@@ -1,7 +1,7 @@
-"""What a run's hang watch reads of the run it watches (``hangs``, ``hang_nodes``), as a protocol:
-where its ranks run and arm, its node covered by the primary, its node health (the nodes table's
-progress) and its primary (a hang's notice). A shared run's target (``targets.SharedTarget``) is
-one; the watch never imports the targets that hold it."""
+"""What a run's hang and failure watches read of the run they watch (``hangs``, ``hang_nodes``,
+``failures``), as a protocol: where its ranks run and arm, its node covered by the primary, its node
+health (the nodes table's progress) and its primary (a hang's or a failure's notice). A shared
+run's target (``targets.SharedTarget``) is one; the watches never import the targets that hold it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ if TYPE_CHECKING:
 
 
 class WatchedRun(Protocol):
-    """A run as its hang watch reads it (on the fleet thread, which owns the run's target)."""
+    """A run as its watches read it (on the fleet thread, which owns the run's target)."""
 
     attempt: str | None  # the key of the folder its current attempt's ranks arm in; None: not armed
     covered_node: str | None  # the node its primary reports itself (its ranks read there, locally)
     ranks: dict[str, tuple[int, ...]]  # node id -> the train ranks there
+    relayed_ranks: dict[str, tuple[int, ...]] | None  # a Train run's inside a Tune trial; None: none published
     rank_gpus: dict[int, RankGpus]
     health: HealthMonitor | None
     primary: RunWriter

@@ -1,23 +1,25 @@
 """Which attempt folders each node logger watches, kept in step with the runs' placements (on the
 fleet thread).
 
-A run armed for hangs has the key of its ranks' current attempt (their folder on each node) and
-its ranks on each node. The logger of each such node watches that folder for those ranks,
-whatever writer it hosts for the run: a member's, an observer's past the writer cap, one that
-failed to join, or none yet. Watching ranks is apart from hosting writers, so a writer's end (a
-straggler's node promoted from observer to member) never ends its ranks' watch. The fleet's own
-node (a run's ``covered_node``) is read by the fleet itself, here too. A folder no run wants on a
-node any more (the attempt restarted, the run ended, its ranks moved) is let go there: removed
-once no process of it lives. The work is done on change only: a placement, an attempt, a logger
-started, dropped or restarted (each of which re-plans the fleet).
+A shared run whose ranks record their failures (and, with hang detection, stamp their beacons) has
+the key of its ranks' current attempt (their folder on each node) and its ranks on each node. The
+logger of each such node watches that folder for those ranks, whatever writer it hosts for the run:
+a member's, an observer's past the writer cap, one that failed to join, or none yet. Watching ranks
+is apart from hosting writers, so a writer's end (a straggler's node promoted from observer to
+member) never ends its ranks' watch. The fleet's own node (a run's ``covered_node``) is read by the
+fleet itself, here too. A folder no run wants on a node any more (the attempt restarted, the run
+ended, its ranks moved) is let go there: removed once no process of it lives. The work is done on
+change only: a placement, an attempt, a logger started, dropped or restarted (each of which
+re-plans the fleet).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .._failure import NodeDeaths, NodeFacts
 from .._hang import remove_dead, remove_if_dead, run_dir, touch
 from .._warn import Warner, describe
 from .pool import LoggerPool
@@ -26,23 +28,24 @@ from .targets import RunTarget, SharedTarget
 Watches = dict[str, dict[str, tuple[int, ...]]]  # node id -> attempt key -> the ranks there
 LEASE_EVERY_S = 30.0  # the fleet's own node: its folders' lease and dead processes, this often
 RETIRE_S = 60.0  # an attempt folder of the fleet's own node waits this long for its last processes
+LOOK_EVERY_S = 0.5  # the fleet's own node: its ranks' processes and records, at most this often
 
 
 def placed_ranks(target: RunTarget) -> Mapping[str, tuple[int, ...]]:
-    """The ranks on each node that ``target``'s hang watch judges: its own (a Train run inside a
-    Tune trial publishes them), else the run's placement."""
-    hangs = target.hangs if isinstance(target, SharedTarget) else None
-    return hangs.ranks if hangs is not None and hangs.ranks is not None else target.ranks
+    """The ranks on each node that ``target`` watches: a Train run's inside a Tune trial (as it
+    published them), else the run's placement."""
+    relayed = target.relayed_ranks if isinstance(target, SharedTarget) else None
+    return relayed if relayed is not None else target.ranks
 
 
 def wanted_watches(targets: Iterable[RunTarget]) -> tuple[Watches, dict[str, tuple[int, ...]]]:
     """What the runs want watched (pure): on each node with a logger, each attempt key and its
     ranks there; and on the fleet's own node (a run's ``covered_node``), each key and its ranks.
-    Only a run with hang detection and an attempt (its ranks armed) wants anything."""
+    Only a shared run with an attempt (its ranks set up to record) wants anything."""
     remote: Watches = {}
     local: dict[str, tuple[int, ...]] = {}
     for target in targets:
-        if not isinstance(target, SharedTarget) or target.hangs is None or target.attempt is None:
+        if not isinstance(target, SharedTarget) or target.attempt is None:
             continue
         for node_id, ranks in placed_ranks(target).items():
             if not ranks:
@@ -64,6 +67,17 @@ class FleetWatches:
         self._local: dict[str, tuple[int, ...]] = {}  # attempt keys of the fleet's own node -> its ranks
         self._retiring: dict[str, float] = {}  # the fleet's own node: key -> until when it is retried
         self._leased = float("-inf")
+        self.deaths = NodeDeaths()  # the fleet's own node's ranks: how they ended (see _failure.deaths)
+        self._looked = float("-inf")
+
+    def local_facts(self, primary: Any) -> Callable[[str, Sequence[int]], NodeFacts]:
+        """What the fleet's own node tells of an attempt's ranks (its memory: ``primary``'s samples)."""
+
+        def facts(key: str, ranks: Sequence[int]) -> NodeFacts:
+            summary = getattr(primary, "summary", None)
+            return self.deaths.facts(key, ranks, getattr(summary, "mem", None))
+
+        return facts
 
     def sync(self, targets: Mapping[str, RunTarget], pool: LoggerPool, replanned: bool) -> None:
         """Ask each logger to watch what the runs want on its node and to let go of the rest; on a
@@ -99,6 +113,9 @@ class FleetWatches:
         """The fleet's own node: its watched folders' lease and dead processes (every
         ``LEASE_EVERY_S``), and the folders of attempts that are over, removed once dead."""
         now = self._clock()
+        if now - self._looked >= LOOK_EVERY_S:  # before any removal: a dead rank's record is kept
+            self._looked = now
+            self.deaths.look(self._local)
         for key, until in list(self._retiring.items()):
             if remove_if_dead(run_dir(key)) or now >= until:
                 del self._retiring[key]  # one still live past it is the janitor's

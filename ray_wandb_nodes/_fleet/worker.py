@@ -23,6 +23,8 @@ from .commands import (
     REPLANS,
     AddRun,
     AttemptEnded,
+    AttemptFailed,
+    AttemptRecovered,
     AwaitWriters,
     Checkpointed,
     Command,
@@ -86,6 +88,12 @@ class FleetWorker:
         self._ended: dict[str, NodeEnd] = {}  # the listing's dead nodes, how each ended (node health's lost or left)
 
     @property
+    def failing(self) -> bool:
+        """A run's failed attempt waits for its nodes' facts (or a recovery to be told)."""
+        return any(isinstance(t, SharedTarget) and t.failures is not None and t.failures.busy
+                   for t in self.targets.values())  # fmt: skip
+
+    @property
     def relaying(self) -> bool:
         """A run learns its nodes from elsewhere (a Train run inside a trial): read, not told."""
         return any(isinstance(t, SharedTarget) and t.relay for t in self.targets.values())
@@ -105,6 +113,7 @@ class FleetWorker:
             self._watches.sync(self.targets, self.pool, replanned)  # after the plan: on the loggers it started
             self._consoles.sync(self.targets, self.pool, replanned)  # after the plan: after the writers' joins
             self._check_health()
+            self._check_failures()
             self.awaits.check(self.targets, self.pool, self._alive)
             self.check_retirements()
         except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
@@ -149,6 +158,13 @@ class FleetWorker:
                     target.hangs.finished = command.ranks
                 else:
                     target.hangs.checkpoint_reports = command.reports
+        elif isinstance(command, (AttemptFailed, AttemptRecovered)):
+            target = self.targets.get(command.run_id)
+            if isinstance(target, SharedTarget) and target.failures is not None:
+                if isinstance(command, AttemptFailed):
+                    target.failures.failed(command.failed)
+                else:
+                    target.failures.recovered(command.attempt)
         elif isinstance(command, Retire):
             self._start_retirement(command)
         elif isinstance(command, AwaitWriters):
@@ -224,6 +240,17 @@ class FleetWorker:
         health = self._health
         self.dirty |= health.check(self.targets, self.pool, self._alive, only=only, ended=self._ended)
 
+    def _check_failures(self, only: SharedTarget | None = None, final: bool = False) -> None:
+        """Tell each shared run's failures that are due (``only``: one run, at its end: ``final``)."""
+        for target in [only] if only is not None else list(self.targets.values()):
+            if not isinstance(target, SharedTarget) or target.failures is None or not target.failures.busy:
+                continue
+            try:
+                local = self._watches.local_facts(target.primary)
+                target.failures.step(target, self.pool, self.warner, local, self._alive, final=final)
+            except Exception as e:  # noqa: BLE001 - the run goes on, and ends
+                self.warner.warn(f"failure:{target.run_id}", f"a failure could not be named in the run ({describe(e)})")
+
     # retiring runs ---------------------------------------------------------------------------
     def _start_retirement(self, how: Retire) -> None:
         run_id = how.run_id
@@ -231,10 +258,12 @@ class FleetWorker:
         if target is not None and self._rows.waiting(run_id):
             self._carry_out_plan()  # rows that never found their writer: place it now, so they are not lost
         judge = None
-        if isinstance(target, SharedTarget) and target.hangs is not None:
-            relayed_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, last
+        if isinstance(target, SharedTarget) and (target.hangs is not None or target.failures is not None):
+            relayed_nodes(target, self.warner)  # a Train run inside a trial: the ranks it finished, its failures, last
         if target is not None:
             self._check_health(only=run_id)  # what the pings brought, judged now
+        if isinstance(target, SharedTarget) and target.failures is not None:
+            self._check_failures(only=target, final=True)  # before the primary's finish: the failure in the run
         if isinstance(target, SharedTarget) and target.hangs is not None:
             close_hangs(target, self.pool, self.warner)  # before the primary's finish: the last notice in the run
             if isinstance(target, SharedTarget) and target.health is not None:

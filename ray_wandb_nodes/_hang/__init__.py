@@ -28,7 +28,7 @@ from .dumps import evidence_from_dumps, request_dump, request_dumps, request_end
 from .ending import EndAnswer, HangError, RankProcess
 from .evidence import RankEvidence, arm, disarm
 from .flight import Collective, FlightRecord, flight_recorder_env
-from .folders import attempt_key, new_token, remove_dead, remove_if_dead, run_dir, touch
+from .folders import attempt_key, new_token, rank_processes, remove_dead, remove_if_dead, run_dir, touch
 from .native import PYSPY_TIMEOUT_S, native_dumps
 from .node import DUMPS_TIMEOUT_S, NodeWatch, RankAnswers, end_ranks, rank_evidence
 from .policy import (
@@ -120,6 +120,7 @@ __all__ = [
     "place_of",
     "progress_of",
     "rank_evidence",
+    "rank_processes",
     "rank_ranges",
     "read_slots",
     "remove_dead",

@@ -96,6 +96,12 @@ def _stems(folder: Path) -> dict[tuple[int, int], list[Path]]:
     return out
 
 
+def rank_processes(folder: Path) -> set[tuple[int, int]]:
+    """The ``(rank, pid)`` of every rank process with a file in ``folder`` (its slot, a record of
+    its end, its mark): what a node watches of an attempt's ranks, with or without their beacons."""
+    return set(_stems(Path(folder)))
+
+
 def remove_dead(folder: Path, ranks: Collection[int] | None = None) -> tuple[int, int]:
     """Remove the files of ``folder``'s dead processes (of ``ranks`` only, when given: a node
     removes its own ranks' files, as nodes that share a host's ``/dev/shm`` see each other's);

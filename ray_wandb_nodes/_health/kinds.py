@@ -45,6 +45,7 @@ class EventKind(str, Enum):
     HANG = "hang"  # a rank stopped while the others wait (``_hang``); recovered: progress again
     SLOW_RANK = "slow-rank"  # the rank the others wait for in their collectives (``rank_rule``)
     SLOW_COMMUNICATION = "slow-communication"  # every rank waits in its collectives, none is late
+    RANK_FAILED = "rank-failed"  # an attempt failed: its first death and why (``_failure``); recovered: trains again
 
     def __str__(self) -> str:
         return self.value

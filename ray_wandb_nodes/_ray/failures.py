@@ -17,6 +17,12 @@ that ``_failure`` judges; each name with the releases it was read from, 2.50.1, 
 - ``WorkerGroup._world_rank_to_ongoing_poll`` (2.50.1 worker_group.py:165, 2.55.1 :175,
   2.60.0 :169): the ranks whose poll task has not answered; Ray reports them ``running`` with no
   error until its health-check timeout, so only this tells them from the ranks that answered.
+- ``WorkerStatus.error`` (2.50-2.60): :func:`poll_failed` reads it on every poll, since
+  ``WorkerGroupPollStatus.errors`` builds a dict each call from 2.55.
+- Tune (2.50-2.60): ``Trial.pickled_error_file`` (the ``RayTaskError`` or ``RayActorError`` Tune
+  pickled when the trial failed, ``Trial.handle_error``), ``Trial.error_file`` (its text, every
+  failure appended), ``Trial.num_failures`` and ``Trial.max_failures``; ``RayTaskError.cause`` and
+  its text (the remote traceback): :func:`trial_error`.
 - ``FailureDecision`` (``failure_handling/failure_policy.py``, 2.50-2.60): ``RETRY``, ``RAISE``,
   ``NOOP``, given to ``before_controller_execute_failure_decision``;
   ``RunConfig.failure_config.max_failures`` (``train/v2/api/config.py``, never None past
@@ -94,6 +100,11 @@ def hook_train_errors(on_error: Callable[[BaseException], object]) -> bool:
     return True
 
 
+def poll_failed(status: Any) -> bool:
+    """Whether a poll (a ``WorkerGroupPollStatus``) holds a rank's error."""
+    return any(worker.error is not None for worker in status.worker_statuses.values())
+
+
 def poll_of(status: Any, worker_group: Any = None) -> RayPoll:
     """What Ray's controller saw of each rank on a poll (a ``WorkerGroupPollStatus``): the ranks
     that failed, those that answered running, those whose poll had not answered (read from
@@ -123,6 +134,52 @@ def rank_error(rank: int, error: BaseException) -> RayRankError:
         return RayRankError(rank, type(failure).__name__, _text(failure if died else error), died=died,
                             preempted=bool(getattr(failure, "preempted", False)))  # fmt: skip
     return RayRankError(rank, type_name(error), _text(error))  # a raise that Ray did not wrap
+
+
+def trial_error(trial: Any, rank: int = 0) -> RayRankError | None:
+    """A Tune trial's last error as ``rank``'s, read from the files Tune wrote when the trial failed
+    (the pickled exception, else the text of the last failure); None where there is none."""
+    path = getattr(trial, "pickled_error_file", None)
+    if path:
+        try:
+            from ray import cloudpickle
+
+            with open(path, "rb") as f:
+                error = cloudpickle.load(f)
+            if isinstance(error, BaseException):
+                return task_error(rank, error)
+        except Exception:  # noqa: BLE001 - an exception that does not unpickle here: its text
+            pass
+    path = getattr(trial, "error_file", None)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    last = text.rsplit("Failure # ", 1)[-1].split("\n", 1)[-1].strip()  # "Failure # N (occurred at ...)\n<text>"
+    return RayRankError(rank, "Error", last.splitlines()[-1] if last else "", last) if last else None
+
+
+def task_error(rank: int, error: BaseException) -> RayRankError:
+    """A Ray task's error as ``rank``'s: a ``RayTaskError`` as its cause (type, message) with Ray's
+    text (the remote traceback); a dead actor as a death; anything else as it is."""
+    from ray.exceptions import RayTaskError
+
+    if isinstance(error, RayTaskError):
+        cause = getattr(error, "cause", None)
+        text = _text(error)
+        if isinstance(cause, BaseException):
+            if _is_death(cause):
+                return RayRankError(rank, type(cause).__name__, _text(cause), died=True,
+                                    preempted=bool(getattr(cause, "preempted", False)))  # fmt: skip
+            return RayRankError(rank, type_name(cause), _text(cause), text)
+        return RayRankError(rank, type_name(error), text, text)
+    if _is_death(error):
+        return RayRankError(rank, type(error).__name__, _text(error), died=True,
+                            preempted=bool(getattr(error, "preempted", False)))  # fmt: skip
+    return rank_error(rank, error)
 
 
 def _is_death(failure: BaseException) -> bool:

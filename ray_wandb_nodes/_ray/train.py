@@ -19,7 +19,7 @@ class Placement:
     node_id: str
     hostname: str
     gpu_ids: tuple[str, ...] = ()  # as Ray names them: "0", "GPU-<uuid>", "MIG-<uuid>"
-    pid: int | None = None  # the train worker's process (its stdout and stderr files carry it)
+    pid: int | None = None  # the worker's process (``ActorMetadata.pid``); None where not read
 
 
 def train_callback_bases() -> tuple[type, ...]:

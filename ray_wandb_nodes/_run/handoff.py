@@ -5,14 +5,16 @@ nodes than the trial actor. The Tune callback marks each trial it logs in Ray's 
 key-value store (GCS) before the trial's function starts; a ``WandbNodesCallback`` in that
 trial's Train run finds the mark and, instead of opening its own W&B run, publishes its
 worker placement, so the Tune callback's node fleet adds those nodes to the trial's run, its
-hang setting, so the trial's run watches those ranks, and its attempt's state (the ranks that
+hang setting, so the trial's run watches those ranks, its attempt's state (the ranks that
 finished training, so that the trial's run neither judges them nor leaves a hang open when they
-end it; where the attempt last checkpointed, a hang's place). Nothing secret goes
-through the store: only node ids, hostnames, ranks and the hang setting.
+end it; where the attempt last checkpointed, a hang's place), and its failed attempts and
+recoveries, named in the trial's run. Nothing secret goes through the store: node ids,
+hostnames, ranks, the hang setting, and what Ray said of a failing rank (its error's text).
 
 Each value that crosses is a frozen dataclass defined here with its one ``to_json`` and
 ``from_json`` (:class:`TrialMark`, :class:`TrialWorkers`, :class:`TrialHang`,
-:class:`AttemptState`); the functions below write and read them under the trial's keys.
+:class:`AttemptState`, :class:`TrialFailures`); the functions below write and read them under
+the trial's keys.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from .. import _ray
 from .._config.values import HangTimeout, OnHang
+from .._failure import FailedAttempt, FailureEvent
 from .._fleet import HangSetting
 
 NAMESPACE = "ray_wandb_nodes"
@@ -41,6 +44,42 @@ def _hang_key(trial_id: str) -> bytes:
 
 def _attempt_key(trial_id: str) -> bytes:
     return f"tune/{trial_id}/attempt".encode()
+
+
+def _failures_key(trial_id: str) -> bytes:
+    return f"tune/{trial_id}/failures".encode()
+
+
+@dataclass(frozen=True)
+class TrialFailures:
+    """Every failed attempt and recovery of the Train run inside a trial so far, in order (it
+    publishes them whole each time: the trial's run takes the ones it has not taken yet)."""
+
+    events: tuple[FailureEvent, ...] = ()
+
+    def to_json(self) -> bytes:
+        data = [{"recovered": e} if isinstance(e, int) else {"failed": json.loads(e.to_json())} for e in self.events]
+        return json.dumps(data).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | None) -> TrialFailures:
+        """The published value (nothing yet: no events)."""
+        events: list[FailureEvent] = []
+        for item in json.loads(raw) if raw else []:
+            if "recovered" in item:
+                events.append(int(item["recovered"]))
+            elif "failed" in item:
+                events.append(FailedAttempt.from_json(json.dumps(item["failed"])))
+        return cls(tuple(events))
+
+
+def publish_failures(trial_id: str, failures: TrialFailures) -> None:
+    _ray.kv_put(_failures_key(trial_id), failures.to_json(), NAMESPACE)
+
+
+def trial_failures(trial_id: str) -> TrialFailures:
+    """The trial's Train run's failed attempts and recoveries, as it last published them."""
+    return TrialFailures.from_json(_ray.kv_get(_failures_key(trial_id), NAMESPACE))
 
 
 @dataclass(frozen=True)
@@ -177,5 +216,7 @@ def attempt_state(trial_id: str) -> AttemptState:
 
 
 def clear_trial(trial_id: str) -> None:
-    for key in (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _attempt_key(trial_id)):
+    keys = (_trial_key(trial_id), _workers_key(trial_id), _hang_key(trial_id), _attempt_key(trial_id),
+            _failures_key(trial_id))  # fmt: skip
+    for key in keys:
         _ray.kv_del(key, NAMESPACE)

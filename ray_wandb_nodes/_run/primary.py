@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from .._config.values import RankMetrics
 from .._console import ConsoleLine, RunConsole
+from .._failure import FailureNotice
 from .._hang import HangNotice
 from .._health import (
     ALERT_WAIT_S,
@@ -37,6 +38,7 @@ from .._wandb.uploads import ArtifactUploads
 from .._wandb.writers import WriterSpec, offline_index
 from .._warn import Warner, describe, warn_skipped
 from ..offline.index import OfflineIndex
+from .failure_writes import failure_alert, save_failure
 from .hang_writes import hang_alert, save_hang
 from .primary_commands import (
     Finish,
@@ -46,6 +48,7 @@ from .primary_commands import (
     LogReport,
     PrimaryCommand,
     RaiseAlert,
+    RecordFailure,
     RecordHang,
     UpdateConfig,
     WriteConsole,
@@ -131,6 +134,10 @@ class PrimaryWriter:
     def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
         """Write ranks' console lines (those on this writer's node) into the run's Logs tab."""
         self._queue.put(WriteConsole(lines))
+
+    def failure(self, notice: FailureNotice) -> None:
+        """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields, its files."""
+        self._queue.put(RecordFailure(notice))
 
     def log_health(
         self, stragglers: int | None, table: list[list[Any]] | None, gpu_table: list[list[Any]] | None = None
@@ -249,6 +256,9 @@ class PrimaryWriter:
             writes.alert(hang_alert(command.notice, self.spec.label))
             offline = self._offline is not None
             save_hang(writes.run, command.notice, writes.step_row(), self._warner, offline=offline)
+        elif isinstance(command, RecordFailure):
+            writes.alert(failure_alert(command.notice, self.spec.label))
+            save_failure(writes.run, command.notice, self._warner, self._offline)
         elif isinstance(command, Finish):
             pass
         else:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._console import ConsoleLine
+    from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert
     from .._wandb.uploads import Upload
@@ -56,6 +57,13 @@ class WriteConsole(NamedTuple):
     lines: Sequence[ConsoleLine]
 
 
+class RecordFailure(NamedTuple):
+    """A failed attempt or a recovery: its alert, the summary's ``failure`` fields and the
+    tracebacks and ranks' accounts as files (offline: also in the run's folder index)."""
+
+    notice: FailureNotice
+
+
 class LogHealth(NamedTuple):
     """The straggler count (None: not logged) and, when given, the ``nodes`` and ``gpus`` tables,
     at the current step."""
@@ -81,5 +89,14 @@ class Finish(NamedTuple):
 
 
 PrimaryCommand = (
-    LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | WriteConsole | LogHealth | LogRanks | Finish
+    LogReport
+    | UpdateConfig
+    | LogArtifact
+    | RaiseAlert
+    | RecordHang
+    | RecordFailure
+    | WriteConsole
+    | LogHealth
+    | LogRanks
+    | Finish
 )

@@ -1,6 +1,7 @@
 """Offline: the primary's part of the run folder's index (``offline/index.py``): the run and the
 primary's own offline run once it exists, every alert (wandb keeps none offline; the report
-prints them), the latest ``ranks`` table and the exit code. Written on the primary's writer thread."""
+prints them), the latest ``ranks`` table, every failed attempt's summary (for the report), and
+the exit code. Written on the primary's writer thread."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from .._failure import FailureNotice
 from .._health import RANK_COLUMNS, Alert
 from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
+from .failure_writes import index_failure
 
 
 class PrimaryIndex:
@@ -33,6 +36,9 @@ class PrimaryIndex:
             self.index.update(alerts=[*raised, {"time": time.time(), **asdict(alert)}])
 
         self._write(add)
+
+    def failure(self, notice: FailureNotice) -> None:
+        self._write(lambda: index_failure(self.index, notice))
 
     def ranks(self, rows: list[list[Any]]) -> None:
         """The latest ``ranks`` table (the run's own holds every one logged; the report prints this)."""

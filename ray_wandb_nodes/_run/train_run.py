@@ -15,7 +15,8 @@ from typing import Any
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
 from .._config.values import ConsoleMode, Mode, NodeSelection
-from .._fleet import POLL_S, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
+from .._failure import FailedAttempt
+from .._fleet import POLL_S, FailureWatch, HangWatch, NodeFleet, SharedTarget, StandaloneTarget, poll_s
 from .._health import HealthMonitor, HealthOptions
 from .._ray import Placement, TrainStart
 from .._wandb.artifacts import checkpoint_aliases
@@ -119,7 +120,9 @@ class TrainRun:
                 warner.warn("offline-storage", f"offline runs come through Ray: {why_not}")
         self.config = config_for_wandb(train_config(o, start), warner.warn)
         self._pg_timeout_s = start.pg_timeout_s
-        # Hangs are watched where the strategy has node loggers to read the ranks' beacons.
+        # The ranks are watched where the strategy has node loggers to read their folders: how
+        # they end (their own records of a failure, their processes) and, with hang detection, their beacons.
+        self.watch_run = self.base_id if o.strategy.node_writers else None
         self.hang_run = self.base_id if o.hang_timeout_s.enabled and o.strategy.watches_hangs else None
         self._score_key = start.score_attribute
         self._score_max = start.score_order != "min"
@@ -150,6 +153,16 @@ class TrainRun:
         if self.hang_run and ranks != self._finished_ranks:
             self._finished_ranks = ranks
             self.fleet.ranks_finished(self.hang_run, ranks)
+
+    def attempt_failed(self, failed: FailedAttempt) -> None:
+        """An attempt failed (Ray's controller decided on it): named in the shared or main run."""
+        if self.options.strategy.primary:
+            self.fleet.attempt_failed(self.base_id, failed)
+
+    def attempt_recovered(self, attempt: int) -> None:
+        """``attempt`` reported after an earlier one failed."""
+        if self.options.strategy.primary:
+            self.fleet.attempt_recovered(self.base_id, attempt)
 
     def _offline_storage(self, run_id: str) -> StorageSpot | None:
         return self._storage.for_run(run_id) if self._storage is not None else None
@@ -184,6 +197,7 @@ class TrainRun:
             max_writers=o.max_node_writers if node_writers else None,
             hangs=HangWatch(o.hang_timeout_s, o.on_hang, self._pg_timeout_s) if self.hang_run else None,
             console=console_mode(o),
+            failures=FailureWatch(),
         )
         if primary.index is not None:  # offline: the report judges GPUs by the run's own rules
             primary.index.update(health={"threshold": o.straggler_threshold, "window_s": o.straggler_window_s})

@@ -1,7 +1,8 @@
 """The Train callback's dealings with its train workers, on the controller: where each rank runs,
-the attempt their ranks arm in for hangs, and the set-up each worker runs before its train function.
+the attempt whose folder their ranks record their failures in (and arm in for hangs), and the
+set-up each worker runs before its train function.
 
-An attempt is one worker group: its ranks arm in a folder of their own on each node, named by a
+An attempt is one worker group: its ranks record (and arm) in a folder of their own on each node, named by a
 key drawn here (``_hang.attempt_key``: the run id, the group's number in this job, and a token
 drawn once a job). Two jobs of one run name and storage path, or two worker groups of one job (a
 restart), never share a folder; a replaced replica group (Ray 2.56+) joins its group's attempt.
@@ -28,25 +29,38 @@ class TrainWorkers:
     def __init__(self, warner: Warner) -> None:
         self._warner = warner
         self.placements: dict[int, Placement] = {}  # rank -> where it runs now
-        self.hang_run: str | None = None  # the run whose ranks are armed for hangs; None: not armed
+        # The run whose ranks are watched: their failures recorded in the attempt's folder (and, with
+        # ``hangs``, their beacons stamped there); None: not watched.
+        self.watched_run: str | None = None
+        self.hangs = False
         self._token = new_token()  # this job's (each copy of the callback a controller gets draws its own)
         self._groups = 0  # worker groups started so far
         self.attempt: str | None = None  # the key the current worker group's ranks arm in
         self.failed = False  # a poll of the current worker group held a rank's error
+        self.group: Any = None  # the current worker group (its pending polls: ``_ray.failures.poll_of``)
 
     def __getstate__(self) -> dict[str, Any]:  # runtime state never travels; a copy is another job
-        return {"_warner": self._warner, "placements": {}, "hang_run": None, "_token": new_token(), "_groups": 0,
-                "attempt": None, "failed": False}  # fmt: skip
+        return {"_warner": self._warner, "placements": {}, "watched_run": None, "hangs": False, "_token": new_token(),
+                "_groups": 0, "attempt": None, "group": None, "failed": False}  # fmt: skip
+
+    def watch(self, run_id: str | None, hangs: bool) -> None:
+        """Watch the ranks for ``run_id`` (None: not at all); with ``hangs``, arm them for hangs too."""
+        self.watched_run, self.hangs = run_id, hangs and run_id is not None
+
+    @property
+    def hang_run(self) -> str | None:
+        """The run whose ranks are armed for hangs; None: not armed."""
+        return self.watched_run if self.hangs else None
 
     def new_group(self) -> None:
         """A worker group starts (a first start, or a restart): its ranks arm in a new attempt."""
         self.attempt, self.failed = None, False
 
     def current(self) -> str | None:
-        """The key the current worker group's ranks arm in (drawn at its first use); None: not armed."""
-        if self.hang_run is not None and self.attempt is None:
+        """The key the current worker group's ranks arm in (drawn at its first use); None: not watched."""
+        if self.watched_run is not None and self.attempt is None:
             self._groups += 1
-            self.attempt = attempt_key(self.hang_run, self._groups, self._token)
+            self.attempt = attempt_key(self.watched_run, self._groups, self._token)
         return self.attempt
 
     def arm(self, workers: list[Any]) -> None:
@@ -54,19 +68,29 @@ class TrainWorkers:
         Train's own calls there, the process group's included, in the current attempt."""
         attempt = self.current()
         if attempt is not None:
-            _ray.queue_on_workers(workers, _worker_setup.arm, attempt)
+            _ray.queue_on_workers(workers, _worker_setup.arm, attempt, self.hangs)
 
     def setup(self, worker_group: Any, run_id: str | None) -> None:
         """One history writer per run: a framework's own ``wandb.init`` on a train worker (HF
         ``report_to="wandb"``, Lightning's ``WandbLogger``) gets a disabled run (see _frameworks);
-        and each rank's reports stamp its hang beacon (see _worker_setup)."""
+        each rank records its failure, and its reports stamp its hang beacon (see _worker_setup)."""
+        self.group = worker_group
         attempt = self.current()
-        answers = _ray.run_on_workers(worker_group, _worker_setup.setup, run_id, attempt, timeout=SETUP_TIMEOUT_S)
+        answers = _ray.run_on_workers(
+            worker_group, _worker_setup.setup, run_id, attempt, self.hangs, timeout=SETUP_TIMEOUT_S
+        )
         if answers is None:
             self._warner.warn(
                 "frameworks", "the train workers did not answer in time: a framework's own W&B logging stays on there"
             )
             return
+        unrecorded = [a for a in answers if a.failures not in ("recorded", "off")]
+        if unrecorded:
+            self._warner.warn(
+                f"failure-record:{unrecorded[0].failures}",
+                f"a failure of rank(s) {', '.join(str(a.rank) for a in unrecorded)} is named from Ray's account "
+                f"alone: {unrecorded[0].failures}",
+            )
         unarmed = [a for a in answers if a.hang not in ("armed", "off")]
         if unarmed:
             self._warner.warn(

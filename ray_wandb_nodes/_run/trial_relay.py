@@ -1,7 +1,7 @@
 """What a Train run inside a Tune trial tells the trial's run through the hand-off (``_handoff``):
-where its workers are and the attempt they arm in, how to watch them for hangs, and its attempt's
-state. Runs on the Train controller; every write is a GCS call, made in order on a thread of its
-own, off the controller's event loop."""
+where its workers are and the attempt they arm in, how to watch them for hangs, its attempt's
+state, and its failed attempts. Runs on the Train controller; every write is a GCS call, made in
+order on a thread of its own, off the controller's event loop."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import _ray
+from .._failure import FailedAttempt, FailureEvent
 from .._fleet import HangSetting
 from .._ray import Placement
 from .._warn import Warner, describe
@@ -30,6 +31,7 @@ class TrialRelay:
         self._watched = False  # hangs are watched (the attempt's state is written)
         self._attempt = _handoff.AttemptState()
         self._reports = 0  # this attempt's reports
+        self._failures: list[FailureEvent] = []  # failed attempts and recoveries, in order
         self._writes: queue.SimpleQueue[tuple[Callable[[str, Any], None], Any, str, str]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -62,6 +64,18 @@ class TrialRelay:
         self._reports += 1
         if checkpoint:
             self._tell(checkpoint_reports=self._reports)
+
+    def attempt_failed(self, failed: FailedAttempt) -> None:
+        """An attempt failed: named in the trial's run (its fleet asks the nodes and decides)."""
+        self._failures.append(failed)
+        self._write(_handoff.publish_failures, _handoff.TrialFailures(tuple(self._failures)), "relay-failure",
+                    f"how trial {self.trial_id}'s attempt failed")  # fmt: skip
+
+    def attempt_recovered(self, attempt: int) -> None:
+        """``attempt`` reported after an earlier one failed."""
+        self._failures.append(attempt)
+        self._write(_handoff.publish_failures, _handoff.TrialFailures(tuple(self._failures)), "relay-failure",
+                    f"that trial {self.trial_id} recovered")  # fmt: skip
 
     def _tell(self, **changes: Any) -> None:
         attempt = replace(self._attempt, **changes)

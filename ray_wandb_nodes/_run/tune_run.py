@@ -19,9 +19,11 @@ from .. import _ray
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
 from .._config.values import NodeSelection
-from .._fleet import HangSetting, NodeFleet, NodeInfo, Relayed, RunProcess, RunWriter, SharedTarget
+from .._failure import FailedAttempt, RankPlace, RayPoll
+from .._fleet import FailureWatch, HangSetting, NodeFleet, NodeInfo, Relayed, RunProcess, RunWriter, SharedTarget
 from .._gpu_ids import GpuSlots
 from .._health import HealthMonitor, HealthOptions, NodeState, TickResult
+from .._ray.failures import trial_error
 from .._wandb.metrics import RowBuilder, config_for_wandb
 from .._wandb.writers import WriterSpec, node_spec, primary_spec
 from .._warn import Warner, describe
@@ -47,6 +49,10 @@ class TuneRuns:
         self.fleet = NodeFleet(init_timeout_s=options.init_timeout_s, warner=warner)
         self.sessions: dict[str, SharedSession] = {}  # trial id -> its run's session
         self.marks = TrialMarks(warner)
+        # trial id -> its actor's process, once found: written by the thread that finds it, read by
+        # Tune's hooks (one immutable value a trial, replaced whole when a restarted trial moves)
+        self._locations: dict[str, RunProcess] = {}
+        self._recovering: dict[str, int] = {}  # trial id -> the attempt that trains again once it reports
 
     def start(self, trial: Trial, run_id: str) -> SharedSession:
         """The session of ``trial``'s run: a new one, or the one it has (a restarted trial)."""
@@ -55,7 +61,7 @@ class TuneRuns:
         if session is not None and not session.finishing:
             # A restarted trial: its actor may sit on another node now.
             if session.primary.ready:
-                self._locate_later(session, actor)
+                self._locate_later(session, actor, trial.trial_id)
             return session
         self.marks.mark(trial.trial_id, run_id)  # before the trial's function runs
         session = self._new_session(trial, run_id, actor)
@@ -84,7 +90,7 @@ class TuneRuns:
             warner=self._warner,
             rows=_new_config_only(self._row_builder),
             # on the writer thread, once the session has started: `target` is set by then
-            prepare=lambda s: self._locate_trial(s, target=target, actor=actor),
+            prepare=lambda s: self._locate_trial(s, target=target, actor=actor, trial_id=trial.trial_id),
         )
         storage: StorageSpot | None = None
         why_not: str | None = None
@@ -109,10 +115,11 @@ class TuneRuns:
                 )
             ),
             max_writers=self.options.max_node_writers,
+            failures=FailureWatch(),
         )
         return SharedSession(target, primary, self.fleet, self.options.finish_timeout_s)
 
-    def _locate_trial(self, spec: WriterSpec, *, target: SharedTarget, actor: Any) -> WriterSpec:
+    def _locate_trial(self, spec: WriterSpec, *, target: SharedTarget, actor: Any, trial_id: str) -> WriterSpec:
         """On the writer thread, before the run exists: find the trial's node and pid, and
         tell the fleet (the run's process and nodes reach it before the run is ready).
 
@@ -128,6 +135,7 @@ class TuneRuns:
             return _with_settings(spec, settings)
         node_id, pid = found.node_id, found.pid
         covered = node_id if node_id == self.driver_node.node_id else None
+        self._locations[trial_id] = RunProcess(node_id, pid)
         self.fleet.located(spec.run_id, RunProcess(node_id, pid), target)
         self.fleet.set_run_nodes(spec.run_id, {node_id}, covered, target=target, **trial_gpus(found))
         if covered is not None:
@@ -136,7 +144,7 @@ class TuneRuns:
             settings["x_disable_stats"] = True
         return _with_settings(spec, settings)
 
-    def _locate_later(self, session: SharedSession, actor: Any) -> None:
+    def _locate_later(self, session: SharedSession, actor: Any, trial_id: str) -> None:
         covered = session.primary.spec.settings.get("x_stats_pid") is not None  # its spec, as its thread prepared it
 
         def work() -> None:
@@ -145,9 +153,36 @@ class TuneRuns:
                 return
             node_id = found.node_id
             driver = self.driver_node.node_id
+            self._locations[trial_id] = RunProcess(node_id, found.pid)
             session.set_nodes({node_id}, node_id if covered and node_id == driver else None, **trial_gpus(found))
 
         threading.Thread(target=work, daemon=True).start()
+
+    def trial_failed(self, trial: Trial, retrying: bool) -> None:
+        """``trial`` failed (its function raised, or its actor died): named in its run from Tune's
+        record of the error (read here: Tune has just written it, and a retry's next failure
+        overwrites it), as rank 0 on the trial's node; decided on the fleet thread, where a Train
+        run inside the trial that names its own failures takes precedence."""
+        session = self.sessions.get(trial.trial_id)
+        if session is None or session.finishing:
+            return
+        attempt = max(1, int(getattr(trial, "num_failures", 1) or 1))
+        error = trial_error(trial)
+        where = self._locations.get(trial.trial_id)
+        places = ((where.node_id, RankPlace(0, f"node-{where.node_id[:8]}", (), where.pid)),) if where else ()
+        max_failures = int(getattr(trial, "max_failures", 0) or 0)
+        poll = RayPoll((error,)) if error is not None else None
+        failed = FailedAttempt(attempt, retrying, max_failures, poll, places, trial=True)
+        self.fleet.attempt_failed(session.run_id, failed)
+        if retrying:
+            self._recovering[trial.trial_id] = attempt + 1
+
+    def reported(self, trial_id: str) -> None:
+        """A result of the trial: after a retry, its first says which attempt recovered."""
+        attempt = self._recovering.pop(trial_id, None)
+        session = self.sessions.get(trial_id)
+        if attempt is not None and session is not None:
+            self.fleet.attempt_recovered(session.run_id, attempt)
 
     def end(self, trial_id: str, exit_code: int) -> None:
         """Start ending ``trial_id``'s run with ``exit_code``; returns at once (a run already
@@ -297,8 +332,9 @@ class TrialRelayed:
     """A trial's run's ``relay`` (called on the fleet thread only, every poll of the run and at its
     end): what the Train run inside the trial published through the hand-off, as the fleet's
     :class:`Relayed`: its nodes and ranks, their attempt, its hang setting and the attempt's state
-    (the ranks that finished, where it last checkpointed). The hang setting is read once the
-    Train run has ranks, and kept (it publishes it as it starts, before its workers)."""
+    (the ranks that finished, where it last checkpointed), and its failed attempts and recoveries.
+    The hang setting is read once the Train run has ranks, and kept (it publishes it as it starts,
+    before its workers)."""
 
     def __init__(self, trial_id: str) -> None:
         self.trial_id = trial_id
@@ -307,9 +343,12 @@ class TrialRelayed:
     def __call__(self) -> Relayed:
         workers = _handoff.trial_workers(self.trial_id)
         ranks = workers.ranks()
-        if ranks and self._hangs is None:
-            self._hangs = _handoff.hang_setting(self.trial_id)
-        if self._hangs is None:
+        if not ranks:
             return Relayed(ranks)
+        if self._hangs is None:
+            self._hangs = _handoff.hang_setting(self.trial_id)
+        failures = _handoff.trial_failures(self.trial_id).events
+        if self._hangs is None:  # its ranks still watched for how they end
+            return Relayed(ranks, workers.attempt, failures=failures)
         attempt = _handoff.attempt_state(self.trial_id)
-        return Relayed(ranks, workers.attempt, self._hangs, attempt.finished, attempt.checkpoint_reports)
+        return Relayed(ranks, workers.attempt, self._hangs, attempt.finished, attempt.checkpoint_reports, failures)

@@ -9,8 +9,10 @@ test backend.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import training
 from tests.support.cluster import (
     assert_nothing_left,
     free_port,
@@ -32,6 +35,7 @@ from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import (
     HEALTH_KEYS,
     assert_one_writer_per_label,
+    failure_alerts,
     rank_console,
     rank_labels,
     run_of,
@@ -130,6 +134,9 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     assert not twice, twice
     assert DUMMY_KEY not in str(run.config) + str(run.summary)
     assert DUMMY_KEY not in session_log_text(cluster)
+    # A healthy job: no failure named, none in the summary.
+    assert not failure_alerts(run) and "failure" not in run.summary, (run.alerts, run.summary)
+    assert not [f for f in run.files if f.startswith("failures/")]
     assert_nothing_left()
 
 
@@ -179,6 +186,25 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert [row["step"] for row in user_rows(run)] == [0, 1]
     assert len(run.completes) == 1
     assert run.completes[0].exit_code not in (0, None)
+    # The failure named in the run: rank 1, its node, the exception at the user's frame (no
+    # retries: no attempt number); rank 0, stopped by Ray, never a cause.
+    node = {r: label for label, ranks in run.config["ray_train"]["value"]["ranks_by_node"].items() for r in ranks}[1]
+    code = 'raise ValueError("training blew up on purpose")'
+    line = next(i for i, text in enumerate(inspect.getsource(training).splitlines(), 1) if text.strip() == code)
+    alerts = failure_alerts(run)
+    assert [(a["title"], a["severity"]) for a in alerts] == [
+        ("Rank 1 failed: ValueError: training blew up on purpose", "ERROR")
+    ]
+    assert re.split(r"\nWhat followed|\nThe run failed", alerts[0]["text"])[0] == (
+        f"Rank 1 on {node} raised ValueError: training blew up on purpose\n"
+        f"  at training.py:{line} in train_loop: {code}"
+    )
+    assert "The run failed (FailureConfig max_failures=0: no retries)." in alerts[0]["text"]
+    assert run.summary["failure"] == {
+        "attempt": 1, "kind": "raised", "cause": "ValueError: training blew up on purpose", "rank": 1, "node": node,
+        "where": f"training.py:{line} in train_loop", "ranks": "1", "recovered": False,
+    }  # fmt: skip
+    assert "ValueError: training blew up on purpose" in run.files["failures/attempt-1/rank-1.txt"].decode()
     # The failed attempt brings rank 1's last lines (the default leaves a healthy rank 1 out): its
     # prints, then its traceback, from its node's writer, before the run ended.
     console = rank_console(run)

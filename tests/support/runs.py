@@ -35,6 +35,15 @@ def user_rows(run: Any) -> list[dict[str, Any]]:
     ]
 
 
+# The titles of a failed attempt's alert (``_failure.words``) and of a recovery's.
+_FAILURE_TITLE = re.compile(r"^(Attempt \d+: )?(Ranks? [\d,-]+( failed)?: |Training failed: )|^Attempt \d+ recovered$")
+
+
+def failure_alerts(run: Any) -> list[dict[str, Any]]:
+    """The run's alerts of failed attempts and recoveries, in the order they came."""
+    return [a for a in run.alerts if _FAILURE_TITLE.match(str(a["title"]))]
+
+
 def final_table(run: Any) -> dict[str, dict[str, Any]]:
     """The last ``nodes`` table the run logged, node label -> its row."""
     tables = run.tables("nodes")

@@ -31,6 +31,7 @@ def shared(ranks: dict[str, tuple[int, ...]], attempt: str | None = ONE, hangs: 
     target = SharedTarget.__new__(SharedTarget)  # the fields wanted_watches reads, no primary
     target.ranks, target.attempt, target.covered_node = ranks, attempt, kw.get("covered")
     target.hangs = HangWatch(HangTimeout(seconds=30.0), ranks=kw.get("relayed")) if hangs else None
+    target.relayed_ranks = kw.get("relayed")
     return target
 
 
@@ -39,9 +40,12 @@ CASES = [
      ({"a": {ONE: (0, 1)}, "b": {ONE: (2,)}}, {})),
     ("the fleet's own node is read by the fleet", [shared({"a": (1,), "head": (0,)}, covered="head")],
      ({"a": {ONE: (1,)}}, {ONE: (0,)})),
-    ("no hang detection: nothing watched", [shared({"a": (0,)}, hangs=False)], ({}, {})),
+    ("no hang detection: its ranks still watched, for how they end", [shared({"a": (0,)}, hangs=False)],
+     ({"a": {ONE: (0,)}}, {})),
     ("no attempt yet (ranks not armed): nothing watched", [shared({"a": (0,)}, attempt=None)], ({}, {})),
     ("a Train run inside a Tune trial: the ranks it published", [shared({"t": (0,)}, relayed={"b": (0, 1)})],
+     ({"b": {ONE: (0, 1)}}, {})),
+    ("... with no hang detection as well", [shared({"t": (0,)}, hangs=False, relayed={"b": (0, 1)})],
      ({"b": {ONE: (0, 1)}}, {})),
     ("two runs on one node: one folder each", [shared({"a": (0,)}), shared({"a": (0, 1)}, attempt=TWO)],
      ({"a": {ONE: (0,), TWO: (0, 1)}}, {})),

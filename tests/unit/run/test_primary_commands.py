@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes._console import ConsoleLine, Stream
+from ray_wandb_nodes._failure import FailureNotice, FailureSummary
 from ray_wandb_nodes._hang import HangNotice
 from ray_wandb_nodes._health import Alert, EventKind
 from ray_wandb_nodes._run import primary as _primary
@@ -24,6 +25,7 @@ from ray_wandb_nodes._run.primary_commands import (
     LogReport,
     PrimaryCommand,
     RaiseAlert,
+    RecordFailure,
     RecordHang,
     UpdateConfig,
     WriteConsole,
@@ -82,6 +84,10 @@ def _spec() -> Any:
 
 ALERT = Alert("Node lost", "node-a left", "ERROR", "node-a", EventKind.NODE_LOST)
 HANG = HangNotice(1, "Hang", "rank 1 stopped", "ERROR", files=(("rank-1.txt", "stack"),))
+FAILURE = FailureNotice(
+    2, "Attempt 2: Rank 1 failed: ValueError: x", "Rank 1 on node-a raised ValueError: x", "ERROR",
+    FailureSummary(2, "raised", "ValueError: x", 1, "node-a"), files=(("rank-1.txt", "Traceback"),),
+)  # fmt: skip
 
 # command type -> (how the writer's public method sends it, what the run receives)
 CASES: dict[type, tuple[Callable[[PrimaryWriter], None], list[tuple[str, Any]]]] = {
@@ -93,6 +99,10 @@ CASES: dict[type, tuple[Callable[[PrimaryWriter], None], list[tuple[str, Any]]]]
     ),
     RaiseAlert: (lambda p: p.alert(ALERT), [("alert", ("Node lost", "ERROR"))]),
     RecordHang: (lambda p: p.hang(HANG), [("alert", ("Hang", "ERROR")), ("save", "hangs/hang-1/rank-1.txt")]),
+    RecordFailure: (
+        lambda p: p.failure(FAILURE),
+        [("alert", ("Attempt 2: Rank 1 failed: ValueError: x", "ERROR")), ("save", "failures/attempt-2/rank-1.txt")],
+    ),
     LogHealth: (lambda p: p.log_health(2, None), [("log", ["nodes/stragglers", "training_iteration"])]),
     WriteConsole: (lambda p: p.console_lines([ConsoleLine(0, Stream.ERR, "hello")]), [("console", "[rank 0] hello")]),
     LogRanks: (lambda p: p.log_ranks({"ranks/slow": 1.0}, None), [("log", ["ranks/slow", "training_iteration"])]),

@@ -25,7 +25,7 @@ def set_up(answers: list[WorkerSetup], monkeypatch: pytest.MonkeyPatch) -> list[
     monkeypatch.setattr(train_workers._ray, "run_on_workers", lambda *args, **kwargs: answers)
     warner = Said()
     workers = TrainWorkers(warner)
-    workers.hang_run = "run-1"
+    workers.watch("run-1", hangs=True)
     workers.setup(object(), "run-1")
     return warner.said
 

@@ -358,9 +358,11 @@ def test_a_trials_run_reads_the_train_runs_finished_ranks_and_its_mark_outlives_
     monkeypatch.setattr(_handoff, "trial_workers", lambda trial_id: _handoff.TrialWorkers(places, "t1.a1.0badcafe"))
     monkeypatch.setattr(_handoff, "hang_setting", lambda trial_id: HangSetting(HangTimeout(4.0), OnHang.ALERT))
     monkeypatch.setattr(_handoff, "attempt_state", lambda trial_id: _handoff.AttemptState(frozenset({1}), 3))
+    monkeypatch.setattr(_handoff, "trial_failures", lambda trial_id: _handoff.TrialFailures())
     target = make_target(Clock())  # the trial's run, on the fleet thread
     target.relay = TrialRelayed("t1")
     assert relayed_nodes(target, Warner()) == {"n1", "n2"}
+    assert target.relayed_ranks == {"n1": (0,), "n2": (1,)}  # watched for how they end, too
     assert target.hangs is not None and target.hangs.finished == frozenset({1})
     assert target.hangs.checkpoint_reports == 3
     assert target.hangs.ranks == {"n1": (0,), "n2": (1,)} and target.attempt == "t1.a1.0badcafe"
