@@ -89,6 +89,7 @@ def flood(logs: Path, seconds: float) -> None:
 def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: Path) -> None:
     """The node logger's stand-in: follow ``pids`` for ``seconds``, then finish; write the figures."""
     from bench._procs import rss_mib, usage
+    from ray_wandb_nodes._config.values import ConsoleMode
     from ray_wandb_nodes._console import ConsolePlan, ConsoleTailer, RankProcess, RunConsole
 
     counted = [0]
@@ -100,6 +101,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
         run = wandb.init(
             project="bench-console",
             id=f"console-{os.getpid()}",
+            dir=str(logs),  # its files in the bench's temporary folder, not the working directory
             settings=wandb.Settings(
                 mode="shared", x_primary=False, x_update_finish_state=False, x_label="node-1", console="off"
             ),
@@ -111,7 +113,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
         def sink(lines: Any) -> None:
             counted[0] += len(lines)
 
-    unlimited = ConsolePlan("all", 10**12, 10**12, 200, 10**9)
+    unlimited = ConsolePlan(ConsoleMode.ALL, 10**12, 10**12, 200, 10**9)
     rss_start = rss_mib("self")
     core_cpu_start = sum(usage(p)[2] for p in core)
     cpu_start, wall_start = time.process_time(), time.monotonic()

@@ -67,6 +67,10 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         rank_metrics: what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce``
             (mean, min, max, std, argmax and argmin rank of every numeric key across ranks) or ``all``
             (``rank_<r>/key``)
+        rank_console: what the shared run's Logs tab holds of what the ranks print (stdout and stderr, read from
+            Ray's worker log files on each node, labelled ``[rank N]``): ``rank0`` (rank 0's console, and every
+            rank's last lines when an attempt fails), ``all`` (every rank's), ``failures`` (only every rank's
+            last lines when an attempt fails) or ``off``
         nodes: ``workers``: the nodes hosting train workers (Train) or a trial (Tune); ``cluster``: every alive
             node, new ones included
         sampling_interval_s: the system-metric sampling interval on every node
@@ -127,6 +131,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         excludes: list[str] | None = None,
         strategy: Literal["shared", "main", "node", "all"] = "shared",
         rank_metrics: Literal["rank0", "reduce", "all"] = "rank0",
+        rank_console: Literal["rank0", "all", "failures", "off"] = "rank0",
         nodes: Literal["workers", "cluster"] = "workers",
         sampling_interval_s: float = 15.0,
         gpu_device_ids: list[int] | None = None,
@@ -265,11 +270,20 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         if self._run is not None or self._relay is not None:  # last: a rank's hang clock starts with its train function
             self._workers.setup(worker_group, self._setup_run_id())
 
+    @guarded("before_worker_group_shutdown")
+    def before_worker_group_shutdown(self, worker_group: WorkerGroup) -> None:
+        """The worker group's attempt ends (a restart, the end of training, a failure; Ray 2.50 to
+        2.60 call it before ending the workers): its ranks' console ends, every rank's last lines
+        to the run when one of its polls held an error."""
+        if self._run is not None:
+            self._run.attempt_ended(self._workers.failed)
+
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
         # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
         # are new, maybe on other nodes; Ray calls no worker-group hook for it.
         if self._run is not None or self._relay is not None:
+            self._workers.failed = False  # the failed replica's ranks ended with their processes (their console too)
             self._workers.placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
             self._workers.setup(replica_group, self._setup_run_id())
@@ -290,9 +304,11 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     @guarded("after_worker_group_poll_status")
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
         """Train's poll of the workers: the first with a rank's error is what Ray decides on (kept
-        for the failure decision); the ranks whose train function returned (not those that failed)
-        are not judged for hangs, and are progress during one (inside a Tune trial, through the
-        hand-off to the trial's run)."""
+        for the failure decision, and the attempt's ranks' last lines go to the run at its end); the
+        ranks whose train function returned (not those that failed) are not judged for hangs, and
+        are progress during one (inside a Tune trial, through the hand-off to the trial's run)."""
+        if self._run is not None and not self._workers.failed and _ray.poll_failed(worker_group_status):
+            self._workers.failed = True  # the controller decides on this poll: the attempt failed
         self._failures.polled(worker_group_status, self._workers.group)
         if self._workers.hang_run and self._run is not None:
             self._run.ranks_finished(_ray.finished_ranks(worker_group_status))

@@ -19,6 +19,7 @@ from . import checks as c
 from .checks import invalid, mode_value
 from .values import (
     AUTO,
+    ConsoleMode,
     EgressMode,
     HangTimeout,
     Mode,
@@ -118,6 +119,13 @@ OPTIONS: tuple[Option, ...] = (
         "rank_metrics", RankMetrics.RANK0.value, literal(RankMetrics), c.choice(RankMetrics), (TRAIN,), "logging",
         "what the shared or main run logs of each report: ``rank0`` (rank 0's keys), ``reduce`` (mean, min, max, "
         "std, argmax and argmin rank of every numeric key across ranks) or ``all`` (``rank_<r>/key``)",
+    ),
+    Option(
+        "rank_console", ConsoleMode.RANK0.value, literal(ConsoleMode), c.choice(ConsoleMode), (TRAIN,), "logging",
+        "what the shared run's Logs tab holds of what the ranks print (stdout and stderr, read from Ray's worker "
+        "log files on each node, labelled ``[rank N]``): ``rank0`` (rank 0's console, and every rank's last lines "
+        "when an attempt fails), ``all`` (every rank's), ``failures`` (only every rank's last lines when an "
+        "attempt fails) or ``off``",
     ),
     Option(
         "nodes", NodeSelection.WORKERS.value, literal(NodeSelection), c.choice(NodeSelection), BOTH, "logging",
@@ -276,6 +284,7 @@ class Options:
     excludes: tuple[str, ...]
     strategy: Strategy
     rank_metrics: RankMetrics
+    rank_console: ConsoleMode
     nodes: NodeSelection
     sampling_interval_s: float
     gpu_device_ids: tuple[int, ...] | None

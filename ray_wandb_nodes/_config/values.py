@@ -18,6 +18,7 @@ from enum import Enum
 
 __all__ = [
     "AUTO",
+    "ConsoleMode",
     "EgressMode",
     "HangTimeout",
     "Mode",
@@ -117,6 +118,16 @@ class RankMetrics(Enum):
     def every_rank(self) -> bool:
         """Whether a row is built from every rank's report, not rank 0's alone."""
         return self is not RankMetrics.RANK0
+
+
+class ConsoleMode(Enum):
+    """``rank_console``: what a shared run's Logs tab holds of what its ranks print (their stdout
+    and stderr, read by each node's logger from the files Ray keeps; see ``_console.budget``)."""
+
+    RANK0 = "rank0"  # rank 0's lines live, and every rank's last lines when an attempt fails
+    ALL = "all"  # every rank's lines live, an equal share of the run's lines each
+    FAILURES = "failures"  # only every rank's last lines when an attempt fails
+    OFF = "off"  # none
 
 
 class NodeSelection(Enum):

@@ -8,7 +8,7 @@ lines (whose lines, how many, the last lines of a failed rank); ``rank`` is one 
 Ray; ``sender`` alone uses wandb, and only the run it is given.
 """
 
-from .budget import CONSOLE_MODES, PLUGIN_LINES, RUN_LINES, ConsoleMode, ConsolePlan, RankBudget, plan_console
+from .budget import PLUGIN_LINES, RUN_LINES, ConsolePlan, RankBudget, plan_console
 from .follow import FileFollower, worker_files
 from .lines import MAX_LINE_BYTES, PROGRESS_EVERY_S, ConsoleLine, Kind, LineSplitter, Stream
 from .rank import EchoFilter, RankConsole
@@ -16,13 +16,11 @@ from .sender import RunConsole, format_line
 from .tailer import ConsoleTailer, EndAttempt, Finish, RankProcess, Watch
 
 __all__ = [
-    "CONSOLE_MODES",
     "MAX_LINE_BYTES",
     "PLUGIN_LINES",
     "PROGRESS_EVERY_S",
     "RUN_LINES",
     "ConsoleLine",
-    "ConsoleMode",
     "ConsolePlan",
     "ConsoleTailer",
     "EchoFilter",

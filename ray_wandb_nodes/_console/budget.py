@@ -21,12 +21,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal, get_args
 
+from .._config.values import ConsoleMode, spellings
 from .lines import ConsoleLine
-
-ConsoleMode = Literal["rank0", "all", "failures", "off"]
-CONSOLE_MODES: tuple[str, ...] = get_args(ConsoleMode)
 
 RUN_LINES = 100_000  # W&B keeps at most this many console lines a run
 PLUGIN_LINES = 90_000  # the plugin's share of them
@@ -49,23 +46,26 @@ class ConsolePlan:
 
     @property
     def on(self) -> bool:
-        return self.mode != "off"
+        return self.mode is not ConsoleMode.OFF
 
 
-def plan_console(mode: ConsoleMode, world_size: int, nodes: int) -> ConsolePlan:
-    """The budget of a run of ``world_size`` ranks on ``nodes`` nodes."""
-    if mode not in CONSOLE_MODES:
-        raise ValueError(f"console mode {mode!r} is not one of {', '.join(CONSOLE_MODES)}")
+def plan_console(mode: ConsoleMode | str, world_size: int, nodes: int) -> ConsolePlan:
+    """The budget of a run of ``world_size`` ranks on ``nodes`` nodes (``mode``: a member, or how
+    a user writes it)."""
+    try:
+        mode = ConsoleMode(mode)
+    except ValueError:
+        raise ValueError(f"console mode {mode!r} is not one of {', '.join(spellings(ConsoleMode))}") from None
     world_size, nodes = max(world_size, 1), max(nodes, 1)
-    if mode == "off":
+    if mode is ConsoleMode.OFF:
         return ConsolePlan(mode, 0, 0, 0, 0)
-    tails = PLUGIN_LINES if mode == "failures" else TAIL_LINES
+    tails = PLUGIN_LINES if mode is ConsoleMode.FAILURES else TAIL_LINES
     tail = min(TAIL_MAX, max(TAIL_MIN, tails // world_size))
     node_tails = max(tail, tails // nodes)
     live = PLUGIN_LINES - TAIL_LINES
-    if mode == "rank0":
+    if mode is ConsoleMode.RANK0:
         return ConsolePlan(mode, live, 0, tail, node_tails)
-    if mode == "all":
+    if mode is ConsoleMode.ALL:
         share = live // world_size
         return ConsolePlan(mode, share, share, tail, node_tails)
     return ConsolePlan(mode, 0, 0, tail, node_tails)

@@ -138,7 +138,8 @@ class ConsoleTailer:
     """Follows this node's ranks' console files and hands their lines to ``sink``.
 
     ``logs_dir`` is the node's Ray session ``logs`` folder. ``from_end``: a logger that restarted
-    starts at the files' ends, its earlier self having sent what came before.
+    reads the files of ranks whose process is older than its own from their ends, its earlier
+    self having sent what came before (a rank started since is read from its start).
     """
 
     def __init__(
@@ -161,10 +162,11 @@ class ConsoleTailer:
         self._poll_s = poll_s
         self._read_rate = read_rate
         self._every = progress_every_s
-        self._from_end = from_end
+        self._from_end = _proc_start(os.getpid()) if from_end else None  # this process's start
         self._clock = clock
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._finishing: Finish | None = None  # the finish asked (by the first caller)
         # The thread's own state.
         self._watched: dict[int, _Watched] = {}
         self._budgets: dict[int, RankBudget] = {}
@@ -187,12 +189,22 @@ class ConsoleTailer:
 
     def finish(self, failed: bool, timeout: float) -> bool:
         """End the run's console within ``timeout`` s; whether every line reached the sink in time."""
-        command = Finish(failed)
-        self._commands.put(command)
+        self.request_finish(failed)
+        return self.wait_finished(timeout)
+
+    def request_finish(self, failed: bool) -> None:
+        """End the run's console (see :class:`Finish`) without waiting; the first call counts."""
+        if self._finishing is None:
+            self._finishing = Finish(failed)
+            self._commands.put(self._finishing)
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait (at most ``timeout``) for the finish asked; whether every line reached the sink."""
+        if self._finishing is None:
+            return False
         if self._thread is None or not self._thread.is_alive():  # never started, or finished before
             return True
-        done = command.done.wait(timeout)
-        return done
+        return self._finishing.done.wait(timeout)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -304,13 +316,18 @@ class ConsoleTailer:
             if w.rp.pid in have:
                 for stream, path in worker_files(self._logs, w.rp.pid).items():
                     if stream not in w.files:
-                        w.files[stream] = FileFollower(path, from_end=self._from_end)
+                        w.files[stream] = FileFollower(path, from_end=self._older(w))
             if len(w.files) < 2 and now - w.since >= FIND_S:
                 self._warner.warn(
                     f"console:files:{w.rp.rank}",
                     f"rank {w.rp.rank}'s output files (pid {w.rp.pid}) are not in {self._logs} after {FIND_S:.0f}s: "
                     "its console is not in the run (RAY_LOG_TO_STDERR=1 keeps it out of files)",
                 )
+
+    def _older(self, watched: _Watched) -> bool:
+        """Whether the rank's process started before this (restarted) logger's: read from the end."""
+        mine = self._from_end
+        return mine is not None and watched.started is not None and watched.started < mine
 
     def _read(self, watched: _Watched, now: float, limit: int | None) -> list[ConsoleLine]:
         """What the rank's files grew by, at most ``limit`` bytes of the two (None: to their ends),

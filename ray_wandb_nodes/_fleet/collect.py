@@ -217,7 +217,7 @@ class OfflineCollection:
         assert job.sync is not None
         if self._syncs.acquire(timeout=max(0.0, job.deadline - time.monotonic())):
             try:
-                error = sync_folder(job.sync, dest, job.deadline)
+                error = sync_folder(job.sync, dest, job.deadline, label=node.label)
             finally:
                 self._syncs.release()
         else:

@@ -27,8 +27,8 @@ class RunReady(NamedTuple):
 
 class SetNodes(NamedTuple):
     """The nodes a run uses now, the primary's own node (``covered``), and, when known, the
-    ranks on each node, each rank's GPU ids and the key of the ranks' attempt (their folder);
-    ``only``: while that target is the run's."""
+    ranks on each node, each rank's GPU ids, the key of the ranks' attempt (their folder) and
+    each rank's process id; ``only``: while that target is the run's."""
 
     run_id: str
     nodes: set[str]
@@ -37,6 +37,15 @@ class SetNodes(NamedTuple):
     ranks: dict[str, tuple[int, ...]] | None = None
     rank_gpus: dict[int, RankGpus] | None = None
     attempt: str | None = None
+    pids: dict[int, int] | None = None
+
+
+class AttemptEnded(NamedTuple):
+    """A run's attempt ended (its worker group shuts down), ``failed`` or not: its ranks' console
+    ends there (their last lines to the run when it failed)."""
+
+    run_id: str
+    failed: bool
 
 
 class Located(NamedTuple):
@@ -154,6 +163,7 @@ Command = (
     AddRun
     | RunReady
     | SetNodes
+    | AttemptEnded
     | Located
     | EndHealth
     | Prestart

@@ -22,6 +22,7 @@ from .._warn import Warner
 from .actors import RayActors
 from .commands import (
     AddRun,
+    AttemptEnded,
     AttemptFailed,
     AttemptRecovered,
     AwaitWriters,
@@ -119,12 +120,18 @@ class NodeFleet:
         ranks: dict[str, tuple[int, ...]] | None = None,
         rank_gpus: dict[int, RankGpus] | None = None,
         attempt: str | None = None,
+        pids: dict[int, int] | None = None,
     ) -> None:
         """The nodes a run uses now (replaces the previous set), and the primary's own node;
         with ``target``, only while that target is the run's (not a later one of the same id);
         ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids;
-        ``attempt``: the key of the ranks' attempt (their folder on each node), when armed."""
-        self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt))
+        ``attempt``: the key of the ranks' attempt (their folder on each node), when armed;
+        ``pids``: each rank's process id (its console's files), when known."""
+        self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt, pids))
+
+    def attempt_ended(self, run_id: str, failed: bool) -> None:
+        """The run's attempt ended (its worker group shuts down), ``failed`` or not: its ranks' console ends."""
+        self._commands.put(AttemptEnded(run_id, failed))
 
     def located(self, run_id: str, process: RunProcess, target: RunTarget | None = None) -> None:
         """The run's own process and its node (a Tune trial's): the node writer there reports its

@@ -13,6 +13,10 @@ wandb's kept samples every sampling interval, so a ping never waits on wandb. Ea
 its own (a Tune trial's writer samples its own trial's processes), and each says its age on
 this node's clock.
 
+The ranks' console (``node_console``): for each run it writes for, the logger follows the run's
+ranks on this node in the files Ray writes for their processes and writes what they print into
+the run (``console``, ``console_end``); a writer's finish hands every rank's last lines over first.
+
 Hang detection's side of the node (``_hang.NodeWatch``) is apart from its writers: the fleet
 asks a logger to watch an attempt's folder for the ranks placed on its node (``watch``) and to
 let it go when the attempt is over (``unwatch``), whether a writer of that run joined, failed,
@@ -25,8 +29,8 @@ it when an attempt failed.
 **Threads.** Ray runs the actor's calls in three concurrency groups. The writer calls (joining,
 logging, finishing, offline packing and copying: each may wait minutes on wandb or storage) run
 one at a time, in the order sent, in Ray's default group. The control calls (``status``,
-``watch``, ``unwatch``, ``end_ranks``, ``failure_facts``) run on a thread of their own, so that a ping, a watch
-and an end are answered while a writer joins or finishes; ``hang_evidence`` on up to
+``watch``, ``unwatch``, ``end_ranks``, ``failure_facts``, ``console_end``) run on a thread of
+their own, so that a ping, a watch and an end are answered while a writer joins or finishes; ``hang_evidence`` on up to
 ``EVIDENCE_THREADS`` threads (each bounded by its dumps' timeout). The hosted writers (one
 :class:`HostedRun` a writer key) are changed by the writer calls only, under ``_lock``; every
 other thread reads them under it, as a snapshot, and never waits on wandb. The watched folders
@@ -59,8 +63,9 @@ from .._wandb.writers import Role, WriterSpec, node_dir
 from .._warn import describe
 from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
+from .node_console import NodeConsoles
 from .node_offline import OfflineRuns
-from .wire import LoggerStatus
+from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
 # on their uploads (the driver side bounds the whole finish anyway).
@@ -91,6 +96,7 @@ class NodeLogger(OfflineRuns):
         self._said = Collected()
         self._writing = threading.Lock()  # a run's rows (the writer calls) and artifacts (their own), one at a time
         self._watch = NodeWatch(root)
+        self._consoles = NodeConsoles(self._said, self._writing, from_end=self._restarted)
         self._deaths = NodeDeaths(root)  # how the watched ranks end (their records outlive them here)
         # Folders of this user that no live run watches and whose processes are all dead: left by
         # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
@@ -127,6 +133,7 @@ class NodeLogger(OfflineRuns):
                 early, record.early = record.early, []
             for row in early:
                 self.log(spec.run_id, row)
+            self._consoles.joined(spec.run_id, run)
             self._start_sampler(float(spec.settings.get("x_stats_sampling_interval") or 15.0))
         except Exception as e:  # noqa: BLE001 - reported through status()
             with self._lock:
@@ -179,6 +186,11 @@ class NodeLogger(OfflineRuns):
             with self._lock:
                 record.error = f"log failed: {describe(e)}"
 
+    def console(self, ranks: ConsoleRanks) -> None:
+        """Follow the run's ranks on this node into its Logs tab (after its writer's join: in order)."""
+        record = self._hosted.get(ranks.run_id)
+        self._consoles.ranks(ranks, record.run if record is not None else None)
+
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """Log a checkpoint as an artifact of a run this actor hosts, as the primary does (``node_uploads``)."""
         record = self._hosted.get(run_id)
@@ -193,7 +205,8 @@ class NodeLogger(OfflineRuns):
         """Finish one writer, or all when ``run_id`` is None.
 
         Only a writer that is its own run (``Role.RUN``) sends a final state, with
-        ``exit_code``; a writer that joined a shared run never does. The answer carries each
+        ``exit_code``; a writer that joined a shared run never does. The ranks' console it writes
+        ends first: their last lines too where ``exit_code`` says the run failed. The answer carries each
         finished writer's last summary (``final``): its samples read just before the finish and
         its transaction log read to the end after it, the last, partial block included, so that
         the run's final judgement sees what no ping could (bounded: ``reader.FINAL_WAIT_S``).
@@ -204,6 +217,7 @@ class NodeLogger(OfflineRuns):
             ended = [record for key in keys if (record := self._hosted.pop(key, None)) is not None]
         final: dict[str, NodeSummary] = {}
         for record in ended:
+            self._consoles.finish(record.key, failed=exit_code not in (None, 0))  # the ranks' last lines first
             if record.run is None:
                 continue
             self._read(record)  # the newest samples, while wandb still keeps them
@@ -305,6 +319,11 @@ class NodeLogger(OfflineRuns):
         its ranks ended is kept a while: see ``_failure.deaths``)."""
         self._deaths.look(self._watch.watching())
         self._watch.unwatch(key)
+
+    @in_group(CONTROL)
+    def console_end(self, end: ConsoleEnd) -> None:
+        """The run's attempt ended: its ranks' last lines go to the run when it failed. Returns at once."""
+        self._consoles.end(end)
 
     @in_group(EVIDENCE)
     def hang_evidence(self, key: str, ranks: list[int] | None = None) -> RankAnswers:

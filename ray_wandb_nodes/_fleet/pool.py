@@ -28,7 +28,7 @@ from .._warn import Warner, describe
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
 from .plan import run_of
-from .wire import LoggerStatus
+from .wire import ConsoleRanks, LoggerStatus
 
 __all__ = ["BUNDLE", "JOIN_GRACE_S", "PG_NAME_PREFIX", "PING_BATCH", "LoggerHandle", "LoggerPool"]
 
@@ -61,6 +61,8 @@ class LoggerHandle:
     ping_runs: frozenset[str] = frozenset()  # its writers joined when the last ping was sent
     # The attempt folders it was asked to watch (key -> the ranks there), as sent (see watches.py).
     watching: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # The ranks whose console it follows for each run (run id ->), as sent (see consoles.py).
+    consoles: dict[str, ConsoleRanks] = field(default_factory=dict)
 
 
 @dataclass
@@ -339,8 +341,8 @@ class LoggerPool:
         handle.pid = status.pid
         # Only writers whose join answered before the ping can be missing from its answer.
         missing = (handle.runs & handle.ping_runs) - set(status.runs) - set(status.errors)
-        if restarted:  # a new process watches nothing: the next plan asks it again (see watches.py)
-            handle.watching, self.changed = {}, True
+        if restarted:  # a new process watches nothing: the next plan asks it again (watches.py, consoles.py)
+            handle.watching, handle.consoles, self.changed = {}, {}, True
         if restarted or missing:
             self._warner.warn(
                 f"node-restart:{handle.node.node_id}:{handle.pid}",

@@ -1,7 +1,8 @@
 """What the fleet needs of a shared run's primary writer, as a protocol the fleet owns: the
 writer's spec and where it writes, its own node's samples, and the writes the fleet hands it
-(alerts, hangs, failures, health and rank tables, config it learns). The driver side's primary
-(``_run.primary.PrimaryWriter``) implements it; the fleet never imports the run it serves."""
+(alerts, hangs, failures, health and rank tables, config it learns, the console of the ranks on its
+own node). The driver side's primary (``_run.primary.PrimaryWriter``) implements it; the fleet never
+imports the run it serves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._console import ConsoleLine
     from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert, NodeSummary, ReadProblem
@@ -33,6 +37,9 @@ class RunWriter(Protocol):
 
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence."""
+
+    def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
+        """Write ranks' console lines into the run's Logs tab (the ranks on the writer's own node)."""
 
     def failure(self, notice: FailureNotice) -> None:
         """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields and the

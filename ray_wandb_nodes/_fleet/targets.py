@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from .._config.values import NodeSelection
+from .._config.values import ConsoleMode, NodeSelection
 from .._failure import FailureEvent
 from .._wandb.writers import Role, WriterSpec, node_spec, observer_spec, offline_index
 from .._warn import Warner, describe
@@ -109,6 +109,8 @@ class RunTarget:
     ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Each rank's GPU ids as Ray names them ("0", "GPU-<uuid>"), as the last placement said.
     rank_gpus: dict[int, RankGpus] = field(default_factory=dict)
+    # Each rank's process id, as the last placement said (its console's files carry it).
+    pids: dict[int, int] = field(default_factory=dict)
     # The key of the ranks' current attempt (``_hang.attempt_key``: their folder of records, beacons
     # and dumps on each node), as the last placement said; None: no ranks watched.
     attempt: str | None = None
@@ -164,6 +166,8 @@ class SharedTarget(RunTarget):
     wants_report: threading.Event = field(default_factory=threading.Event)
     # The run's hang detection; None: off (``hang_timeout_s=None``, or a run with no train ranks).
     hangs: HangWatch | None = None
+    # What the run's Logs tab holds of its ranks' console (``rank_console``; see _console.budget).
+    console: ConsoleMode = ConsoleMode.OFF
     # The run's failures named (a rank's death, its cause and what followed); None: not named.
     failures: FailureWatch | None = None
     # The ranks on each node of a Train run inside a Tune trial (as it published them); None: the run's own.

@@ -1,8 +1,10 @@
 """What crosses between the driver side and a node's logger actor, defined once: the logger's
-status (the answer to every ping, join and finish). It rides every ping, so it stays small: a
-slotted frozen dataclass, pickled as one tuple, with each writer's summary (``_health``'s
-:class:`~ray_wandb_nodes._health.NodeSummary`), what kept its reader from reading, and, in a
-finish's answer, each finished writer's last summary."""
+status (the answer to every ping, join and finish), and the ranks' console of a run there
+(:class:`ConsoleRanks` at each worker-group start, :class:`ConsoleEnd` at each attempt's end).
+The status rides every ping, so it stays small: a slotted frozen dataclass, pickled as one
+tuple, with each writer's summary (``_health``'s :class:`~ray_wandb_nodes._health.NodeSummary`),
+what kept its reader from reading, and, in a finish's answer, each finished writer's last
+summary."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._console import ConsolePlan, RankProcess
 from .._egress import Egress
 from .._hang import RankProgress
 from .._health import NodeSummary, ReadProblem
@@ -65,3 +68,24 @@ class LoggerStatus:
     def summary(self) -> NodeSummary | None:
         """The node's latest summary, from any of its writers."""
         return next(iter(self.summaries.values()), None)
+
+
+@dataclass(frozen=True)
+class ConsoleRanks:
+    """A run's train ranks on one node now and their processes (the worker group's, or a replaced
+    replica group's), with the run's console budget: the node's logger follows their stdout and
+    stderr files into the run (``_console.ConsoleTailer``). Ranks it followed before and not named
+    here ended with their attempt."""
+
+    run_id: str
+    ranks: tuple[RankProcess, ...]
+    plan: ConsolePlan
+
+
+@dataclass(frozen=True)
+class ConsoleEnd:
+    """A run's attempt ended (its worker group shuts down): its ranks' last lines go to the run when
+    it ``failed`` (see ``_console.budget``)."""
+
+    run_id: str
+    failed: bool

@@ -22,6 +22,7 @@ from .collect import OfflineCollection
 from .commands import (
     REPLANS,
     AddRun,
+    AttemptEnded,
     AttemptFailed,
     AttemptRecovered,
     AwaitWriters,
@@ -38,8 +39,10 @@ from .commands import (
     RunReady,
     SetNodes,
 )
+from .consoles import FleetConsoles
 from .egress import FleetEgress, RelayPlan
 from .health import FleetHealth, judge_final, rank_report, stragglers
+from .node_console import FINISH_S as CONSOLE_FINISH_S
 from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
 from .plan import plan, run_of
 from .pool import LoggerPool
@@ -82,6 +85,7 @@ class FleetWorker:
         self.pool = LoggerPool(init_timeout_s=init_timeout_s, warner=warner, ping_s=poll_s, actors=actors, clock=clock)
         self._health = FleetHealth(warner)
         self._watches = FleetWatches(warner)  # the attempt folders each logger watches
+        self._consoles = FleetConsoles(warner)  # whose console each logger follows into each run
         self._collection = OfflineCollection(warner)
         self.egress = FleetEgress(warner, relay)  # the relay, and the nodes without a route to W&B
         self._alive: dict[str, NodeInfo] = {}
@@ -112,6 +116,7 @@ class FleetWorker:
             if replanned:
                 self._carry_out_plan()
             self._watches.sync(self.targets, self.pool, replanned)  # after the plan: on the loggers it started
+            self._consoles.sync(self.targets, self.pool, replanned)  # after the plan: after the writers' joins
             self._check_health()
             self._check_failures()
             self.awaits.check(self.targets, self.pool, self._alive)
@@ -136,6 +141,10 @@ class FleetWorker:
                     target.rank_gpus = command.rank_gpus
                 if command.attempt is not None:
                     target.attempt = command.attempt
+                if command.pids is not None:
+                    target.pids = command.pids
+        elif isinstance(command, AttemptEnded):
+            self._consoles.end_attempt(command.run_id, command.failed, self.pool)
         elif isinstance(command, Located):
             target = self.targets.get(command.run_id)
             if isinstance(target, SharedTarget) and (command.only is None or command.only is target):
@@ -285,11 +294,27 @@ class FleetWorker:
         self.egress.announce(self.pool, ending=run_id)  # nodes without a route found last: named before the end
         self.egress.forget(run_id)
         self.targets.pop(run_id, None)
+        how = self._console_first(how)
         self._rows.drop(run_id)
         self._health.forget(run_id)
         retirement = retire(run_id, target, self.pool, self._collection, self.warner, how, judge)
         self.retirements.append(retirement)
         retirement.wake_on_each_finish(self._wake)  # no poll's wait
+
+    def _console_first(self, how: Retire) -> Retire:
+        """The run's end: the console of the ranks on the fleet's own node is ended now, and its last
+        lines reach the primary's queue before the primary's finish (``then``), within the run's bound."""
+        tailer = self._consoles.retire(how.run_id, failed=how.exit_code not in (None, 0), pool=self.pool)
+        then = how.then
+        if tailer is None or then is None:
+            return how
+        until = time.monotonic() + min(how.timeout, CONSOLE_FINISH_S)
+
+        def console_then_primary() -> None:
+            tailer.wait_finished(max(0.0, until - time.monotonic()))
+            then()
+
+        return how._replace(then=console_then_primary)
 
     def check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self.retirements = advance_all(self.retirements, self.pool, self._collection, self.warner, final)

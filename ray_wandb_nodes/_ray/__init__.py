@@ -20,6 +20,13 @@ used here (read from the released sources):
 - 2.50: ``after_report(training_report, metrics)`` (keywords; ``metrics=, checkpoint=`` before)
   and ``TrainingReport.checkpoint``; ``RunConfig.storage_context.experiment_fs_path`` and
   ``.storage_filesystem``: the offline storage route.
+- 2.50 (read in 2.50.1, 2.55.1 and 2.60.0): ``Worker.metadata.pid`` (``ActorMetadata``): each
+  rank's process, whose stdout and stderr Ray writes to ``<logs>/worker-<id>-<job>-<pid>.out|.err``;
+  ``before_worker_group_shutdown(worker_group)``: an attempt's end, called on every shutdown of a
+  started group (a restart, the end of training, a failure); ``Node.get_logs_dir_path()`` of
+  ``ray._private.worker._global_node`` (or ``Worker.get_out_file_path()``): the node's ``logs``
+  folder; ``WorkerGroupPollStatus.worker_statuses`` (``WorkerStatus.error``): a poll with a rank's
+  error, on which the controller decides the attempt failed.
 - 2.55: ``before_controller_abort()``: an abort, before the state update.
 - 2.56: ``ReplicaGroupCallback.after_replica_group_start(replica_group)``: the workers of a
   replaced replica group (called only on a class that is also a ``WorkerGroupCallback``).
@@ -53,6 +60,7 @@ from .core import (
     kv_get,
     kv_put,
     list_nodes,
+    logs_dir,
     pin_bundles_to_nodes,
     remove_placement_groups,
     was_restarted,
@@ -68,6 +76,7 @@ from .train import (
     finished_ranks,
     is_aborted,
     placements_of,
+    poll_failed,
     queue_on_workers,
     report_checkpoint,
     result_failed,
@@ -108,8 +117,10 @@ __all__ = [
     "kv_get",
     "kv_put",
     "list_nodes",
+    "logs_dir",
     "pin_bundles_to_nodes",
     "placements_of",
+    "poll_failed",
     "queue_on_workers",
     "range",
     "ray_version",

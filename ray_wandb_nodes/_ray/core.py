@@ -1,8 +1,9 @@
 """Ray core's internals: actors' state and nodes, placement groups pinned to a node, the internal
-key-value store (see the package's docstring for the release of each name)."""
+key-value store, the node's log folder (see the package's docstring for the release of each name)."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -47,6 +48,23 @@ def was_restarted() -> bool:
             return bool(context.was_current_actor_reconstructed)
     except Exception:  # noqa: BLE001 - the GCS did not answer
         return False
+
+
+def logs_dir() -> str | None:
+    """The ``logs`` folder of this node's Ray session, where each worker process's stdout and stderr
+    files are (``Node.get_logs_dir_path()`` of ``ray._private.worker._global_node``; else the folder
+    of this worker's own ``.out`` file, ``Worker.get_out_file_path()``); None when neither is known
+    (Ray not started here, or ``RAY_LOG_TO_STDERR=1``: no files)."""
+    try:
+        from ray._private import worker
+
+        node = getattr(worker, "_global_node", None)
+        if node is not None:
+            return str(node.get_logs_dir_path())
+        out = worker.global_worker.get_out_file_path()
+        return os.path.dirname(out) if out else None
+    except Exception:  # noqa: BLE001 - another shape: the ranks' console is not read here (one warning)
+        return None
 
 
 NODE_ID_LABEL = "ray.io/node-id"

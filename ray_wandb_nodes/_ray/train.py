@@ -166,6 +166,12 @@ def finished_ranks(poll_status: Any) -> frozenset[int]:
     return frozenset(int(r) for r, s in poll_status.worker_statuses.items() if not s.running and s.error is None)
 
 
+def poll_failed(poll_status: Any) -> bool:
+    """Whether a poll holds a rank's error (``WorkerStatus.error``, 2.50-2.60): the attempt failed,
+    for Ray's controller decides on the first such poll."""
+    return any(s.error is not None for s in poll_status.worker_statuses.values())
+
+
 def queue_on_workers(workers: list[Any], fn: Any, *args: Any) -> list[Any]:
     """``fn(rank, *args)`` queued on each worker (``Worker.execute_async``, 2.50-2.60), unawaited: an
     actor runs calls in order, so it runs before Train's next ones (its process group's set-up)."""

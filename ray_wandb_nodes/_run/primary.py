@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .._config.values import RankMetrics
+from .._console import ConsoleLine, RunConsole
 from .._failure import FailureNotice
 from .._hang import HangNotice
 from .._health import (
@@ -50,6 +51,7 @@ from .primary_commands import (
     RecordFailure,
     RecordHang,
     UpdateConfig,
+    WriteConsole,
 )
 from .primary_index import PrimaryIndex
 
@@ -128,6 +130,10 @@ class PrimaryWriter:
     def hang(self, notice: HangNotice) -> None:
         """A hang (or its end): its alert, the ``hangs`` table and every rank's evidence as files."""
         self._queue.put(RecordHang(notice))
+
+    def console_lines(self, lines: Sequence[ConsoleLine]) -> None:
+        """Write ranks' console lines (those on this writer's node) into the run's Logs tab."""
+        self._queue.put(WriteConsole(lines))
 
     def failure(self, notice: FailureNotice) -> None:
         """A failed attempt (or a recovery): its alert, the summary's ``failure`` fields, its files."""
@@ -242,6 +248,8 @@ class PrimaryWriter:
             writes.alert(command.alert)
         elif isinstance(command, LogHealth):
             writes.health(command.stragglers, command.table, command.gpu_table)
+        elif isinstance(command, WriteConsole):
+            writes.console(command.lines)
         elif isinstance(command, LogRanks):
             writes.ranks(command.history, command.table)
         elif isinstance(command, RecordHang):
@@ -324,6 +332,7 @@ class RunWrites:
         self._offline = offline
         # A resumed run (restart, auto-resume by name) continues its step count.
         self._stepper = Stepper.resuming(spec.step_metric, run)
+        self._console: RunConsole | None = None  # the ranks' console of this node, once it has lines
         self.logged = 0
         self.dropped = 0
 
@@ -347,6 +356,15 @@ class RunWrites:
         except Exception as e:  # noqa: BLE001
             self.dropped += 1
             self._warner.warn(f"log:{type(e).__name__}", f"a report could not be logged to W&B ({describe(e)})")
+
+    def console(self, lines: Sequence[ConsoleLine]) -> None:
+        """Ranks' console lines into the run's Logs tab (``Run.write_logs``)."""
+        try:
+            if self._console is None:
+                self._console = RunConsole(self.run)
+            self._console(lines)
+        except Exception as e:  # noqa: BLE001
+            self._warner.warn(f"console:{type(e).__name__}", f"ranks' console lines were not written ({describe(e)})")
 
     def step_row(self) -> dict[str, Any]:
         """A row at the current step (the run's own step metric)."""

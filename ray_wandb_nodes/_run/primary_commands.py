@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._console import ConsoleLine
     from .._failure import FailureNotice
     from .._hang import HangNotice
     from .._health import Alert
@@ -48,6 +51,12 @@ class RecordHang(NamedTuple):
     notice: HangNotice
 
 
+class WriteConsole(NamedTuple):
+    """Ranks' console lines (the ranks on the primary's own node) for the run's Logs tab."""
+
+    lines: Sequence[ConsoleLine]
+
+
 class RecordFailure(NamedTuple):
     """A failed attempt or a recovery: its alert, the summary's ``failure`` fields and the
     tracebacks and ranks' accounts as files (offline: also in the run's folder index)."""
@@ -80,5 +89,14 @@ class Finish(NamedTuple):
 
 
 PrimaryCommand = (
-    LogReport | UpdateConfig | LogArtifact | RaiseAlert | RecordHang | RecordFailure | LogHealth | LogRanks | Finish
+    LogReport
+    | UpdateConfig
+    | LogArtifact
+    | RaiseAlert
+    | RecordHang
+    | RecordFailure
+    | WriteConsole
+    | LogHealth
+    | LogRanks
+    | Finish
 )

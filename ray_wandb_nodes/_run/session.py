@@ -67,12 +67,20 @@ class RunSession:
         ranks: dict[str, tuple[int, ...]] | None = None,
         rank_gpus: dict[int, RankGpus] | None = None,
         attempt: str | None = None,
+        pids: dict[int, int] | None = None,
     ) -> None:
         """The nodes the run uses now (replacing the previous set), less ``covered_node``, the
         train ranks on each node and each rank's GPU ids (for the tables and the health rules),
-        and the key of their attempt (their folder of beacons and dumps on each node)."""
+        the key of their attempt (their folder of beacons and dumps on each node) and each rank's
+        process id (its console)."""
         self._first = True  # a new worker group
-        self.fleet.set_run_nodes(self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus, attempt=attempt)
+        self.fleet.set_run_nodes(
+            self.run_id, nodes, covered_node, ranks=ranks, rank_gpus=rank_gpus, attempt=attempt, pids=pids
+        )
+
+    def attempt_ended(self, failed: bool) -> None:
+        """The ranks' attempt ended (their worker group shuts down), ``failed`` or not."""
+        self.fleet.attempt_ended(self.run_id, failed)
 
     def update_config(self, config: dict[str, Any]) -> None:
         """Run config learnt after the start (a standalone run's is set when its writer starts)."""
@@ -181,8 +189,9 @@ class SharedSession(RunSession):
         return self.primary.abandon_uploads()
 
     def _retire(self, exit_code: int, timeout: float) -> threading.Event:
+        # The exit code goes to the node writers too (they never send it): their ranks' console ends as it says.
         return self.fleet.retire_run(
-            self.run_id, timeout, then=functools.partial(self.primary.request_finish, exit_code)
+            self.run_id, timeout, then=functools.partial(self.primary.request_finish, exit_code), exit_code=exit_code
         )
 
     def _after_writers(self, end: float | None = None) -> None:

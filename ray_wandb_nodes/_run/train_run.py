@@ -14,7 +14,7 @@ from typing import Any
 
 from .._config.options import Options
 from .._config.secrets import CapturedEnv
-from .._config.values import Mode, NodeSelection, Strategy
+from .._config.values import ConsoleMode, Mode, NodeSelection, Strategy
 from .._failure import FailedAttempt
 from .._fleet import POLL_S, FailureWatch, HangWatch, NodeFleet, RelayPlan, SharedTarget, StandaloneTarget, poll_s
 from .._health import HealthMonitor, HealthOptions
@@ -72,6 +72,12 @@ def abort_uploads_warning(bound: float, dropped: list[str], last: str | None) ->
         f"the run was aborted: it ends within {bound:.0f}s without waiting for checkpoint uploads "
         f"(upload_timeout bounds a run's end, not an abort): {'; '.join(parts)}"
     )
+
+
+def console_mode(options: Options) -> ConsoleMode:
+    """What the run's Logs tab holds of the ranks' console: ``rank_console`` in the shared strategy
+    (whose node writers read each node's ranks), else nothing."""
+    return options.rank_console if options.strategy.node_writers else ConsoleMode.OFF
 
 
 def health_options(options: Options) -> HealthOptions:
@@ -192,6 +198,7 @@ class TrainRun:
             health=HealthMonitor(health_options(o)),
             max_writers=o.max_node_writers if node_writers else None,
             hangs=HangWatch(o.hang_timeout_s, o.on_hang, self._pg_timeout_s) if self.hang_run else None,
+            console=console_mode(o),
             failures=FailureWatch(),
         )
         if primary.index is not None:  # offline: the report judges GPUs by the run's own rules
@@ -235,6 +242,7 @@ class TrainRun:
                 ranks={n: tuple(r) for n, r in ranks.items()},
                 rank_gpus={p.rank: p.gpu_ids for p in placements},
                 attempt=attempt,
+                pids={p.rank: p.pid for p in placements if p.pid is not None},
             )
             session.update_config(placement_config(placements))
             return
@@ -242,6 +250,13 @@ class TrainRun:
             session = self.sessions.get(planned.run_id) or self._open_standalone(planned)
             self._ranks[planned.run_id] = planned.rank  # a restart may place other ranks there
             session.set_nodes({planned.node_id})
+
+    def attempt_ended(self, failed: bool) -> None:
+        """The worker group shuts down (a restart, the end of training, a failure): its ranks'
+        console ends, their last lines to the run when the attempt ``failed``."""
+        session = self.sessions.get(self.base_id)
+        if isinstance(session, SharedSession):
+            session.attempt_ended(failed)
 
     def await_writers(self) -> None:
         """Wait (at most ``STARTUP_WAIT_S``, or ``init_timeout_s`` when shorter) until the node

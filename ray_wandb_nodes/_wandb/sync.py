@@ -35,13 +35,16 @@ def sync_command(path: str, run_id: str, project: str | None, entity: str | None
     return [*cmd, path]
 
 
-def sync_environment(role: Role, environ: Mapping[str, str]) -> dict[str, str]:
+def sync_environment(role: Role, environ: Mapping[str, str], label: str | None = None) -> dict[str, str]:
     """``environ`` with the mode a writer of ``role`` is synced in: shared, primary or not, for a
-    shared run's writers; a run of its own for the rest."""
+    shared run's writers, with the writer's ``label`` (its console lines' label is the syncing
+    process's setting, not in the records); a run of its own for the rest."""
     env = dict(environ)
     if role.joins_shared_run:
         primary = "true" if role is Role.PRIMARY else "false"
         env.update(WANDB_MODE="shared", WANDB_X_PRIMARY=primary, WANDB_X_UPDATE_FINISH_STATE=primary)
+        if label:
+            env["WANDB_X_LABEL"] = label
     else:
         env.pop("WANDB_MODE", None)
     return env
@@ -68,7 +71,7 @@ class SyncInto:
     base_url: str | None
     api_key: Secret | None
 
-    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+    def environment(self, environ: Mapping[str, str], label: str | None = None) -> dict[str, str]:
         """The sync's process environment: ``environ`` less W&B's own variables, with the run's
         host and key, in the writer's role."""
         env = {k: v for k, v in environ.items() if not k.startswith("WANDB_")}
@@ -77,7 +80,7 @@ class SyncInto:
             env["WANDB_BASE_URL"] = self.base_url
         if self.api_key is not None:
             env["WANDB_API_KEY"] = self.api_key.reveal()
-        return sync_environment(self.role, env)
+        return sync_environment(self.role, env, label)
 
 
 def sync_folder(
@@ -86,15 +89,16 @@ def sync_folder(
     deadline: float,
     *,
     environ: Mapping[str, str] | None = None,
+    label: str | None = None,
     runner: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> str | None:
     """Upload every offline run under ``folder`` into ``into``'s run, one after another, before
-    ``deadline`` (monotonic); None when all went up (wandb's ``.synced`` mark beside each file),
-    else what failed, in a line."""
+    ``deadline`` (monotonic), as the writer ``label``'s; None when all went up (wandb's
+    ``.synced`` mark beside each file), else what failed, in a line."""
     runs = offline_runs(folder)
     if not runs:
         return f"no offline run in {folder}"
-    env = into.environment(os.environ if environ is None else environ)
+    env = into.environment(os.environ if environ is None else environ, label)
     for path in runs:
         if _synced(path):
             continue

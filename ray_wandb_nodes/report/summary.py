@@ -80,10 +80,14 @@ class NodeSummary:
         return self.net_sent_bps + self.net_recv_bps
 
 
+_HEALTH_TABLES = ("nodes", "ranks", "hangs")  # the plugin's own tables and their history keys
+
+
 def _is_health_row(row: dict[str, Any]) -> bool:
-    """A row of the node table or the straggler count (see _health), not of training; the
-    transaction log flattens the table's reference into ``nodes/path``, ``nodes/_type``, ..."""
-    return any(k == "nodes" or k.startswith("nodes/") for k in row)
+    """A row of the plugin's own (the node table and straggler count, the ranks table and slow-rank
+    keys, a hang's table; see _health), not of training; the transaction log flattens a table's
+    reference into ``nodes/path``, ``nodes/_type``, ..."""
+    return any(k.split("/", 1)[0] in _HEALTH_TABLES for k in row)
 
 
 @dataclass

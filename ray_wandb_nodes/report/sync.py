@@ -49,7 +49,8 @@ class SyncStep:
         return sync_command(self.path, self.run_id, project or self.project, entity or self.entity)
 
     def env(self) -> dict[str, str]:
-        return sync_environment(self.role, os.environ)
+        # The console lines' label is the syncing process's setting, not in the records: the writer's.
+        return sync_environment(self.role, os.environ, label=self.label)
 
 
 def plan(folder: str) -> tuple[list[SyncStep], list[dict[str, Any]]]:

@@ -31,9 +31,9 @@ from ray_wandb_nodes._fleet.hang_nodes import EVIDENCE_TIMEOUT_S
 from ray_wandb_nodes._hang.native import py_spy
 from tests.support.cluster import assert_nothing_left, node_labels
 from tests.support.env import offline_backend
-from tests.support.runs import run_of, unique
+from tests.support.runs import rank_console, run_of, unique
 from tests.support.source import line_of
-from tests.support.training import make_callback, trainer
+from tests.support.training import make_callback, said, trainer
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -292,6 +292,7 @@ def restart_loop(config: dict[str, Any]) -> None:
     checkpoint = ray.train.get_checkpoint()
     start = int(Path(checkpoint.path, "step").read_text()) + 1 if checkpoint else 0
     for step in range(start, 6):
+        print(said(rank, step))  # the rank's console: a failed attempt's last lines reach the run
         if step == 3 and rank == 1:
             load_next_shard(os.path.join(config["dir"], "never"))
         with tempfile.TemporaryDirectory() as d:
@@ -356,6 +357,13 @@ def test_on_hang_restart_ends_the_hung_attempt_once_and_ray_restarts_it_from_its
     # Restarted once, from the checkpoint of step 2: every step once, and the run's one end.
     assert [row["step"] for row in run.history if "step" in row] == [0, 1, 2, 3, 4, 5]
     assert [c.exit_code for c in run.completes] == [0]
+    # The Logs tab (rank_console="rank0"): the failed attempt's rank 1 lines, from its node, up to
+    # where it hung; none of the attempt that recovered (rank 1 healthy there: its lines dropped).
+    console = rank_console(run)
+    assert [text for _, text in console[1] if text.startswith("rank 1 ")] == [said(1, s) for s in range(4)], console
+    assert len({label for label, _ in console[1]}) == 1  # its node's writer (a retry may place rank 1 elsewhere)
+    rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
+    assert rank0 == [said(0, s) for s in (0, 1, 2, 3, 3, 4, 5)], rank0  # live, both attempts
     assert_nothing_left()
 
 

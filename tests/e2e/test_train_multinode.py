@@ -14,6 +14,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,8 +32,17 @@ from tests.support.cluster import (
 )
 from tests.support.env import DUMMY_KEY, FAST, WANDB_SAMPLES_AT_JOIN, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
-from tests.support.runs import HEALTH_KEYS, assert_one_writer_per_label, failure_alerts, run_of, unique, user_rows
-from tests.support.training import REPORTS, fit, make_callback
+from tests.support.runs import (
+    HEALTH_KEYS,
+    assert_one_writer_per_label,
+    failure_alerts,
+    rank_console,
+    rank_labels,
+    run_of,
+    unique,
+    user_rows,
+)
+from tests.support.training import REPORTS, fit, make_callback, said
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -112,6 +122,16 @@ def test_one_run_shows_every_node_and_rank0_metrics(
     ranks_by_node = run.config["ray_train"]["value"]["ranks_by_node"]
     assert sorted(r for ranks in ranks_by_node.values() for r in ranks) == [0, 1]
     assert run.tags == ["e2e"]
+    # The Logs tab (rank_console="rank0", the default): rank 0's prints, each once (Ray writes a
+    # print to the rank's stdout and stderr), from its node's writer; no line of the healthy rank 1.
+    console = rank_console(run)
+    assert [text for _, text in console[0] if text.startswith("rank 0 ")] == [said(0, s) for s in range(REPORTS)]
+    assert {label for label, _ in console[0]} == {rank_labels(run)[0]}
+    assert 1 not in console, console.get(1)
+    # No line twice in the whole Logs tab (every writer's: the controller's own console and the
+    # ranks' lines; a print is in both of the rank's files, a line must not come from two writers).
+    twice = [line for line, n in Counter(x.text for x in run.console()).items() if n > 1]
+    assert not twice, twice
     assert DUMMY_KEY not in str(run.config) + str(run.summary)
     assert DUMMY_KEY not in session_log_text(cluster)
     # A healthy job: no failure named, none in the summary.
@@ -155,7 +175,7 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     name = unique("fails")
     result = None
     try:
-        result = fit(name, make_callback(), str(tmp_path), fail_at=2, torch=True)
+        result = fit(name, make_callback(), str(tmp_path), fail_at=2, fail_rank=1, torch=True)
     except Exception as e:  # noqa: BLE001 - fit() raises the training error
         error: BaseException | None = e
     else:
@@ -166,34 +186,48 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert [row["step"] for row in user_rows(run)] == [0, 1]
     assert len(run.completes) == 1
     assert run.completes[0].exit_code not in (0, None)
-    # The failure named in the run: rank 0, its node, the exception at the user's frame (no
-    # retries: no attempt number); rank 1, stopped by Ray, never a cause.
-    node = {r: label for label, ranks in run.config["ray_train"]["value"]["ranks_by_node"].items() for r in ranks}[0]
+    # The failure named in the run: rank 1, its node, the exception at the user's frame (no
+    # retries: no attempt number); rank 0, stopped by Ray, never a cause.
+    node = {r: label for label, ranks in run.config["ray_train"]["value"]["ranks_by_node"].items() for r in ranks}[1]
     code = 'raise ValueError("training blew up on purpose")'
     line = next(i for i, text in enumerate(inspect.getsource(training).splitlines(), 1) if text.strip() == code)
     alerts = failure_alerts(run)
     assert [(a["title"], a["severity"]) for a in alerts] == [
-        ("Rank 0 failed: ValueError: training blew up on purpose", "ERROR")
+        ("Rank 1 failed: ValueError: training blew up on purpose", "ERROR")
     ]
     assert re.split(r"\nWhat followed|\nThe run failed", alerts[0]["text"])[0] == (
-        f"Rank 0 on {node} raised ValueError: training blew up on purpose\n"
+        f"Rank 1 on {node} raised ValueError: training blew up on purpose\n"
         f"  at training.py:{line} in train_loop: {code}"
     )
     assert "The run failed (FailureConfig max_failures=0: no retries)." in alerts[0]["text"]
     assert run.summary["failure"] == {
-        "attempt": 1, "kind": "raised", "cause": "ValueError: training blew up on purpose", "rank": 0, "node": node,
-        "where": f"training.py:{line} in train_loop", "ranks": "0", "recovered": False,
+        "attempt": 1, "kind": "raised", "cause": "ValueError: training blew up on purpose", "rank": 1, "node": node,
+        "where": f"training.py:{line} in train_loop", "ranks": "1", "recovered": False,
     }  # fmt: skip
-    assert "ValueError: training blew up on purpose" in run.files["failures/attempt-1/rank-0.txt"].decode()
+    assert "ValueError: training blew up on purpose" in run.files["failures/attempt-1/rank-1.txt"].decode()
+    # The failed attempt brings rank 1's last lines (the default leaves a healthy rank 1 out): its
+    # prints, then its traceback, from its node's writer, before the run ended.
+    console = rank_console(run)
+    texts = [text for _, text in console[1]]
+    tail = texts[texts.index(said(1, 0)) :]
+    assert said(1, 1) in tail and "Traceback (most recent call last):" in tail, texts
+    traceback = tail[tail.index("Traceback (most recent call last):") :]
+    assert any('raise ValueError("training blew up on purpose")' in t for t in traceback), traceback
+    assert "ValueError: training blew up on purpose" in traceback, traceback
+    assert {label for label, _ in console[1]} == {rank_labels(run)[1]}
+    # Rank 0 (live) prints its step 2 before its report waits for rank 1, unless Ray ended it first.
+    rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
+    assert rank0 in ([said(0, 0), said(0, 1)], [said(0, 0), said(0, 1), said(0, 2)]), rank0
     assert_nothing_left()
 
 
 def test_workers_taking_every_cpu_still_start(cluster: Any, backend: WandbTestBackend, tmp_path: Any) -> None:
     name = unique("saturated")
-    result = fit(name, make_callback(nodes="cluster"), str(tmp_path), report_free_cpus=True)
+    result = fit(name, make_callback(nodes="cluster", rank_console="off"), str(tmp_path), report_free_cpus=True)
     assert result.error is None
     run = run_of(backend, name)
     assert [row["free_cpus"] for row in user_rows(run)] == [0.0] * REPORTS
+    assert rank_console(run) == {}  # rank_console="off": no rank's line
     assert run.labels == set(node_labels().values())
     assert_one_writer_per_label(run)
     assert_nothing_left()
@@ -319,6 +353,11 @@ def test_offline_run_lands_in_one_folder_then_report_and_sync_show_every_node(
         assert [row["training_iteration"] for row in user_rows(run)] == REPORTED
         assert run.completes == [type(run.completes[0])(client_id=primary_client(run, head_label), exit_code=0)]
         assert all(os.path.exists(str(p) + ".synced") for p in logs)
+        # The Logs tab offline too: rank 0's prints once each, under its node's label after the sync.
+        console = rank_console(run)
+        rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
+        assert rank0 == [said(0, s) for s in range(OFFLINE_REPORTS)], rank0
+        assert {label for label, _ in console[0]} == {rank_labels(run)[0]}
     assert_nothing_left()
 
 

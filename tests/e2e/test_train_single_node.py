@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import node_labels, node_logger_count
-from tests.support.runs import run_of, unique, user_rows
-from tests.support.training import REPORTS, fit, make_callback
+from tests.support.runs import rank_console, run_of, unique, user_rows
+from tests.support.training import REPORTS, fit, make_callback, said
 from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -30,3 +30,9 @@ def test_single_node_run_has_no_logger_actor_and_its_node_label(
     assert [row["step"] for row in user_rows(run)] == list(range(REPORTS))
     assert run.exit_codes == [0]
     assert node_logger_count() == 0
+    # The ranks on the controller's node have no node writer: the primary writes rank 0's console
+    # (the default), each print once, under the node's label; the healthy rank 1's stays out.
+    console = rank_console(run)
+    assert [text for _, text in console[0] if text.startswith("rank 0 ")] == [said(0, s) for s in range(REPORTS)]
+    assert {label for label, _ in console[0]} == run.labels
+    assert 1 not in console, console.get(1)

@@ -35,6 +35,8 @@ def write_offline_run(folder: Path, run_id: str, label: str, rows: list[dict[str
     for row in rows:
         run.log(row)
         time.sleep(0.2)
+    if not rows:  # a node writer: its ranks' console, as the node logger writes it (``_console.RunConsole``)
+        run.write_logs(console_text(label))
     time.sleep(1.2)  # a few stats samples
     run.finish()
     (path,) = folder.glob("wandb/offline-run-*/run-*.wandb")
@@ -46,6 +48,11 @@ def write_offline_run(folder: Path, run_id: str, label: str, rows: list[dict[str
         lambda: read_run(str(path), strict=False).exit_code is not None, 15, "the run's exit record", every_s=0.1
     )
     return path
+
+
+def console_text(label: str) -> str:
+    """What the node writer labelled ``label`` writes into the run's console (one rank's line)."""
+    return f"[rank 1] printed on {label}"
 
 
 _BUILT: list[dict[str, Any]] = []  # this session's offline_run

@@ -20,7 +20,12 @@ def run_of(backend: WandbTestBackend, name: str) -> Any:
     return runs[0]
 
 
-HEALTH_KEYS = {"nodes", "nodes/stragglers", "hangs", "ranks", "ranks/slow", "ranks/lateness_ms", "ranks/input_wait_ms"}
+# The health rows' keys; "ranks/_type": a transaction log (offline) flattens a table's reference
+# (ranks/_type, ranks/path, ...), and the run's last ranks table can come in a row of its own.
+HEALTH_KEYS = {
+    "nodes", "nodes/stragglers", "hangs", "ranks", "ranks/_type", "ranks/slow", "ranks/lateness_ms",
+    "ranks/input_wait_ms",
+}  # fmt: skip
 
 
 def user_rows(run: Any) -> list[dict[str, Any]]:
@@ -73,3 +78,23 @@ def gpu_checks(run: Any, label: str, *, table: bool = True) -> dict[str, bool]:
             bool(row) and row.get("gpu_util_mean") is not None and row.get("gpu_mem") is not None
         )
     return checks
+
+
+_RANK_LINE = re.compile(r"^\[rank (\d+)\] (.*)$", re.S)
+
+
+def rank_console(run: Any) -> dict[int, list[tuple[str | None, str]]]:
+    """Each rank's lines in the run's console (the plugin writes them as ``[rank N] text``): the
+    writer's label and the rank's text, in the order each writer sent them."""
+    out: dict[int, list[tuple[str | None, str]]] = {}
+    for line in run.console():
+        m = _RANK_LINE.match(line.text)
+        if m:
+            out.setdefault(int(m[1]), []).append((line.label, m[2]))
+    return out
+
+
+def rank_labels(run: Any) -> dict[int, str]:
+    """The label of each rank's node, as the run config's ``ray_train.ranks_by_node`` says."""
+    by_node = run.config["ray_train"]["value"]["ranks_by_node"]
+    return {rank: label for label, ranks in by_node.items() for rank in ranks}

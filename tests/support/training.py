@@ -29,7 +29,8 @@ def train_loop(config: dict[str, Any]) -> None:
         open(os.path.join(config["entries"], entered), "w").close()
     for step in range(config.get("reports", REPORTS)):
         loss = step_loss()
-        if config.get("fail_at") == step and rank == 0:
+        print(said(rank, step))  # the rank's console (rank_console)
+        if config.get("fail_at") == step and rank == config.get("fail_rank", 0):
             raise ValueError("training blew up on purpose")
         script = config.get("gpu_script")  # {"step", "path", "index", "values"}: a scripted GPU changes
         if script and script["step"] == step and rank == 0:
@@ -52,6 +53,11 @@ def train_loop(config: dict[str, Any]) -> None:
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
+
+
+def said(rank: int, step: int) -> str:
+    """What ``train_loop`` prints on ``rank`` at each step (its console, in the run's Logs tab)."""
+    return f"rank {rank} is at step {step}"
 
 
 def stalled_read(seconds: float, until: str | None = None) -> None:

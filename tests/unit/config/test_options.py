@@ -154,6 +154,7 @@ BAD = {
     "excludes": [1],
     "strategy": "rank",
     "rank_metrics": "mean",
+    "rank_console": "errors",
     "nodes": "all",
     "sampling_interval_s": 0.05,
     "gpu_device_ids": [0, -1],

@@ -12,6 +12,7 @@ import pytest
 from ray_wandb_nodes import WandbNodesCallback, WandbNodesTuneCallback
 from ray_wandb_nodes._config.options import BY_NAME, OPTIONS, TRAIN, TUNE, build_options
 from ray_wandb_nodes._config.values import (
+    ConsoleMode,
     EgressMode,
     Mode,
     NodeSelection,
@@ -33,6 +34,7 @@ CLASSES = {TRAIN: WandbNodesCallback, TUNE: WandbNodesTuneCallback}
 CLOSED: dict[str, tuple[type[Enum], Enum]] = {
     "strategy": (Strategy, Strategy.SHARED),
     "rank_metrics": (RankMetrics, RankMetrics.RANK0),
+    "rank_console": (ConsoleMode, ConsoleMode.RANK0),
     "nodes": (NodeSelection, NodeSelection.WORKERS),
     "straggler_mode": (StragglerMode, StragglerMode.MAX),
     "on_hang": (OnHang, OnHang.ALERT),

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._config.values import ConsoleMode
 from ray_wandb_nodes._console import (
     PLUGIN_LINES,
     RUN_LINES,
@@ -24,13 +25,13 @@ OUT, ERR = Stream.OUT, Stream.ERR
 
 # (what the case is, (mode, world size, nodes), the plan: live rank 0, live other, tail, node tails)
 PLANS: list[tuple[str, tuple[Any, int, int], ConsolePlan]] = [
-    ("off: nothing", ("off", 8, 2), ConsolePlan("off", 0, 0, 0, 0)),
-    ("rank0, 8 ranks on 2 nodes", ("rank0", 8, 2), ConsolePlan("rank0", 70_000, 0, 200, 10_000)),
-    ("all, 8 ranks: an equal share each", ("all", 8, 2), ConsolePlan("all", 8_750, 8_750, 200, 10_000)),
-    ("failures: all for last lines", ("failures", 8, 2), ConsolePlan("failures", 0, 0, 200, 45_000)),
-    ("rank0, 1,024 ranks, 128 nodes", ("rank0", 1024, 128), ConsolePlan("rank0", 70_000, 0, 20, 156)),
-    ("rank0, 8,192 ranks: 20 at least", ("rank0", 8192, 1024), ConsolePlan("rank0", 70_000, 0, 20, 20)),
-    ("one rank, one node", ("all", 1, 1), ConsolePlan("all", 70_000, 70_000, 200, 20_000)),
+    ("off: nothing", ("off", 8, 2), ConsolePlan(ConsoleMode("off"), 0, 0, 0, 0)),
+    ("rank0, 8 ranks on 2 nodes", ("rank0", 8, 2), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 200, 10_000)),
+    ("all, 8 ranks: an equal share each", ("all", 8, 2), ConsolePlan(ConsoleMode("all"), 8_750, 8_750, 200, 10_000)),
+    ("failures: all for last lines", ("failures", 8, 2), ConsolePlan(ConsoleMode("failures"), 0, 0, 200, 45_000)),
+    ("rank0, 1,024 ranks, 128 nodes", ("rank0", 1024, 128), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 156)),
+    ("rank0, 8,192 ranks: 20 at least", ("rank0", 8192, 1024), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 20)),
+    ("one rank, one node", ("all", 1, 1), ConsolePlan(ConsoleMode("all"), 70_000, 70_000, 200, 20_000)),
 ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench.fleet_scale import Quiet, Ref, SimActor, SimCluster, make_target
+from bench.fleet_scale import Quiet, make_target
 from ray_wandb_nodes._config.values import NodeSelection
 from ray_wandb_nodes._fleet import worker as fleet_worker
 from ray_wandb_nodes._fleet.commands import AddRun, Poll, Retire, SetNodes
@@ -22,6 +22,7 @@ from ray_wandb_nodes._fleet.targets import SharedTarget, StandaloneTarget
 from ray_wandb_nodes._fleet.watches import wanted_watches
 from ray_wandb_nodes._hang import HangTimeout
 from tests.support.fakes import Clock
+from tests.support.recording import RecordingCluster
 
 ONE, TWO = "run.a1.0000000d", "run.a2.0000000d"
 
@@ -60,31 +61,6 @@ def test_a_standalone_run_watches_nothing() -> None:
     target = StandaloneTarget.__new__(StandaloneTarget)
     target.ranks, target.attempt, target.covered_node = {"a": (0,)}, ONE, None
     assert wanted_watches([target]) == ({}, {})
-
-
-class Recorded(SimActor):
-    """A simulated logger that records the calls it gets."""
-
-    def call(self, name: str, args: tuple[Any, ...]) -> Ref:
-        self._sim.calls.append((self.node_id, name, args))  # type: ignore[attr-defined]
-        return super().call(name, args)
-
-
-class RecordingCluster(SimCluster):
-    def __init__(self, n: int, clock: Clock) -> None:
-        super().__init__(n, clock)
-        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
-        self.actors: dict[str, Recorded] = {}
-
-    def create(self, node_id: str, group_name: str) -> tuple[Any, Any]:
-        self.actors[node_id] = Recorded(self, node_id)
-        return self.actors[node_id], group_name
-
-    def taken(self, *names: str) -> list[tuple[str, str, tuple[Any, ...]]]:
-        """The calls named ``names`` since the last time, in order."""
-        out = [c for c in self.calls if c[1] in names]
-        self.calls = []
-        return out
 
 
 def test_past_the_cap_a_promoted_stragglers_ranks_stay_watched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,3 +175,23 @@ def test_report_text_json_and_png(
         memory = [v["memory_percent"] for _, v in log.stats[n["label"]] if "memory_percent" in v]
         assert n["samples"] == len(log.stats[n["label"]])
         assert n["mem_mean"] == pytest.approx(sum(memory) / len(memory)) and n["mem_max"] == max(memory)
+
+
+@pytest.mark.parametrize(
+    ("row", "health"),
+    [
+        ({"loss": 0.5, "training_iteration": 3}, False),
+        ({"nodes/_type": "table-file", "nodes/stragglers": 0, "training_iteration": 3}, True),
+        ({"ranks/_type": "table-file", "ranks/path": "media/table/ranks.json", "training_iteration": 40}, True),
+        ({"ranks/slow": 1.0, "ranks/lateness_ms": 12.0, "training_iteration": 7}, True),
+        ({"hangs/_type": "table-file", "training_iteration": 9}, True),
+        ({"rank_1/loss": 0.5, "training_iteration": 3}, False),  # rank_metrics="all": a report
+    ],
+    ids=["report", "nodes", "ranks table", "slow-rank keys", "hangs", "a rank's report"],
+)
+def test_the_plugins_own_rows_are_not_counted_as_reports(row: dict[str, Any], health: bool) -> None:
+    """The offline report's history rows are the reports: the node, ranks and hangs tables' rows
+    (their references flattened by the transaction log) are not."""
+    from ray_wandb_nodes.report.summary import _is_health_row
+
+    assert _is_health_row(row) is health

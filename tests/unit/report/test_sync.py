@@ -13,7 +13,7 @@ import pytest
 
 from ray_wandb_nodes import cli
 from ray_wandb_nodes._wandb.txlog import read_run
-from tests.support.offline import copy_folder, offline_run
+from tests.support.offline import console_text, copy_folder, offline_run
 from tests.support.wandb_backend import WandbTestBackend
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
@@ -79,3 +79,7 @@ def test_reader_stats_equal_what_wandb_itself_uploads_from_the_same_files(
         got = [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
         assert got == offline_run["rows"]
         assert [c.exit_code for c in run.completes] == [0]  # only the primary sets the run's state
+        # The ranks' console lines each node writer wrote, under that node's label (the label is a
+        # setting of the process that syncs, not in the records).
+        nodes = sorted(label for label in offline_run["files"] if label != "node-primary-aaaaaa")
+        assert sorted((x.label, x.text) for x in run.console()) == [(label, console_text(label)) for label in nodes]

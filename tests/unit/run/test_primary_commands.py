@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ray_wandb_nodes._console import ConsoleLine, Stream
 from ray_wandb_nodes._failure import FailureNotice, FailureSummary
 from ray_wandb_nodes._hang import HangNotice
 from ray_wandb_nodes._health import Alert, EventKind
@@ -27,6 +28,7 @@ from ray_wandb_nodes._run.primary_commands import (
     RecordFailure,
     RecordHang,
     UpdateConfig,
+    WriteConsole,
 )
 from ray_wandb_nodes._warn import Warner
 from tests.support.wait import wait_until
@@ -58,6 +60,9 @@ class FakeRun:
     def log_artifact(self, artifact: Any, aliases: list[str] | None = None) -> Any:
         self.calls.append(("artifact", (artifact, aliases)))
         return artifact
+
+    def write_logs(self, text: str) -> None:
+        self.calls.append(("console", text))
 
     def finish(self, exit_code: int) -> None:
         self.calls.append(("finish", exit_code))
@@ -99,6 +104,7 @@ CASES: dict[type, tuple[Callable[[PrimaryWriter], None], list[tuple[str, Any]]]]
         [("alert", ("Attempt 2: Rank 1 failed: ValueError: x", "ERROR")), ("save", "failures/attempt-2/rank-1.txt")],
     ),
     LogHealth: (lambda p: p.log_health(2, None), [("log", ["nodes/stragglers", "training_iteration"])]),
+    WriteConsole: (lambda p: p.console_lines([ConsoleLine(0, Stream.ERR, "hello")]), [("console", "[rank 0] hello")]),
     LogRanks: (lambda p: p.log_ranks({"ranks/slow": 1.0}, None), [("log", ["ranks/slow", "training_iteration"])]),
     Finish: (lambda p: p.request_finish(3), [("finish", 3)]),
 }
