@@ -334,8 +334,16 @@ def test_a_rank_that_dies_of_its_gpus_memory_errors_ends_a_run_that_names_the_gp
     assert where["gpu_ids"] == [0], where  # Ray gives the first free GPU: the one every writer samples
     label = node_labels()[where["node_id"]]
     assert [row["step"] for row in user_rows(run)] == [0, 1, 2, 3, 4, 5, 6]
-    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"GPU memory errors: {label} GPU 0", "ERROR")]
-    text = run.alerts[0]["text"]
+    # Two alerts, each of its own: the rank's death (its cause, as the rank raised it, on its node
+    # and GPU: issue 37's failure alert) and the GPU's memory errors (the GPU rule's, from the
+    # final judgement of the node's samples).
+    failed = "Rank 0 failed: RuntimeError: CUDA error: an uncorrectable ECC error was encountered"
+    by_title = {a["title"]: a for a in run.alerts}
+    assert sorted((a["title"], a["severity"]) for a in run.alerts) == sorted(
+        [(failed, "ERROR"), (f"GPU memory errors: {label} GPU 0", "ERROR")]
+    ), run.alerts
+    assert f"on {label} (GPU 0)" in by_title[failed]["text"], by_title[failed]["text"]
+    text = by_title[f"GPU memory errors: {label} GPU 0"]["text"]
     assert f"GPU 0 (NVIDIA H100 80GB HBM3) of {label} (host " in text and ", rank 0)" in text, text
     assert "uncorrectable" in text and ": 2, up from 0" in text, text
     assert run.exit_codes == [1]

@@ -251,7 +251,7 @@ class Host:
         etc.mkdir(exist_ok=True)
         (etc / "hostname").write_text(self.hostname + "\n")
         (etc / "hosts").write_text(self.cluster.etc_hosts())
-        shares = [arg for folder in self.cluster.shared for arg in ("--share", str(folder))]
+        shares = [arg for folder in self.cluster.host_shares() for arg in ("--share", str(folder))]
         argv = [
             "setpriv", "--pdeathsig", "KILL", "--",
             "nsenter", f"--net=/run/netns/{self.cluster.network.netns(self.name)}", "--",
@@ -309,6 +309,14 @@ class HostCluster:
         self._backend: WandbTestBackend | None = None
         self._network: Network | None = None
         self.address = ""  # the head's GCS, host:port
+
+    def host_shares(self) -> list[Path]:
+        """What each host sees of the machine's ``/tmp`` (its own is private): the ``shared``
+        folders, and the code and the Python it runs (the repository, the virtual environment)
+        where they lie under ``/tmp``, as in a clone CI makes there."""
+        code = [p for p in (REPO, Path(sys.prefix).resolve()) if p.is_relative_to("/tmp")]
+        outer = [p for p in code if not any(p != q and p.is_relative_to(q) for q in code)]
+        return [*self.shared, *(p for p in outer if p not in self.shared)]
 
     @property
     def network(self) -> Network:
