@@ -25,7 +25,7 @@ from tests.support.cluster import (
     session_log_text,
 )
 from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
-from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
+from tests.support.runs import assert_one_writer_per_label, failure_alerts, run_of, unique, user_rows
 from tests.support.training import make_callback as callback_with_test_settings
 from tests.support.training import trainer
 from tests.support.wait import wait_until
@@ -242,8 +242,15 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
         r for r in run.events if any(k.endswith(f"/l:{victim_label}") for k in r) and r["_timestamp"] > removed_at + 5
     ]
     assert late == []
-    # One "node lost" alert for the dead node, and no straggler: the node table says so too.
-    assert [(a["title"], a["severity"]) for a in run.alerts] == [(f"Node lost: {victim_label}", "ERROR")]
+    # One "node lost" alert for the dead node, and no straggler: the node table says so too. The
+    # attempt the node's death ended has its own failure alert and recovery (issue 37's, with what
+    # Ray knew of the rank when the attempt failed: a crashed node is known dead only later).
+    attempts = failure_alerts(run)
+    node_alerts = [a for a in run.alerts if a not in attempts]
+    assert [(a["title"], a["severity"]) for a in node_alerts] == [(f"Node lost: {victim_label}", "ERROR")]
+    assert [a["severity"] for a in attempts] == ["ERROR", "INFO"], attempts
+    assert attempts[0]["title"].startswith("Attempt 1: Rank"), attempts
+    assert attempts[1]["title"] == "Attempt 2 recovered", attempts
     # How Ray says it ended, as the fleet reads its listing: its ranks were on it, so it is lost
     # even within the shorter grace of a node ended on purpose (a node let go idle is left).
     import ray
@@ -252,7 +259,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     from ray_wandb_nodes._health import NodeEnd
 
     assert ended_nodes(ray.nodes())[victim_id] is (NodeEnd.TERMINATED if graceful else NodeEnd.CRASHED)
-    assert victim_label in run.alerts[0]["text"]
+    assert victim_label in node_alerts[0]["text"]
     if WANDB_TABLES:
         table = {row["node"]: row for row in run.tables("nodes")[-1]}
         assert table[victim_label]["state"] == "lost"
@@ -455,10 +462,11 @@ def test_backend_errors_then_recovers_and_every_row_arrives_once(
 def test_an_unreachable_wandb_leaves_the_end_as_fast_as_without_the_callback(
     cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Nothing listens there: wandb.init retries until init_timeout_s (30 s here), longer than the
-    # training. The end must not wait for it (bound: UNCREATED_WAIT_S, 1 s, plus Ray's own noise:
-    # its end's seconds differ between two fits by a few on a loaded machine). An end that waited
-    # for the init would come its 30 s less the training (6 reports, under 15 s loaded) later.
+    # Nothing listens there: wandb.init retries until init_timeout_s (120 s here), far longer than
+    # the training. The end must not wait for it (bound: UNCREATED_WAIT_S, 1 s, plus Ray's own
+    # noise: its end's seconds differ between two fits by up to 12 s on 2 cores running two test
+    # streams). An end that waited for the init would come its 120 s less the training (6 reports,
+    # under 30 s loaded) later: at least 90 s, three times the 30 s allowed.
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
 
     def end_of(callback: Any) -> float:
@@ -473,9 +481,9 @@ def test_an_unreachable_wandb_leaves_the_end_as_fast_as_without_the_callback(
         return returned - done
 
     without = end_of(None)
-    with_callback = end_of(make_callback())
+    with_callback = end_of(make_callback(init_timeout_s=120))
     print(f"end: {without:.2f}s without the callback, {with_callback:.2f}s with it (W&B unreachable)")
-    assert with_callback <= without + 10.0
+    assert with_callback <= without + 30.0
     assert "is W&B reachable?" in session_log_text(cluster)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +203,9 @@ def lightning_loop(config: dict[str, Any]) -> None:
 
 
 # A framework's loop on two workers under TorchTrainer (its process group: what the frameworks need).
-fit = partial(fit_loop, torch_trainer=True)
+def fit(*args: Any, **kwargs: Any) -> Any:
+    """``fit_loop`` under TorchTrainer; a function (``ray.remote`` takes no ``partial``)."""
+    return fit_loop(*args, torch_trainer=True, **kwargs)
 
 
 def fit_in_job(env: dict[str, str], loop: Any, name: str, callback: Any, storage: str, **config: Any) -> Any:
