@@ -88,7 +88,7 @@ def trainable(config: dict[str, Any]) -> None:
 def lose_gpu(config: dict[str, Any], node_id: str) -> int:
     """In a trial holding one GPU: once every GPU trial's run holds samples of this node (a CPU
     trial's run there does not count), the trial holding GPU ``index`` loses it (off the bus);
-    each GPU trial then waits for the experiment's first alert and ``after_s`` more (time enough
+    each GPU trial then waits for the experiment's first GPU-lost alert and ``after_s`` more (time enough
     for a run judging that GPU to alert too). Returns the trial's GPU."""
     import os
     import time
@@ -114,7 +114,7 @@ def lose_gpu(config: dict[str, Any], node_id: str) -> int:
         with ScriptedGpus.locked(script["path"]) as gpus:
             gpus.set(gpu, state="lost")
     alerted = os.path.join(folder, "alerted")
-    wait_until(lambda: os.path.exists(alerted), 60, "the experiment's first alert", every_s=0.1)
+    wait_until(lambda: os.path.exists(alerted), 60, "the experiment's first GPU-lost alert", every_s=0.1)
     time.sleep(script["after_s"])
     return gpu
 
@@ -188,7 +188,7 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
     trial shorter than its writer's start-up may end without its node's series, a documented
     limit; this test is about whose run each node's series land in, not about how soon.) Also
     ``<node id>-<run id>`` once that run holds the node's samples, and ``alerted`` once a run of
-    the experiment has an alert, ``hung`` once one has a hang alert."""
+    the experiment has a GPU-lost alert, ``hung`` once one has a hang alert."""
     folder.mkdir()
     labels = node_labels()
     stop = threading.Event()
@@ -202,7 +202,7 @@ def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Itera
                 for run_id in (r for r, seen in runs.items() if label in seen):
                     (folder / node_id).touch()
                     (folder / f"{node_id}-{run_id}").touch()
-            if alerts:
+            if any(a["title"].startswith("GPU lost: ") for a in alerts):  # not the straggler rule's noise
                 (folder / "alerted").touch()
             if any(a["title"].startswith("Hang: ") for a in alerts):
                 (folder / "hung").touch()
@@ -316,7 +316,9 @@ def test_a_failing_trial_fails_its_run_while_the_others_finish_and_a_trial_judge
     assert sorted(held.values()) == [0, 1]
     label = node_labels()[gpu_node.node_id]
     for trial_id, gpu in held.items():
-        titles = [a["title"] for a in runs[trial_id].alerts]
+        # Its GPU alerts: a straggler alert is the node rule's, which its 1.5 s window may raise of
+        # the CPU noise of trials sharing 2 loaded cores; what is proved is which run names the GPU.
+        titles = [a["title"] for a in runs[trial_id].alerts if a["title"].startswith("GPU ")]
         assert titles == ([f"GPU lost: {label} GPU 1"] if gpu == 1 else []), (gpu, titles)
     assert_nothing_left()
 
