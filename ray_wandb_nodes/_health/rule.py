@@ -11,12 +11,14 @@ been no worse for as long. The rule only sees numbers: which value a node has is
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._config.values import StragglerMode
+from .._stats import median_without
 from .kinds import EventKind
+
+__all__ = ["NodeStreak", "StragglerRule", "advance", "judge", "median_without"]
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,3 @@ def advance(
         streak.reset()
         return True
     return False
-
-
-def median_without(ordered: Sequence[float], value: float) -> float:
-    """The median of sorted ``ordered`` less one occurrence of ``value`` (in it), in O(log n)."""
-    skip = bisect.bisect_left(ordered, value)  # the others: ``ordered`` less index ``skip``
-    half = (len(ordered) - 1) // 2
-    upper = ordered[half if half < skip else half + 1]
-    if (len(ordered) - 1) % 2:
-        return upper
-    return (ordered[half - 1 if half - 1 < skip else half] + upper) / 2

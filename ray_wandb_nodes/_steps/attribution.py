@@ -24,13 +24,13 @@ while the ranks step together (their steps within :data:`LOCKSTEP` of each other
 
 from __future__ import annotations
 
-import bisect
 import enum
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .._stats import median_without
 from .windows import RankWindow
 
 FLOOR_S = 0.002  # a lateness or excess under 2 ms a step never counts (scheduling noise)
@@ -181,13 +181,3 @@ class _Parts:
             return None
         median = median_without(ordered, own)
         return own - median, own, median
-
-
-def median_without(ordered: Sequence[float], value: float) -> float:
-    """The median of sorted ``ordered`` less one occurrence of ``value`` (in it), in O(log n)."""
-    skip = bisect.bisect_left(ordered, value)  # the others: ``ordered`` less index ``skip``
-    half = (len(ordered) - 1) // 2
-    upper = ordered[half if half < skip else half + 1]
-    if (len(ordered) - 1) % 2:
-        return upper
-    return (ordered[half - 1 if half - 1 < skip else half] + upper) / 2

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal, TypeVar
 
+from tests.support.host_net import _ip
+
 T = TypeVar("T")
 PREFIX = "rwne"
 SLOTS = 64
@@ -55,14 +57,6 @@ def unsupported() -> str | None:
     if not Path("/dev/net/tun").exists():
         return "a black-holed address needs /dev/net/tun"
     return None
-
-
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> str:
-    cmd = ["ip", *(["-n", netns] if netns else []), *args]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if check and out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
-    return out.stdout
 
 
 class Netns:
