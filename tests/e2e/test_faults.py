@@ -418,6 +418,9 @@ def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_a
         ray.get(actor.status.remote(), timeout=60)  # the actor is up
         backend.faults.add(delay_s=held_s, duration_s=held_s)
         join = actor.add_writer.remote(spec)
+        # The join and the control calls run on threads of their own: a status asked too early is
+        # answered before the join has begun. The calls are asked once the join holds the run.
+        wait_until(lambda: ray.get(actor.status.remote(), timeout=answer_s).runs == (name,), 60, "the join began")
         key = attempt_key(name, 1, "00000000")
         calls = [
             actor.status.remote(),
