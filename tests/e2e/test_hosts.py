@@ -342,12 +342,12 @@ def rank_and_pid(slot: str) -> tuple[int, int]:
 # default: host a's way to W&B refused at once, host b's silently dropped; each writes offline and
 # is synced into the run at its end. The backend serves HTTPS (HOST_TLS) throughout.
 REPORT_S = 0.5
-# How long a dropped host's check waits (its whole bound, DEFAULT_TIMEOUT_S), then its writer
-# starts offline: wandb's offline init reaches no server, 1-3 s on 2 loaded cores (training's start
-# was held 6.4-7.4 s in all, seen in the test's message). A ceiling of 10 s for that start still
-# tells the plugin's wait apart from what it replaced: before the wiring the writers of hosts
-# without a route held the start STARTUP_WAIT_S (30 s) and said so ("were not all ready").
-OFFLINE_START_S = 10.0
+# What the hold is told apart from: before the wiring, the writers of hosts without a route held
+# training's start the whole startup wait (STARTUP_WAIT_S, 30 s), then said so ("were not all
+# ready"). Now a dropped host's check waits its bound (DEFAULT_TIMEOUT_S) and its writer starts
+# offline (training's start held 6.4-7.4 s in all on a quiet machine, 23.8 s with two test streams
+# on 2 cores): the hold ends on those starts, before that wait, and without its warning. No
+# ceiling tighter than the wait it replaced: a start slowed by load is not the plugin waiting.
 
 
 def egress_loop(config: dict[str, Any]) -> None:
@@ -489,7 +489,7 @@ def sample_times(run: Any, label: str) -> list[float]:
 def test_hosts_without_a_route_to_wandb_cost_seconds_are_named_at_once_and_reach_the_run_at_its_end(
     hosts: HostCluster, offline_fit: EgressFit
 ) -> None:
-    from ray_wandb_nodes._egress import DEFAULT_TIMEOUT_S
+    from ray_wandb_nodes._run.train_run import STARTUP_WAIT_S
 
     fit = offline_fit
     assert not isinstance(fit.result, BaseException) and fit.result.error is None, fit.result
@@ -503,8 +503,8 @@ def test_hosts_without_a_route_to_wandb_cost_seconds_are_named_at_once_and_reach
     assert f"{b} ({hosts.wandb_address}:" in warning and "timed out" in warning
     assert 'egress="relay" sends them live' in warning
     assert not {a, b} & fit.labels_then  # offline: nothing of theirs reached the run while it ran
-    # Training's start was held by the checks' bound and an offline start, not by the join's 30 s.
-    assert fit.held_s < DEFAULT_TIMEOUT_S + OFFLINE_START_S, f"training's start held {fit.held_s:.1f}s"
+    # Training's start was held by the checks and the offline starts, not the startup wait.
+    assert fit.held_s < STARTUP_WAIT_S, f"training's start held {fit.held_s:.1f}s"
     assert "were not all ready" not in hosts.log_text()
     # At the end, each host's series are in the run, under its label, from one writer each.
     run = run_of(hosts.backend, fit.name)
