@@ -27,6 +27,15 @@ def answered(slot: BeaconSlot) -> bool:
     return EvidencePaths.of(slot.path.parent, slot.rank, slot.pid).python.exists()
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (state ``T`` in ``/proc``)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        states.append(stat[stat.rindex(")") + 2])
+    return all(state == "T" for state in states)
+
+
 def test_a_rank_holding_the_gil_in_c_is_signalled_and_its_faulthandler_stacks_come_back(
     tmp_path: Path, gil_lib: str
 ) -> None:
@@ -45,6 +54,9 @@ def test_a_stopped_rank_is_not_signalled_and_answers_once_it_runs(tmp_path: Path
     with running(tmp_path, "python") as (proc, slot, _):
         os.kill(proc.pid, signal.SIGSTOP)
         try:
+            # The kill returns before every thread has stopped (each stops on its way back to user
+            # space): a dump thread still running could take the request.
+            wait_until(lambda: stopped(proc.pid), 20, "every thread of the rank stopped")
             [evidence] = request_dumps([slot], timeout_s=1.5, grace_s=0.3)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
