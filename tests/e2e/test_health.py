@@ -134,7 +134,9 @@ def test_a_node_burning_cpu_is_flagged_by_the_system_rule(
     # node starting its processes (41 % CPU while the others idled before the train function)
     # was once flagged too, in CI.
     callback = make_callback(straggler_window_s=6.0)
-    fit(name, callback, str(tmp_path), reports=18, step_s=1.0, burn_rank=2)
+    # 30 s of burning, five windows: a streak starts again at any sample where the load of CI's
+    # other slot evened the nodes' CPU, and 18 s (three windows) once held no whole streak.
+    fit(name, callback, str(tmp_path), reports=30, step_s=1.0, burn_rank=2)
 
     run = run_of(backend, name)
     busy = label_of_rank(run, 2)
