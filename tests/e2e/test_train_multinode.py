@@ -183,7 +183,10 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert error is not None and "training blew up on purpose" in str(error)
 
     run = run_of(backend, name)
-    assert [row["step"] for row in user_rows(run)] == [0, 1]
+    # Each rank reports steps 0 and 1, then rank 1 raises. Ray's poll takes one report a rank
+    # (worker.py's poll_status, 2.50-2.60) and a poll that sees the error ends the attempt: where
+    # polls lagged (2 loaded cores), step 1's report was still queued and Ray never handed it on.
+    assert [row["step"] for row in user_rows(run)] in ([0], [0, 1])
     assert len(run.completes) == 1
     assert run.completes[0].exit_code not in (0, None)
     # The failure named in the run: rank 1, its node, the exception at the user's frame (no
