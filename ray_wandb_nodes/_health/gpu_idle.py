@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
+from .._stats import median_without
 from .gpu_slow import BUSY_UTIL
-from .rule import median_without
 
 K = TypeVar("K", bound=Hashable)
 IDLE_UTIL = 5.0  # %: at most this is idle

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from .rule import median_without
+from .._stats import median_without
 
 K = TypeVar("K", bound=Hashable)
 BUSY_UTIL = 50.0  # %: a GPU at least this busy is compared

@@ -18,7 +18,7 @@ from .._config.values import StragglerMode
 from .._stats import median_without
 from .kinds import EventKind
 
-__all__ = ["NodeStreak", "StragglerRule", "advance", "judge", "median_without"]
+__all__ = ["NodeStreak", "StragglerRule", "advance", "judge"]
 
 
 @dataclass(frozen=True)

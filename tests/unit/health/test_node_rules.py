@@ -292,7 +292,7 @@ def test_the_median_of_the_others_matches_the_plain_one(seed: int) -> None:
     import random
     import statistics
 
-    from ray_wandb_nodes._health.rule import median_without
+    from ray_wandb_nodes._stats import median_without
 
     rnd = random.Random(seed)
     values = [float(rnd.randint(0, 5)) for _ in range(rnd.randint(2, 9))]  # ties on purpose
