@@ -6,12 +6,14 @@ Two hosts named as two pods of one KubeRay worker group (names longer than a lab
 differ only in their last characters), with scripted GPUs. One fit serves the checks of labels and
 hostnames, GPUs and hang evidence (``hung_fit``): a TorchTrainer of four ranks over gloo, two a
 host; rank 3 stops at step 2 until the test has seen the hang in the run and each host's beacons.
-The last test kills whole hosts mid-run: one that boots again at once (the run goes on), then one
-that stays dead (the run fails).
+Between them, host b loses W&B for a minute mid-run (nothing lost). The last test kills a whole
+host mid-run that boots again at once (the run goes on), then cuts the other off from the head for
+good (the run fails).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import socket
@@ -519,6 +521,78 @@ def test_hosts_without_a_route_to_wandb_cost_seconds_are_named_at_once_and_reach
     print(f"no-route fit: training's start held {fit.held_s:.1f}s")
 
 
+# A node cut off from W&B mid-run ------------------------------------------------------------------
+CUT_S = 60.0  # the issue's case: a node's way to W&B gone for a minute (a switch reboots, a firewall reloads)
+
+
+def sample_count(backend: WandbTestBackend, name: str, label: str) -> int:
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    return len(sample_times(runs[0], label)) if runs else 0
+
+
+def test_a_host_cut_off_from_wandb_for_a_minute_mid_run_loses_no_sample_and_raises_no_alert(
+    hosts: HostCluster, tmp_path: Path
+) -> None:
+    """Both hosts write live; then host b's packets to W&B vanish for a minute (a silent drop: the
+    hardest case, each request waits on its timeout) and come back. Host b's writer keeps sampling
+    and sends what it held once the way is back: the run has every sample of b's, as dense as
+    host a's (which was never cut) over the same minute, and the plugin said nothing of it."""
+    name = unique("cut-off")
+    b = hosts.hosts["b"]
+    with egress_fit(hosts, tmp_path, name) as outcome:
+        thread = outcome["thread"]
+        labels = node_labels()
+        la, lb = labels[hosts.hosts["a"].node_id], labels[b.node_id]
+        wait_until(
+            lambda: sample_count(hosts.backend, name, lb) >= 2 or not thread.is_alive(), 120, "b's samples, live"
+        )
+        assert thread.is_alive(), outcome
+        with unblocked_after(hosts):
+            b.block(hosts.wandb_address, Block.DROPPED)
+            cut = time.time()
+            time.sleep(CUT_S / 2)  # the fault's length is the case under test, not a margin
+            halfway = sample_count(hosts.backend, name, lb)
+            time.sleep(CUT_S / 2)
+            cut_end = sample_count(hosts.backend, name, lb)
+            b.unblock(hosts.wandb_address)
+        back = time.time()
+        # Once the way is back, what b held reaches the run: a sample taken after the cut ended.
+        wait_until(
+            lambda: any(t > back for t in sample_times(run_of(hosts.backend, name), lb)) or not thread.is_alive(),
+            240,
+            "b's samples after the cut",
+        )
+        caught_up = time.time()
+        stop_at(tmp_path, hosts.backend, name, 2)
+    result = outcome["result"]
+    assert not isinstance(result, BaseException) and result.error is None, result
+    run = run_of(hosts.backend, name)
+    # The cut was real: nothing of b's arrived in its second half (a request b had sent just
+    # before it may have landed in its first seconds).
+    assert cut_end == halfway, (halfway, cut_end)
+    a_times, b_times = sample_times(run, la), sample_times(run, lb)
+
+    def within(times: list[float]) -> list[float]:
+        return [t for t in times if cut <= t <= back]
+
+    # Every sample of b's over the minute is in the run: as many as host a's, whose writer samples
+    # as often on the same loaded machine and was never cut (one either way: where each tick fell).
+    assert len(within(b_times)) >= len(within(a_times)) - 1, (len(within(b_times)), len(within(a_times)))
+    assert max(gaps(b_times)) <= max(gaps(a_times)) + SAMPLING_S, (max(gaps(b_times)), max(gaps(a_times)))
+    assert_one_writer_per_label(run)
+    assert run.alerts == [], run.alerts  # the plugin's view of b (its node, its writer) never wavered
+    print(
+        f"cut off {CUT_S:.0f}s: b {len(within(b_times))} samples over it, a {len(within(a_times))}; "
+        f"largest gap b {max(gaps(b_times)):.1f}s, a {max(gaps(a_times)):.1f}s; "
+        f"b's first sample after the cut in the run {caught_up - back:.1f}s after it"
+    )
+    assert [c.exit_code for c in run.completes] == [0]
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+
 def report_loop(config: dict[str, Any]) -> None:
     import ray.train
 
@@ -560,14 +634,15 @@ def rows_and_alerts(backend: WandbTestBackend, name: str) -> tuple[int, list[str
     return (len(user_rows(runs[0])), [a["title"] for a in runs[0].alerts]) if runs else (0, [])
 
 
-@pytest.mark.slow  # the last of the module: host a stays dead
-def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_the_run_ends_once(
+@pytest.mark.slow  # the last of the module: host a stays cut off
+def test_hosts_killed_or_cut_off_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_the_run_ends_once(
     hosts: HostCluster, tmp_path: Path
 ) -> None:
     """Host b dies after three reports and boots again at once: Train restarts the ranks (its one
-    failure allowed), one on the rebooted b, a new Ray node. Then host a dies and stays dead: no
-    failure is left, so the fit fails, and the run ends once, failed. With ``egress="relay"``,
-    where every host reaches W&B itself: the relay carries nothing, and stops with the run."""
+    failure allowed), one on the rebooted b, a new Ray node. Then host a is cut off from the head
+    for good (a partition: a lives on and still reaches W&B): Ray judges it dead, no failure is
+    left, so the fit fails, and the run ends once, failed. With ``egress="relay"``, where every
+    host reaches W&B itself: the relay carries nothing, and stops with the run."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
 
     backend, (a, b) = hosts.backend, (hosts.hosts["a"], hosts.hosts["b"])
@@ -615,13 +690,13 @@ def test_hosts_killed_mid_run_are_named_lost_the_rebooted_one_writes_anew_and_th
     b_dies.note("the restarted ranks reported", True)
 
     a_dies = Timeline()
-    a.kill()
+    a.cut_off_from_head()
     while thread.is_alive() and time.monotonic() - a_dies.start < 240:
-        a_dies.note("Ray knew a dead", not node_alive(a.past_node_ids[-1]))
+        a_dies.note("Ray knew a dead", not node_alive(a.node_id))
         a_dies.note("a's alert", f"Node lost: {lost_a}" in rows_and_alerts(backend, name)[1])
         time.sleep(0.1)
     a_dies.note("fit() returned", not thread.is_alive())
-    print(f"host b killed and rebooted: {b_dies}; host a killed: {a_dies}")
+    print(f"host b killed and rebooted: {b_dies}; host a cut off from the head: {a_dies}")
     assert not thread.is_alive(), "fit() hung"
 
     result = outcome["result"]

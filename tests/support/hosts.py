@@ -30,6 +30,8 @@ slot's /24 is checked unused on the machine before the cluster takes it.
 - :meth:`Host.block` / :meth:`Host.unblock`: the host loses its way to one address (the W&B
   backend's, the head's, another host's), by a route in its own table (:class:`Block`: no route,
   a prohibiting route, or a silent drop);
+- :meth:`Host.cut_off_from_head` / :meth:`Host.reconnect_to_head`: a partition, the host alive
+  and reaching W&B, the head out of its reach;
 - :meth:`Host.kill`: the whole host dies at once (its init is killed, so the kernel ends every
   process of its PID namespace) and its link goes down, so nothing answers for it any more;
   :meth:`Host.start` boots it again (a new raylet: a new Ray node, the same hostname and address).
@@ -194,6 +196,19 @@ class Host:
     def blocks(self) -> dict[str, Block]:
         """The addresses this host cannot reach now, and how."""
         return self.cluster.network.blocks(self.name)
+
+    def cut_off_from_head(self, how: Block = Block.DROPPED) -> None:
+        """A partition: the host loses the head (Ray's GCS, the driver, the Train controller,
+        the primary writer), silently by default, while it still reaches W&B and the other hosts,
+        and every process of it runs on. Ray judges the node dead once its health checks go
+        unanswered (the cluster's ``system_config``); the raylet ends itself when it hears so,
+        or once it has not reached the GCS for Ray's reconnect timeout (60 s)."""
+        self.block(self.cluster.head_address, how)
+
+    def reconnect_to_head(self) -> None:
+        """The partition heals (a raylet Ray judged dead meanwhile ends itself: :meth:`kill`
+        and :meth:`start` boot the host anew)."""
+        self.unblock(self.cluster.head_address)
 
     def kill(self) -> None:
         """The host dies as a machine does: every process at once (the kernel ends a PID
