@@ -27,37 +27,53 @@ class RayActors:
 
     def group_prefix(self) -> str:
         """The name prefix of this pool's placement groups. Inside an actor (the Train
-        controller) it names that actor, and a detached janitor removes the groups should the
-        actor die; a driver's groups end with its job."""
+        controller) it names that actor, and the job's detached janitor removes the groups
+        should the actor die; a driver's groups end with its job."""
         if self._prefix is None:
             from .janitor import group_prefix
 
             owner = _ray.current_actor_id()
             self._prefix = group_prefix(owner) if owner else f"{PG_NAME_PREFIX}:driver:"
             if owner:
-                self._start_janitor(owner)
+                self._watch_by_janitor(owner)
         return self._prefix
 
-    def _start_janitor(self, owner: str) -> None:
+    def _watch_by_janitor(self, owner: str) -> None:
+        """The job's janitor (started by the job's first fleet in an actor, on that actor's node:
+        the driver's, which a lost worker node does not take with it) watches ``owner``."""
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         try:
-            from .janitor import LoggerJanitor
+            from .janitor import LoggerJanitor, janitor_name
 
-            self._janitor = (
+            context = ray.get_runtime_context()
+            job = context.get_job_id()
+            janitor = (
                 ray.remote(LoggerJanitor)
-                .options(num_cpus=0, lifetime="detached", max_concurrency=2, namespace=PG_NAME_PREFIX)
-                .remote(owner)
+                .options(
+                    name=janitor_name(job),
+                    namespace=PG_NAME_PREFIX,
+                    get_if_exists=True,
+                    lifetime="detached",
+                    num_cpus=0,
+                    max_concurrency=2,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=True),
+                )
+                .remote(job, owner)  # the constructor's arguments where this starts it
             )
+            janitor.watch.remote(owner)  # where it was running already
+            self._janitor = (janitor, owner)
         except Exception as e:  # noqa: BLE001
             if self._warner is not None:
                 self._warner.warn("janitor", f"placement groups may outlive a crashed controller ({describe(e)})")
 
     def close(self) -> None:
-        """Stop the janitor (the pool's groups are gone)."""
+        """The janitor watches this pool's owner no longer (the pool's groups are gone)."""
         if self._janitor is not None:
+            janitor, owner = self._janitor
             try:
-                self._janitor.stop.remote()
+                janitor.release.remote(owner)
             except Exception:  # noqa: BLE001
                 pass
             self._janitor = None

@@ -40,7 +40,8 @@ used here (read from the released sources):
   ``ActorTableData.resource_mapping`` (a trial's GPU slots, read as ``get_gpu_ids`` reads them)
   through ``ray._private.state.state``: ``_connect_and_get_accessor()`` (2.58 to 2.60) or
   ``_check_connected()`` and ``global_state_accessor`` (2.50); ``PlacementGroup(PlacementGroupID())``
-  (the janitor removes groups by id); ``ScalingConfig._resources_per_worker_not_none`` and
+  (the janitor removes groups by id); ``ray._private.state.jobs()`` (``JobID``, ``IsDead``: the
+  job's janitor ends with its job); ``ScalingConfig._resources_per_worker_not_none`` and
   ``ray._private.state.available_resources_per_node`` (how many nodes a job's workers need, for
   the loggers started ahead); ``ScalingConfig.max_workers``, read only where a release has it;
   ``Worker.execute_async`` (set-up on each train worker, calls run in order), a worker's
@@ -56,6 +57,7 @@ from .core import (
     actor_state,
     current_actor_id,
     free_resources,
+    job_ended,
     kv_del,
     kv_get,
     kv_put,
@@ -113,6 +115,7 @@ __all__ = [
     "finished_ranks",
     "free_resources",
     "is_aborted",
+    "job_ended",
     "kv_del",
     "kv_get",
     "kv_put",

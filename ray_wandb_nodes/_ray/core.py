@@ -16,6 +16,13 @@ def actor_state(actor_id: str) -> dict[str, Any] | None:
     return dict(info) if info else None
 
 
+def job_ended(job_id: str) -> bool:
+    """Whether the GCS job table lists ``job_id`` (hex) as dead: its driver has gone."""
+    import ray._private.state as state
+
+    return any(job["JobID"] == job_id and job["IsDead"] for job in state.jobs())
+
+
 def list_nodes() -> list[dict[str, Any]]:
     import ray
 

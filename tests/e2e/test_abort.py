@@ -60,6 +60,8 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
             return f"seen: {seen}; expected labels {sorted(labels)}; driver: {log.read_text()[-2000:]}"
 
         wait_until(running_on_every_node, 120, lambda: f"the run to report from every node ({state()})")
+        their_janitors = janitors_of_other_jobs()
+        assert len(their_janitors) == 1, their_janitors  # the driver's job's one janitor
         driver.send_signal(signal.SIGINT)
         driver.wait(timeout=120)
     finally:
@@ -76,3 +78,21 @@ def test_an_aborted_run_ends_once_as_failed_with_every_node(
         60,
         lambda: f"the plugin's actors and groups to go ({plugin_leftovers()})",
     )
+    # The driver's job has ended, and with it its janitor: it reads the job table every
+    # JOB_CHECK_S (10 s) while it watches nobody; 60 s is that many times over, for a loaded lane.
+    wait_until(
+        lambda: janitors_of_other_jobs() == [], 60, lambda: f"the job's janitor to end ({janitors_of_other_jobs()})"
+    )
+
+
+def janitors_of_other_jobs() -> list[str]:
+    """The alive janitors of jobs other than this test's driver's (the driver subprocess's)."""
+    import ray
+    import ray._private.state as state
+
+    job = ray.get_runtime_context().get_job_id()
+    return [
+        a["Name"]
+        for a in state.actors().values()
+        if a["ActorClassName"].endswith("LoggerJanitor") and a["JobID"] != job and a["State"] != "DEAD"
+    ]

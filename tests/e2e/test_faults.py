@@ -529,4 +529,19 @@ def test_a_dead_controller_leaves_no_logger_or_placement_group(
     fit.join(120)
     assert not fit.is_alive()
     assert fit.training_error() is not None
-    wait_until(lambda: plugin_leftovers() == ([], []), 60, "the plugin's actors and placement groups to go")
+    wait_until(
+        lambda: plugin_leftovers() == ([], []),
+        60,
+        lambda: f"the plugin's actors and placement groups to go ({plugin_leftovers()})",
+    )
+    # One janitor for the job: the module's fits and the killed controller's all registered with
+    # it, and it lives on (idle) with the job, on the driver's node (which no fault here removes).
+    import ray
+
+    job, head = ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id()
+    janitors = [
+        a for a in state.actors().values() if a["ActorClassName"].endswith("LoggerJanitor") and a["JobID"] == job
+    ]
+    assert [(a["State"], a["Address"]["NodeID"]) for a in janitors] == [("ALIVE", head)], [
+        (a["State"], a["Address"]["NodeID"][:8], a["DeathCause"]) for a in janitors
+    ]

@@ -155,16 +155,30 @@ def said_by_workers(cluster: Any, text: str) -> int:
 
 
 def plugin_leftovers() -> tuple[list[str], list[str]]:
-    """(alive NodeLogger, LoggerJanitor and RelayActor actor ids, non-removed placement groups of the plugin)."""
+    """(alive NodeLogger and RelayActor actor ids, and the job's janitors that still watch an owner;
+    non-removed placement groups of the plugin). A janitor lives as long as its job (one for every
+    fit of it): it is left over only while it watches a controller that is gone or done."""
+    import ray
     import ray._private.state as state
     from ray.util import placement_group_table
 
-    actors = [
-        actor_id
-        for actor_id, a in state.actors().items()
-        if a.get("ActorClassName", "").endswith(("NodeLogger", "LoggerJanitor", "RelayActor"))
-        and a.get("State") != "DEAD"
-    ]
+    from ray_wandb_nodes._fleet.actors import PG_NAME_PREFIX
+
+    actors = []
+    for actor_id, a in state.actors().items():
+        kind = a.get("ActorClassName", "")
+        if a.get("State") == "DEAD" or not kind.endswith(("NodeLogger", "LoggerJanitor", "RelayActor")):
+            continue
+        if kind.endswith("LoggerJanitor"):
+            try:
+                janitor = ray.get_actor(a["Name"], namespace=PG_NAME_PREFIX)
+                watching = ray.get(janitor.watching.remote(), timeout=30)
+            except (ValueError, ray.exceptions.RayActorError):  # gone meanwhile (its job ended)
+                watching = []
+            if not watching:
+                continue
+            actor_id = f"{actor_id} watching {watching}"
+        actors.append(actor_id)
     groups = [
         pg["name"]
         for pg in placement_group_table().values()
