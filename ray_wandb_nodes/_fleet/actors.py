@@ -58,7 +58,9 @@ class RayActors:
                     lifetime="detached",
                     num_cpus=0,
                     max_concurrency=2,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=True),
+                    # Held there: a soft affinity lets Ray place it on another node, even where
+                    # this one could hold it (a head of 0 CPUs), and a lost node takes it along.
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
                 )
                 .remote(job, owner)  # the constructor's arguments where this starts it
             )
