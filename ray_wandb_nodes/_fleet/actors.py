@@ -56,8 +56,7 @@ class RayActors:
                     namespace=PG_NAME_PREFIX,
                     get_if_exists=True,
                     lifetime="detached",
-                    num_cpus=0,
-                    max_concurrency=2,
+                    num_cpus=0,  # one call at a time: a fleet's watch and release come in order
                     # Held there: a soft affinity lets Ray place it on another node, even where
                     # this one could hold it (a head of 0 CPUs), and a lost node takes it along.
                     scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
