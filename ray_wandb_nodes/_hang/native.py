@@ -18,7 +18,9 @@ import sys
 import time
 from collections.abc import Iterable
 
-PYSPY_TIMEOUT_S = 4.0  # every rank of a node, at once
+PYSPY_TIMEOUT_S = 4.0  # every rank of a node, at once, its tries included
+PYSPY_TRIES = 3  # a failed dump is tried again (see native_dumps) ...
+PYSPY_RETRY_MIN_S = 0.5  # ... where this much of the bound is left (one dump takes 0.2 to 0.8 s)
 INSTALL_HINT = 'no native frames: install "ray-wandb-nodes[native-stacks]" (py-spy) on the nodes'
 
 
@@ -31,11 +33,42 @@ def py_spy() -> str | None:
 
 
 def native_dumps(pids: Iterable[int], timeout_s: float = PYSPY_TIMEOUT_S) -> dict[int, tuple[str, str]]:
-    """``pid -> (py-spy's text, "")`` or ``("", why there is none)``, every process at once."""
-    pids = list(pids)
+    """``pid -> (py-spy's text, "")`` or ``("", why there is none)``, every process at once.
+
+    A dump that fails is tried again while the bound leaves time, :data:`PYSPY_TRIES` in all:
+    py-spy reads each thread's native and Python frames one after the other and fails the whole
+    dump where it cannot pair them ("Failed to merge native and python frames", py-spy #210 and
+    #673), which a thread caught mid-call makes happen now and then and not on the next try."""
     binary = py_spy()
+    pids = list(pids)
     if binary is None:
         return {pid: ("", INSTALL_HINT) for pid in pids}
+    deadline = time.monotonic() + timeout_s
+    out: dict[int, tuple[str, str]] = {}
+    tries = dict.fromkeys(pids, 0)
+    pending = pids
+    while pending:
+        for pid in pending:
+            tries[pid] += 1
+        for pid, result in _dump_round(binary, pending, deadline, timeout_s).items():
+            out[pid] = result
+        pending = [
+            pid for pid in pending
+            if not out[pid][0] and out[pid][1] != _timed_out(timeout_s) and tries[pid] < PYSPY_TRIES
+            and deadline - time.monotonic() >= PYSPY_RETRY_MIN_S
+        ]  # fmt: skip
+    return {
+        pid: (text, why if not why or tries[pid] == 1 else f"{why} ({tries[pid]} tries)")
+        for pid, (text, why) in out.items()
+    }
+
+
+def _timed_out(timeout_s: float) -> str:
+    return f"py-spy gave nothing within {timeout_s:.0f} s"
+
+
+def _dump_round(binary: str, pids: list[int], deadline: float, timeout_s: float) -> dict[int, tuple[str, str]]:
+    """One ``py-spy dump --native`` of each of ``pids``, all at once, until ``deadline``."""
     running: dict[int, subprocess.Popen[str]] = {}
     out: dict[int, tuple[str, str]] = {}
     for pid in pids:
@@ -46,14 +79,13 @@ def native_dumps(pids: Iterable[int], timeout_s: float = PYSPY_TIMEOUT_S) -> dic
             )  # fmt: skip
         except OSError as e:
             out[pid] = ("", f"py-spy could not start: {e.strerror or e}")
-    deadline = time.monotonic() + timeout_s
     for pid, proc in running.items():
         try:
             text, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            out[pid] = ("", f"py-spy gave nothing within {timeout_s:.0f} s")
+            out[pid] = ("", _timed_out(timeout_s))
             continue
         if proc.returncode == 0 and text.strip():
             out[pid] = (text, "")

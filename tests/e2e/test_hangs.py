@@ -277,9 +277,9 @@ def test_every_kind_of_hang_is_named_live_with_every_ranks_stacks_and_slow_phase
     # (seen once in CI on a loaded machine: the rank's file says so in a note).
     assert "TrainingThread(" in python_stuck or "no Python-level dump within the wait" in python_stuck
     native_stuck = run.files["hangs/hang-2/rank-2.txt"].decode()
-    assert "faulthandler" in native_stuck and "read_from_device" in native_stuck
+    assert "faulthandler" in native_stuck and "read_from_device" in native_stuck, native_stuck
     if py_spy() is not None:  # the native-stacks extra (the test extra has it): the C function under it
-        assert "native frames (py-spy dump --native)" in native_stuck and "rwn_hold_gil" in native_stuck
+        assert "native frames (py-spy dump --native)" in native_stuck and "rwn_hold_gil" in native_stuck, native_stuck
     assert "all_reduce" in run.files["hangs/hang-1/rank-0.txt"].decode()
     assert run.completes and run.completes[-1].exit_code == 0
     assert_nothing_left()

@@ -48,8 +48,36 @@ def test_py_spy_that_cannot_attach_says_why(monkeypatch: pytest.MonkeyPatch, tmp
     fake.chmod(0o755)
     monkeypatch.setattr(native, "py_spy", lambda: str(fake))
     assert native.native_dumps([1234]) == {
-        1234: ("", "py-spy: Error: Permission Denied: Try running again with elevated permissions")
+        1234: ("", "py-spy: Error: Permission Denied: Try running again with elevated permissions (3 tries)")
     }
+
+
+def test_a_dump_that_fails_once_is_tried_again_and_its_frames_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """py-spy fails a dump now and then where it cannot pair a thread's native and Python frames;
+    the next try reads them."""
+    fake = tmp_path / "py-spy"
+    fake.write_text(
+        f"#!/bin/sh\nif [ ! -e {tmp_path}/tried-$4 ]; then touch {tmp_path}/tried-$4\n"
+        "echo 'Error: Failed to merge native and python frames (Have 1 native and 2 python)' >&2; exit 1; fi\n"
+        'echo "Thread $4 (idle)\\n    rwn_hold_gil (libgil_holder.so)"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(native, "py_spy", lambda: str(fake))
+    dumps = native.native_dumps([11, 12], timeout_s=20)
+    assert sorted(dumps) == [11, 12]
+    for pid, (text, why) in dumps.items():
+        assert why == "" and f"Thread {pid} (idle)" in text and "rwn_hold_gil" in text, (text, why)
+
+
+def test_a_dump_past_its_bound_is_not_tried_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\necho run >> {tmp_path}/runs\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(native, "py_spy", lambda: str(fake))
+    assert native.native_dumps([1234], timeout_s=1) == {1234: ("", "py-spy gave nothing within 1 s")}
+    assert (tmp_path / "runs").read_text() == "run\n"
 
 
 def test_a_ranks_file_has_its_native_frames_after_its_stacks() -> None:
