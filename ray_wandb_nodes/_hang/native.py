@@ -18,9 +18,12 @@ import sys
 import time
 from collections.abc import Iterable
 
-PYSPY_TIMEOUT_S = 4.0  # every rank of a node, at once, its tries included
+# Every rank of a node, at once, its tries included. One dump of a Ray Train worker with torch's
+# CPU build took up to 1.4 s on an idle 2-core machine (py-spy reads the symbols of every library
+# the process maps, anew each dump); a GPU node's ranks map gigabytes of CUDA libraries more.
+PYSPY_TIMEOUT_S = 8.0
 PYSPY_TRIES = 3  # a failed dump is tried again (see native_dumps) ...
-PYSPY_RETRY_MIN_S = 0.5  # ... where this much of the bound is left (one dump takes 0.2 to 0.8 s)
+PYSPY_RETRY_MIN_S = 1.0  # ... where this much of the bound is left
 INSTALL_HINT = 'no native frames: install "ray-wandb-nodes[native-stacks]" (py-spy) on the nodes'
 
 

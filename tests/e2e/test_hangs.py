@@ -66,8 +66,8 @@ GIL_HELD_S = 60.0
 # is twice the running limit, and leaves a third of the 3 x for the copy and the phase's end.
 UPLOAD_S = 2 * HANG_TIMEOUT_S
 # How late an alert may come after a rank stops, by the product's own bounds: the limit, three
-# polls, the evidence round (the fleet waits at most EVIDENCE_TIMEOUT_S for the nodes' dumps, 14
-# s: each node's own 5 s, 4 s of py-spy and 5 s for the answer's way; past it the alert goes without
+# polls, the evidence round (the fleet waits at most EVIDENCE_TIMEOUT_S for the nodes' dumps, 18
+# s: each node's own 5 s, 8 s of py-spy and 5 s for the answer's way; past it the alert goes without
 # the node's), and the alert's way to W&B (the primary's request to the local backend, and the
 # test's poll of it every 0.2 s): 1 s. Seen on 2 cores: 4.4 to 7.1 s (docs/performance.md).
 LATE_S = HANG_TIMEOUT_S + 3 * POLL_S + EVIDENCE_TIMEOUT_S + 1.0
