@@ -8,11 +8,8 @@ each. The real wandb client in the driver and in the node loggers talks to the t
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +20,8 @@ from tests.support.env import DUMMY_KEY, FAST, WANDB_TABLES, offline_backend
 from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.runs import unique, user_rows
 from tests.support.training import make_tune_callback, train_loop
-from tests.support.wandb_backend import RunRecord, WandbTestBackend
+from tests.support.tune_runs import experiment_runs, sampled_markers
+from tests.support.wandb_backend import WandbTestBackend
 
 pytestmark = pytest.mark.cluster
 
@@ -175,45 +173,6 @@ def tuner(fn: Any, name: str, storage: str, param_space: dict[str, Any], callbac
         param_space=param_space,
         run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback]),
     )
-
-
-def experiment_runs(backend: WandbTestBackend, name: str) -> dict[str, RunRecord]:
-    return {r.run_id: r for r in backend.runs.values() if r.group == name}
-
-
-@contextmanager
-def sampled_markers(backend: WandbTestBackend, name: str, folder: Path) -> Iterator[str]:
-    """A folder where a file named by a node's id appears once a run of experiment ``name`` holds
-    a sample of that node: trials given it as ``sampled_dir`` wait for their node's writer. (A
-    trial shorter than its writer's start-up may end without its node's series, a documented
-    limit; this test is about whose run each node's series land in, not about how soon.) Also
-    ``<node id>-<run id>`` once that run holds the node's samples, and ``alerted`` once a run of
-    the experiment has a GPU-lost alert, ``hung`` once one has a hang alert."""
-    folder.mkdir()
-    labels = node_labels()
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(0.2):
-            with backend._lock:
-                runs = {run_id: set(run.labels) for run_id, run in experiment_runs(backend, name).items()}
-                alerts = [a for run in experiment_runs(backend, name).values() for a in run.alerts]
-            for node_id, label in labels.items():
-                for run_id in (r for r, seen in runs.items() if label in seen):
-                    (folder / node_id).touch()
-                    (folder / f"{node_id}-{run_id}").touch()
-            if any(a["title"].startswith("GPU lost: ") for a in alerts):  # not the straggler rule's noise
-                (folder / "alerted").touch()
-            if any(a["title"].startswith("Hang: ") for a in alerts):
-                (folder / "hung").touch()
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield str(folder)
-    finally:
-        stop.set()
-        thread.join()
 
 
 @pytest.mark.smoke
