@@ -6,7 +6,8 @@ Two hosts named as two pods of one KubeRay worker group (names longer than a lab
 differ only in their last characters), with scripted GPUs. One fit serves the checks of labels and
 hostnames, GPUs and hang evidence (``hung_fit``): a TorchTrainer of four ranks over gloo, two a
 host; rank 3 stops at step 2 until the test has seen the hang in the run and each host's beacons.
-Between them, host b loses W&B for a minute mid-run (nothing lost). The last test kills a whole
+A Tune experiment of one trial a host sends host a's series through the relay on its driver's
+node. Between them, host b loses W&B for a minute mid-run (nothing lost). The last test kills a whole
 host mid-run that boots again at once (the run goes on), then cuts the other off from the head for
 good (the run fails).
 """
@@ -14,9 +15,12 @@ good (the run fails).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +38,7 @@ from tests.support.hosts import Block, HostCluster, HostSpec
 from tests.support.nvml import Gpu
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback, trainer
+from tests.support.tune_runs import experiment_runs, sampled_markers
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -519,6 +524,58 @@ def test_hosts_without_a_route_to_wandb_cost_seconds_are_named_at_once_and_reach
     assert [c.exit_code for c in run.completes] == [0]
     assert not (fit.folder / "ray_wandb_nodes" / run.run_id).exists()  # synced: nothing left behind
     print(f"no-route fit: training's start held {fit.held_s:.1f}s")
+
+
+# Tune: the relay on the driver's node ------------------------------------------------------------
+def test_a_tune_trial_on_a_host_without_a_route_writes_live_through_the_relay_on_the_drivers_node(
+    hosts: HostCluster, tmp_path: Path
+) -> None:
+    """Tune's driver starts the relay as the Train controller does: one trial a host, host a
+    without a route to W&B (only to the head); its trial's run gets a's series while it runs,
+    sent from the head, over HTTPS (CONNECT), and b's trial's run b's, from b itself. The driver
+    is a process of its own (``tests/support/tune_driver.py``): Tune's primary writers run there,
+    and trust the test's authority as the head's processes do."""
+    name = unique("tune-relay")
+    a, b = hosts.hosts["a"], hosts.hosts["b"]
+    assert hosts.certificate is not None  # HOST_TLS
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "RAY_ADDRESS"}
+    env.update(
+        WANDB_BASE_URL=hosts.backend.base_url, WANDB_API_KEY=DUMMY_KEY, WANDB_SILENT="true",
+        WANDB_ERROR_REPORTING="false", WANDB_DIR=str(tmp_path),
+        SSL_CERT_FILE=str(hosts.certificate.ca), REQUESTS_CA_BUNDLE=str(hosts.certificate.ca),
+    )  # fmt: skip
+    a.block(hosts.wandb_address, Block.NO_ROUTE)
+    try:
+        with sampled_markers(hosts.backend, name, tmp_path / "sampled") as sampled:
+            driver = subprocess.run(
+                [
+                    sys.executable, "-m", "tests.support.tune_driver", hosts.address, name,
+                    str(tmp_path / "storage"), sampled, f"sampling_interval_s={SAMPLING_S}", 'egress="relay"',
+                ],
+                env=env, capture_output=True, text=True, timeout=400,
+            )  # fmt: skip
+    finally:
+        a.unblock(hosts.wandb_address)
+    trials = [json.loads(line) for line in driver.stdout.splitlines() if line.startswith("{")]
+    assert driver.returncode == 0 and len(trials) == 2, (
+        driver.returncode,
+        driver.stdout[-3000:],
+        driver.stderr[-3000:],
+    )
+    assert [t["error"] for t in trials] == [None, None], trials
+    labels = node_labels()
+    runs = experiment_runs(hosts.backend, name)
+    by_node = {t["node_id"]: runs[t["trial_id"]] for t in trials}
+    assert set(by_node) == {a.node_id, b.node_id}, by_node  # one trial a host (one CPU each, none on the head)
+    for host in (a, b):
+        run, label = by_node[host.node_id], labels[host.node_id]
+        assert run.labels == {label} and run.exit_codes == [0], (host.name, run.labels, run.exit_codes)
+    # Host a's writer reached W&B only from the head (the relay), host b's from b itself.
+    peers = hosts.backend.peers
+    assert peers[writer_of(by_node[a.node_id], labels[a.node_id])] <= {hosts.head_address, hosts.wandb_address}, peers
+    assert peers[writer_of(by_node[b.node_id], labels[b.node_id])] == {b.address}, peers
+    assert "cannot reach W&B" not in driver.stderr  # found with a relay that reached W&B: nobody is told
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")  # the relay's too
 
 
 # A node cut off from W&B mid-run ------------------------------------------------------------------
