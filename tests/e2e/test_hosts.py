@@ -117,14 +117,21 @@ def line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
+def driver_wandb_vars(backend: WandbTestBackend, folder: Path) -> dict[str, str]:
+    """A driver's W&B variables (``tests/conftest.py``'s ``wandb_env``) for the hosts' backend."""
+    return {
+        "WANDB_BASE_URL": backend.base_url, "WANDB_API_KEY": DUMMY_KEY, "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false", "WANDB_DIR": str(folder),
+    }  # fmt: skip
+
+
 @contextmanager
 def driver_wandb_env(backend: WandbTestBackend, folder: Path) -> Iterator[None]:
-    """The driver's W&B environment (``tests/conftest.py``'s ``wandb_env``) for a module fixture's fit."""
+    """This process's W&B environment, :func:`driver_wandb_vars` alone, for a module fixture's fit."""
     with pytest.MonkeyPatch.context() as mp:
         for name in [n for n in os.environ if n.startswith("WANDB_")]:
             mp.delenv(name)
-        env = {"WANDB_BASE_URL": backend.base_url, "WANDB_API_KEY": DUMMY_KEY, "WANDB_SILENT": "true"}
-        for name, value in {**env, "WANDB_ERROR_REPORTING": "false", "WANDB_DIR": str(folder)}.items():
+        for name, value in driver_wandb_vars(backend, folder).items():
             mp.setenv(name, value)
         yield
 
@@ -539,11 +546,8 @@ def test_a_tune_trial_on_a_host_without_a_route_writes_live_through_the_relay_on
     a, b = hosts.hosts["a"], hosts.hosts["b"]
     assert hosts.certificate is not None  # HOST_TLS
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "RAY_ADDRESS"}
-    env.update(
-        WANDB_BASE_URL=hosts.backend.base_url, WANDB_API_KEY=DUMMY_KEY, WANDB_SILENT="true",
-        WANDB_ERROR_REPORTING="false", WANDB_DIR=str(tmp_path),
-        SSL_CERT_FILE=str(hosts.certificate.ca), REQUESTS_CA_BUNDLE=str(hosts.certificate.ca),
-    )  # fmt: skip
+    env.update(driver_wandb_vars(hosts.backend, tmp_path))
+    env["SSL_CERT_FILE"] = env["REQUESTS_CA_BUNDLE"] = str(hosts.certificate.ca)
     a.block(hosts.wandb_address, Block.NO_ROUTE)
     try:
         with sampled_markers(hosts.backend, name, tmp_path / "sampled") as sampled:
