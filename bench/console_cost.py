@@ -2,6 +2,7 @@
 
     python -m bench.console_cost [--ranks 4] [--rates 0 1000 5000 20000] [--seconds 10]
                                  [--sinks count wandb] [--hot-path-rounds 5] [--json bench/results/console_cost.json]
+                                 [--mask-only] [--mask-seconds 2] [--mask-rounds 5]
 
 No Ray: ``--ranks`` writer processes write as Ray's train workers do, each to its own
 ``worker-<id>-<job>-<pid>.out``/``.err`` in one logs folder, and a tailer process (the node
@@ -20,6 +21,11 @@ core; its resident memory at the start and at the end, and the peak; lines sent.
 side: a writer that prints as fast as it can for 2 s, alone and with a tailer following its
 files (``--hot-path-rounds`` rounds, alternating), its prints a second: no code of the plugin
 runs in the rank, so any difference is the two processes sharing the machine's cores.
+
+``--mask-only``: the cost of masking secrets (``_console.mask``, every line that leaves a node goes
+through it) alone, in lines a second of one thread, for kinds of lines: the writers' training
+prints, a mix of what ranks print (tracebacks, logging, progress bars, a metrics dict), and lines
+that hold secrets; the median of ``--mask-rounds`` rounds of ``--mask-seconds`` each.
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ def tailer(logs: Path, pids: list[int], seconds: float, sink_kind: str, result: 
         def sink(lines: Any) -> None:
             counted[0] += len(lines)
 
-    unlimited = ConsolePlan(ConsoleMode.ALL, 10**12, 10**12, 200, 10**9)
+    unlimited = ConsolePlan(ConsoleMode.ALL, 10**12, 10**12, 200, 10**9, 10**9)
     rss_start = rss_mib("self")
     core_cpu_start = sum(usage(p)[2] for p in core)
     cpu_start, wall_start = time.process_time(), time.monotonic()
@@ -208,6 +214,45 @@ def hot_path(rounds: int) -> dict[str, float]:
     }
 
 
+MASK_LINES: dict[str, list[str]] = {
+    "training prints": [f"step {i:09d} loss 0.{i % 997:03d} {'x' * 80}" for i in range(1000)],
+    "what ranks print": [
+        '  File "/home/user/project/train.py", line 59, in train_loop',
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)",
+        "Epoch 3: 100%|##########| 500/500 [01:23<00:00, 6.00it/s, loss=0.123, v_num=1]",
+        "INFO 2026-12-05 12:00:00,123 trainer.py:88 -- Reporting metrics: {'loss': 0.23, 'accuracy': 0.91}",
+        "[rank0]:[W reducer.cpp:1360] Warning: find_unused_parameters=True was specified in DDP constructor",
+        "Downloading shard https://huggingface.co/api/models/bert-base/resolve/main/model.safetensors?download=true",
+    ]
+    * 200,
+    "lines with secrets": [
+        "WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567",
+        "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE&X-Amz-Signature=0a1b2c3d4e5f",
+        "headers={'Authorization': 'Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc'}",
+        "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEFGH aws_secret_access_key=wJalrXUtnFEMI/K7MDENG",
+    ]
+    * 250,
+}
+
+
+def mask_rates(seconds: float, rounds: int) -> dict[str, float]:
+    """Lines a second ``_console.mask`` takes on one thread, for each kind of :data:`MASK_LINES`."""
+    from ray_wandb_nodes._mask import mask
+
+    out: dict[str, float] = {}
+    for kind, lines in MASK_LINES.items():
+        rates = []
+        for _ in range(rounds):
+            done, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds:
+                for line in lines:
+                    mask(line)
+                done += len(lines)
+            rates.append(done / elapsed)
+        out[kind] = statistics.median(rates)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--role"]:
@@ -226,7 +271,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sinks", nargs="+", default=["count", "wandb"], choices=["count", "wandb"])
     parser.add_argument("--hot-path-rounds", type=int, default=5)
     parser.add_argument("--json", default=None, help="write the figures here as JSON")
+    parser.add_argument("--mask-only", action="store_true", help="only the cost of masking secrets, in lines a second")
+    parser.add_argument("--mask-seconds", type=float, default=2.0)
+    parser.add_argument("--mask-rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    masking = mask_rates(args.mask_seconds, args.mask_rounds)
+    for kind, rate in masking.items():
+        print(f"masking secrets, {kind}: {rate:,.0f} lines a second ({1e6 / rate:.1f} us a line)")
+    if args.mask_only:
+        return {"mask_lines_per_s": masking}
     from bench._harness import test_backend
 
     rows = []
@@ -248,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"a rank's prints/s alone {hot['prints_per_s_alone']:.0f}, followed {hot['prints_per_s_followed']:.0f} "
             f"(ratio {hot['ratio']:.3f}, median of {args.hot_path_rounds} rounds each)"
         )
-    result = {"ranks": args.ranks, "seconds": args.seconds, "rows": rows, "hot_path": hot}
+    result = {"ranks": args.ranks, "seconds": args.seconds, "rows": rows, "hot_path": hot, "mask_lines_per_s": masking}
     if args.json:
         from bench._harness import write_result
 

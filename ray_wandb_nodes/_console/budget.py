@@ -10,7 +10,16 @@ lines. Of the plugin's share:
 - every rank keeps its **last lines** (a ring of ``tail`` lines, the lines not sent live): when
   its attempt fails (a rank raised or died, a hang ended the attempt) they go to the run, its
   traceback with them; a rank whose live share is spent has its last lines sent at the end of
-  every attempt, failed or not. A node sends at most ``node_tails`` such lines over the run.
+  every attempt, failed or not.
+
+Whose last lines first, when they cannot all go: a failed attempt's **dead ranks** (those Ray's
+deciding poll found raised, dead or silent, and the ranks a hang named stopped) before any other,
+in every attempt. Half of the last lines are the run's pool for dead ranks (``dead_tails``), shared
+out by the driver side, which knows every node's dead ranks (:func:`dead_allowance`); the other
+half is shared by the nodes (``node_tails`` each) for the rest: a dead rank the pool could not
+serve, then a rank whose process a node saw end before its attempt did, then the others by rank.
+Each attempt takes at most half of what is left of either (:func:`attempt_share`), so a later
+attempt's failure always finds lines left.
 
 ``console="failures"`` sends no live line (every rank's last lines when an attempt fails), and
 ``"off"`` sends nothing. A line left out is counted and said, once per rank and cause, in a
@@ -20,6 +29,7 @@ line of its own (:class:`RankBudget`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._config.values import ConsoleMode, spellings
@@ -39,7 +49,8 @@ class ConsolePlan:
     live_rank0: int  # lines rank 0 may send live over the run
     live_other: int  # lines each other rank may send live over the run
     tail: int  # last lines each rank keeps for its attempt's failure
-    node_tails: int  # last lines one node may send over the run
+    node_tails: int  # last lines one node may send over the run (dead ranks' allowances aside)
+    dead_tails: int  # the run's pool of last lines for its failed attempts' dead ranks
 
     def live(self, rank: int) -> int:
         return self.live_rank0 if rank == 0 else self.live_other
@@ -58,17 +69,46 @@ def plan_console(mode: ConsoleMode | str, world_size: int, nodes: int) -> Consol
         raise ValueError(f"console mode {mode!r} is not one of {', '.join(spellings(ConsoleMode))}") from None
     world_size, nodes = max(world_size, 1), max(nodes, 1)
     if mode is ConsoleMode.OFF:
-        return ConsolePlan(mode, 0, 0, 0, 0)
+        return ConsolePlan(mode, 0, 0, 0, 0, 0)
     tails = PLUGIN_LINES if mode is ConsoleMode.FAILURES else TAIL_LINES
     tail = min(TAIL_MAX, max(TAIL_MIN, tails // world_size))
-    node_tails = max(tail, tails // nodes)
+    dead = tails // 2
+    node_tails = (tails - dead) // nodes
     live = PLUGIN_LINES - TAIL_LINES
     if mode is ConsoleMode.RANK0:
-        return ConsolePlan(mode, live, 0, tail, node_tails)
+        return ConsolePlan(mode, live, 0, tail, node_tails, dead)
     if mode is ConsoleMode.ALL:
         share = live // world_size
-        return ConsolePlan(mode, share, share, tail, node_tails)
-    return ConsolePlan(mode, 0, 0, tail, node_tails)
+        return ConsolePlan(mode, share, share, tail, node_tails, dead)
+    return ConsolePlan(mode, 0, 0, tail, node_tails, dead)
+
+
+def attempt_share(left: int) -> int:
+    """What one attempt's end may take of ``left`` last lines: half, so that the next attempt finds
+    as many; all of the last few (under ``TAIL_MIN``), which halving would never spend."""
+    left = max(left, 0)
+    return max(left // 2, min(left, TAIL_MIN))
+
+
+def dead_allowance(dead: Sequence[int], tail: int, left: int) -> dict[int, int]:
+    """Each dead rank's last lines from the run's pool (``left`` lines) for one failed attempt:
+    ``dead`` in the order they matter (the first named first), ``tail`` each at most. The attempt
+    takes :func:`attempt_share` of the pool; where that cannot give every dead rank ``TAIL_MIN``
+    lines, the first ranks get ``TAIL_MIN`` each while it lasts, the next what is left, the rest
+    none (0: still dead, first in their nodes' own share). Ranks named twice count once."""
+    ranks = list(dict.fromkeys(dead))
+    if not ranks or tail <= 0:
+        return {}
+    share = attempt_share(left)
+    each = min(tail, share // len(ranks))
+    if each >= min(TAIL_MIN, tail):
+        return dict.fromkeys(ranks, each)
+    each = min(TAIL_MIN, tail)
+    out: dict[int, int] = {}
+    for rank in ranks:
+        out[rank] = min(each, share)
+        share -= out[rank]
+    return out
 
 
 class RankBudget:

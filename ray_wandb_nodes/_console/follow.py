@@ -36,6 +36,7 @@ from .lines import Stream
 READ_BYTES = 64 << 10  # one read
 POLL_BYTES = 1 << 20  # at most this much of one file per read() call
 MAX_BACKLOG, KEEP_BYTES = 8 << 20, 256 << 10
+TAIL_BYTES = 32 << 10  # of a dead worker's files, for its last words: NCCL's watchdog prints a few lines
 SUFFIX = {Stream.ERR: "err", Stream.OUT: "out"}  # stderr first: see rank.py's EchoFilter
 
 
@@ -146,3 +147,17 @@ class FileFollower:
             return False
         self.rotations += 1
         return True
+
+
+def log_tail(logs_dir: str | os.PathLike[str], pid: int, nbytes: int = TAIL_BYTES) -> str:
+    """The last ``nbytes`` of worker process ``pid``'s stderr, then its stdout (each decoded,
+    invalid bytes replaced): what a dead rank printed last, for its node to read how it ended."""
+    parts = []
+    for path in worker_files(logs_dir, pid).values():
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - nbytes))
+                parts.append(f.read(nbytes).decode("utf-8", errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(parts)

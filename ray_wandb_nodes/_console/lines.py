@@ -28,7 +28,8 @@ import re
 from typing import NamedTuple
 
 # wandb-core cuts a console line at 4,096 characters (runconsolelogs' maxTerminalLineLength);
-# a line longer than that in bytes keeps its first MAX_LINE_BYTES and says how many were cut.
+# a line longer than that in bytes keeps its first MAX_LINE_BYTES (less the bytes of a character
+# the cut would split: ``char_cut``) and says how many were cut.
 MAX_LINE_BYTES = 4096
 PROGRESS_EVERY_S = 30.0
 # Lines Ray writes into every worker's .out and .err for its log monitor (ray_constants.LOG_PREFIX_*,
@@ -67,6 +68,22 @@ class Piece(NamedTuple):
 
     text: str
     kind: Kind
+
+
+def char_cut(data: bytes | bytearray, at: int) -> int:
+    """Where to cut ``data`` to keep at most ``at`` bytes without splitting a UTF-8 character:
+    ``at``, or less by the bytes of the character that would straddle the cut (at most 3).
+    Bytes that are no UTF-8 are cut where they fall (they decode as U+FFFD either way)."""
+    at = min(at, len(data))
+    # The lead byte of the last character that starts before the cut, within 3 bytes of it.
+    for back in range(1, min(4, at) + 1):
+        byte = data[at - back]
+        if byte < 0x80:  # ASCII: no character straddles
+            return at
+        if byte >= 0xC0:  # a lead byte: the character's length, from its high bits
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4 if byte < 0xF8 else 1
+            return at - back if back < need else at
+    return at  # continuation bytes only: no character to keep whole
 
 
 def _clean(raw: bytes) -> str:
@@ -108,8 +125,11 @@ class LineSplitter:
         if self._opened_at is None and b"\r" not in data:  # the common case: no open line, plain lines
             for raw in parts[:-1]:
                 if not raw.startswith(RAY_MARKERS):
-                    cut = max(len(raw) - self._max, 0)
-                    out.append(Piece(self._text(raw[: self._max] if cut else raw, cut), Kind.TEXT))
+                    if len(raw) > self._max:
+                        keep = char_cut(raw, self._max)
+                        out.append(Piece(self._text(raw[:keep], len(raw) - keep), Kind.TEXT))
+                    else:
+                        out.append(Piece(self._text(raw, 0), Kind.TEXT))
             self._append(parts[-1], now)
             return out
         for i, part in enumerate(parts):
@@ -178,11 +198,19 @@ class LineSplitter:
             self._state.clear()
             self._cut = 0
             self._fresh = False
+        if self._cut:  # the state was cut: the rest of it goes with the cut
+            self._cut += len(state)
+            return
         room = self._max - len(self._state)
-        if len(state) > room:
-            self._cut += len(state) - max(room, 0)
-            state = state[: max(room, 0)]
-        self._state += state
+        if len(state) <= room:
+            self._state += state
+            return
+        self._cut += len(state) - room
+        self._state += state[:room]
+        # The cut at the line's cap: a character it splits goes with the bytes cut.
+        keep = char_cut(self._state, len(self._state))
+        self._cut += len(self._state) - keep
+        del self._state[keep:]
 
     def _end_line(self) -> Piece | None:
         state, cut, progress, sent = bytes(self._state), self._cut, self._progress, self._sent

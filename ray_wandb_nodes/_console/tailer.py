@@ -2,8 +2,9 @@
 
 It follows the stdout and stderr files Ray keeps for each rank of this node (found by the rank's
 process id, see ``follow``), splits them into lines (``lines``), keeps to the run's budget
-(``budget``) and hands each poll's lines to a sink (``sender.RunConsole`` writes them into the
-run). Nothing runs in the rank's process: the cost is this thread's, on the logger's node.
+(``budget``), masks the secrets in them (``mask``: before any line leaves the node) and hands each
+poll's lines to a sink (``sender.RunConsole`` writes them into the run). Nothing runs in the rank's
+process: the cost is this thread's, on the logger's node.
 
 The thread owns every piece of its state; the logger's other threads send it commands
 (:class:`Watch`, :class:`EndAttempt`, :class:`Finish`) and never touch it. Its cost is bounded
@@ -23,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._mask import mask
 from .._warn import Warner, describe
-from .budget import ConsolePlan, RankBudget
+from .budget import ConsolePlan, RankBudget, attempt_share
 from .follow import READ_BYTES, FileFollower, worker_files
 from .lines import PROGRESS_EVERY_S, ConsoleLine, Kind, Stream
 from .rank import RankConsole
@@ -67,9 +69,12 @@ class Watch:
 @dataclass(frozen=True)
 class EndAttempt:
     """The attempt ended (its ranks' processes are gone or going): ``failed`` sends every rank's
-    last lines, else only those of ranks whose live share ran out."""
+    last lines, else only those of ranks whose live share ran out. ``dead``: (rank, lines) of
+    the failure's dead ranks, first named first, each with its lines from the run's pool
+    (``budget.dead_allowance``): theirs go first (see ``budget``)."""
 
     failed: bool
+    dead: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,14 @@ def _proc_start(pid: int) -> int | None:
             except OSError:
                 return None
         return None
+
+
+def _masked(line: ConsoleLine) -> ConsoleLine:
+    """``line`` with its secrets masked (the plugin's own notes hold none)."""
+    if line.kind is Kind.NOTE:
+        return line
+    text = mask(line.text)
+    return line if text is line.text else line._replace(text=text)
 
 
 _WORKER_FILE = re.compile(r"^worker-[0-9a-f]+-(?:[0-9a-f]+-)?(\d+)\.(?:out|err)$")
@@ -184,8 +197,8 @@ class ConsoleTailer:
     def watch(self, ranks: Sequence[RankProcess], plan: ConsolePlan | None = None) -> None:
         self._commands.put(Watch(tuple(ranks), plan))
 
-    def end_attempt(self, failed: bool) -> None:
-        self._commands.put(EndAttempt(failed))
+    def end_attempt(self, failed: bool, dead: Sequence[tuple[int, int]] = ()) -> None:
+        self._commands.put(EndAttempt(failed, tuple(dead)))
 
     def finish(self, failed: bool, timeout: float) -> bool:
         """End the run's console within ``timeout`` s; whether every line reached the sink in time."""
@@ -228,9 +241,9 @@ class ConsoleTailer:
         if isinstance(command, Watch):
             self._guarded(lambda: self._watch(command.ranks, command.plan))
         elif isinstance(command, EndAttempt):
-            self._guarded(lambda: self._end(command.failed))
+            self._guarded(lambda: self._end(command.failed, dict(command.dead)))
         else:
-            self._guarded(lambda: self._end(command.failed))
+            self._guarded(lambda: self._end(command.failed, {}))
             command.done.set()
             return True
         return False
@@ -251,17 +264,20 @@ class ConsoleTailer:
             return
         now = self._clock()
         keep = {rp.rank: rp for rp in ranks}
-        for rank, watched in list(self._watched.items()):
-            if keep.get(rank) != watched.rp:  # gone from the attempt, or a new process of the rank
-                self._send(self._finish_rank(watched, failed=True, now=now))
-                del self._watched[rank]
+        gone = [w for rank, w in self._watched.items() if keep.get(rank) != w.rp]
+        if gone:  # gone from the attempt, or a new process of the rank: ended with a failure
+            self._send(self._finish(gone, failed=True, dead={}, now=now))
+            for watched in gone:
+                del self._watched[watched.rp.rank]
         for rp in ranks:
             if rp.rank not in self._watched:
                 budget = self._budgets.setdefault(rp.rank, RankBudget(self.plan.live(rp.rank), self.plan.tail))
                 self._watched[rp.rank] = _Watched(rp, RankConsole(rp.rank, budget, self._every), now)
         self._poll()
 
-    def _end(self, failed: bool) -> None:
+    def _end(self, failed: bool, dead: dict[int, int]) -> None:
+        # Ranks whose process ended before their attempt did died of their own (Ray ends the rest).
+        early = {rank for rank, w in self._watched.items() if w.ended or (w.files and not w.alive())}
         deadline = time.monotonic() + END_WAIT_S
         while time.monotonic() < deadline and any(
             not w.ended and w.files and w.alive() for w in self._watched.values()
@@ -269,18 +285,30 @@ class ConsoleTailer:
             self._poll()
             time.sleep(0.05)
         self._poll()  # ranks that ended since the last poll: drained there
-        now = self._clock()
-        lines: list[ConsoleLine] = []
-        for watched in self._watched.values():
-            lines += self._finish_rank(watched, failed, now)
+        named = {rank: i for i, rank in enumerate(dead)}  # the first named first
+        ordered = sorted(
+            self._watched.values(),
+            key=lambda w: (0, named[w.rp.rank]) if w.rp.rank in named else (1 if w.rp.rank in early else 2, w.rp.rank),
+        )
+        self._send(self._finish(ordered, failed, dead, self._clock()))
         self._watched.clear()
-        self._send(lines)
 
-    def _finish_rank(self, watched: _Watched, failed: bool, now: float) -> list[ConsoleLine]:
-        lines = [] if watched.ended else self._drain(watched, now)
-        end = watched.console.end(failed, self._tails_left)
-        self._tails_left -= sum(1 for line in end if line.kind is not Kind.NOTE)
-        return lines + end
+    def _finish(self, ranks: Sequence[_Watched], failed: bool, dead: dict[int, int], now: float) -> list[ConsoleLine]:
+        """End ``ranks`` in this order: what is left of their files, then their last lines (when
+        wanted: see ``RankConsole.end``), each dead rank's ``dead`` lines first, then from this
+        attempt's share of the node's last lines (``budget.attempt_share``) while it lasts."""
+        share = attempt_share(self._tails_left)
+        lines: list[ConsoleLine] = []
+        for watched in ranks:
+            if not watched.ended:
+                lines += self._drain(watched, now)
+            allowed = dead.get(watched.rp.rank, 0)
+            end = watched.console.end(failed, allowed + share)
+            taken = max(sum(1 for line in end if line.kind is not Kind.NOTE) - allowed, 0)
+            share -= taken
+            self._tails_left -= taken
+            lines += end
+        return lines
 
     def _poll(self) -> None:
         now = self._clock()
@@ -363,8 +391,11 @@ class ConsoleTailer:
         return lines
 
     def _send(self, lines: list[ConsoleLine]) -> None:
+        """Hand ``lines`` to the sink, each rank's text masked first (``mask``): every line that
+        leaves the node, live or last, goes through here."""
         if not lines:
             return
+        lines = [_masked(line) for line in lines]
         try:
             self._sink(lines)
             self.sent += len(lines)

@@ -20,18 +20,36 @@ from ray_wandb_nodes._console import (
     Stream,
     plan_console,
 )
+from ray_wandb_nodes._console.budget import attempt_share, dead_allowance
 
 OUT, ERR = Stream.OUT, Stream.ERR
 
-# (what the case is, (mode, world size, nodes), the plan: live rank 0, live other, tail, node tails)
+# (what the case is, (mode, world size, nodes), the plan: live rank 0, live other, tail, node
+# tails, the run's pool for dead ranks)
 PLANS: list[tuple[str, tuple[Any, int, int], ConsolePlan]] = [
-    ("off: nothing", ("off", 8, 2), ConsolePlan(ConsoleMode("off"), 0, 0, 0, 0)),
-    ("rank0, 8 ranks on 2 nodes", ("rank0", 8, 2), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 200, 10_000)),
-    ("all, 8 ranks: an equal share each", ("all", 8, 2), ConsolePlan(ConsoleMode("all"), 8_750, 8_750, 200, 10_000)),
-    ("failures: all for last lines", ("failures", 8, 2), ConsolePlan(ConsoleMode("failures"), 0, 0, 200, 45_000)),
-    ("rank0, 1,024 ranks, 128 nodes", ("rank0", 1024, 128), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 156)),
-    ("rank0, 8,192 ranks: 20 at least", ("rank0", 8192, 1024), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 20)),
-    ("one rank, one node", ("all", 1, 1), ConsolePlan(ConsoleMode("all"), 70_000, 70_000, 200, 20_000)),
+    ("off: nothing", ("off", 8, 2), ConsolePlan(ConsoleMode("off"), 0, 0, 0, 0, 0)),
+    ("rank0, 8 ranks on 2 nodes", ("rank0", 8, 2), ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 200, 5_000, 10_000)),
+    (
+        "all, 8 ranks: an equal share each",
+        ("all", 8, 2),
+        ConsolePlan(ConsoleMode("all"), 8_750, 8_750, 200, 5_000, 10_000),
+    ),
+    (
+        "failures: all for last lines",
+        ("failures", 8, 2),
+        ConsolePlan(ConsoleMode("failures"), 0, 0, 200, 22_500, 45_000),
+    ),
+    (
+        "rank0, 1,024 ranks, 128 nodes",
+        ("rank0", 1024, 128),
+        ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 78, 10_000),
+    ),
+    (
+        "rank0, 8,192 ranks: 20 at least a rank, the dead ones' from the pool",
+        ("rank0", 8192, 1024),
+        ConsolePlan(ConsoleMode("rank0"), 70_000, 0, 20, 9, 10_000),
+    ),
+    ("one rank, one node", ("all", 1, 1), ConsolePlan(ConsoleMode("all"), 70_000, 70_000, 200, 10_000, 10_000)),
 ]
 
 
@@ -41,12 +59,11 @@ def test_plan(args: tuple[Any, int, int], expected: ConsolePlan) -> None:
 
 
 @pytest.mark.parametrize("mode", ["rank0", "all", "failures"])
-@pytest.mark.parametrize(("world", "nodes"), [(1, 1), (8, 2), (64, 8)])
-def test_live_lines_and_one_failed_attempt_fit_under_w_and_b_s_limit(mode: Any, world: int, nodes: int) -> None:
+@pytest.mark.parametrize(("world", "nodes"), [(1, 1), (8, 2), (64, 8), (8192, 1024)])
+def test_live_lines_and_every_last_line_fit_under_w_and_b_s_limit(mode: Any, world: int, nodes: int) -> None:
     plan = plan_console(mode, world, nodes)
     live = sum(plan.live(rank) for rank in range(world))
-    tails = min(plan.node_tails * nodes, plan.tail * world)
-    assert live + tails <= PLUGIN_LINES < RUN_LINES
+    assert live + plan.node_tails * nodes + plan.dead_tails <= PLUGIN_LINES < RUN_LINES
 
 
 def test_an_unknown_mode_is_refused_naming_the_modes() -> None:
@@ -191,3 +208,47 @@ def test_a_new_plan_keeps_what_a_rank_already_sent() -> None:
     assert budget.live_left == 2
     budget.replan(live=3)
     assert budget.live_left == 0 and budget.live_spent
+
+
+# (what the case is, (dead ranks in order, tail, the pool left), each dead rank's lines)
+ALLOWANCES: list[tuple[str, tuple[list[int], int, int], dict[int, int]]] = [
+    ("one dead rank: its whole ring", ([5], 200, 10_000), {5: 200}),
+    ("the attempt takes half the pool at most", ([1, 2, 3], 200, 400), {1: 66, 2: 66, 3: 66}),
+    ("the last few lines all at once", ([1], 200, 15), {1: 15}),
+    ("nothing left", ([1, 2], 200, 0), {1: 0, 2: 0}),
+    ("no dead rank", ([], 200, 10_000), {}),
+    ("a rank named twice counts once", ([4, 4, 1], 200, 10_000), {4: 200, 1: 200}),
+    (
+        "too many for 20 each: the first named get 20, the next what is left, the others none",
+        ([9, 3, 7, 1], 20, 100),
+        {9: 20, 3: 20, 7: 10, 1: 0},
+    ),
+    ("8,000 waiters behind one stuck rank: the first 250 named", (list(range(8_000)), 20, 10_000), None),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), [a[1:] for a in ALLOWANCES], ids=[a[0] for a in ALLOWANCES])
+def test_dead_allowance(args: tuple[list[int], int, int], expected: dict[int, int] | None) -> None:
+    got = dead_allowance(*args)
+    if expected is None:  # the big case, by its totals
+        assert list(got) == args[0] and sum(got.values()) == 5_000
+        assert all(got[r] == 20 for r in range(250)) and not any(got[r] for r in range(250, 8_000))
+    else:
+        assert got == expected
+        assert list(got) == list(dict.fromkeys(args[0]))  # in the order named
+    assert sum(got.values()) <= max(args[2] // 2, min(args[2], 20))
+
+
+def test_failed_attempts_one_after_another_each_find_lines_in_the_pool() -> None:
+    left, given = 10_000, []
+    for _ in range(30):  # 30 failed attempts of one dead rank each
+        got = dead_allowance([5], 200, left)[5]
+        given.append(got)
+        left -= got
+    assert given[:25] == [200] * 25  # a ring each, for as many attempts as max_failures often allows
+    assert all(g > 0 for g in given) and left >= 0
+
+
+@pytest.mark.parametrize(("left", "share"), [(10_000, 5_000), (39, 20), (20, 20), (7, 7), (0, 0), (-3, 0)])
+def test_attempt_share(left: int, share: int) -> None:
+    assert attempt_share(left) == share

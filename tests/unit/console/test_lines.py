@@ -56,6 +56,54 @@ def test_a_line_longer_than_the_cap_keeps_its_start_and_says_how_much_was_cut() 
     assert [p.text for p in splitter.feed(b"56789abc\n", now=0.0)] == ["0123456789 [... 3 more bytes]"]
 
 
+E_ACUTE, EURO, CLEF = "é".encode(), "€".encode(), "𝄞".encode()  # 2, 3 and 4 bytes in UTF-8
+
+# (what the case is, the line's bytes, how they are read, the line out), the cap at 10 bytes:
+# a character the cut would split is cut whole, its bytes counted with the cut.
+CUTS: list[tuple[str, bytes, str]] = [
+    ("ASCII: the cut where the cap is", b"0123456789abc", "0123456789 [... 3 more bytes]"),
+    ("a 2-byte character across the cap", b"012345678" + E_ACUTE + b"x", "012345678 [... 3 more bytes]"),
+    ("a 2-byte character that ends at the cap", b"01234567" + E_ACUTE + b"x", "01234567é [... 1 more bytes]"),
+    ("a 3-byte character, 1 byte in", b"012345678" + EURO, "012345678 [... 3 more bytes]"),
+    ("a 3-byte character, 2 bytes in", b"01234567" + EURO, "01234567 [... 3 more bytes]"),
+    ("a 3-byte character that ends at the cap", b"0123456" + EURO + b"xy", "0123456€ [... 2 more bytes]"),
+    ("a 4-byte character, 3 bytes in", b"0123456" + CLEF + b"x", "0123456 [... 5 more bytes]"),
+    ("all multi-byte", EURO * 4, "€€€ [... 3 more bytes]"),
+    (
+        "bytes that are no UTF-8 at the cap are cut where they fall",
+        b"012345678\xff\xfe",
+        "012345678\ufffd [... 1 more bytes]",
+    ),
+    ("a lone continuation byte", b"01234567\x82\x82zz", "01234567\ufffd\ufffd [... 2 more bytes]"),
+    ("a lead byte without its continuation", b"012345678\xe2z", "012345678 [... 2 more bytes]"),
+]
+
+
+@pytest.mark.parametrize("how", ["one chunk", "a byte at a time", "an open line"])
+@pytest.mark.parametrize(("line", "expected"), [c[1:] for c in CUTS], ids=[c[0] for c in CUTS])
+def test_a_cut_never_splits_a_character(line: bytes, expected: str, how: str) -> None:
+    splitter = LineSplitter(max_bytes=10)
+    if how == "one chunk":
+        out = splitter.feed(line + b"\nnext\n", now=0.0)
+    elif how == "a byte at a time":
+        out = [p for i in range(len(line)) for p in splitter.feed(line[i : i + 1], now=0.0)]
+        out += splitter.feed(b"\nnext\n", now=0.0)
+    else:  # the line stays open to the stream's end
+        out = splitter.feed(b"next\n" + line, now=0.0) + splitter.close()
+    texts = [p.text for p in out]
+    assert expected in texts and "next" in texts
+    if _utf8(line):  # valid text never comes out with a replacement character
+        assert not any("\ufffd" in t for t in texts), texts
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_memory_is_one_line_whatever_is_written_without_a_newline() -> None:
     splitter = LineSplitter()
     for _ in range(200):
