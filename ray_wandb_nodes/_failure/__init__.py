@@ -13,28 +13,35 @@ Ray). Nothing here imports Ray or wandb: ``_ray.failures`` reads Ray's objects i
 
 from .attempt import FailedAttempt, FailureEvent
 from .choose import Cause, Verdict, choose
-from .deaths import NodeDeaths
-from .facts import Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
-from .node import DeathWatch, Gone, NodeFacts, OomCounter, node_facts, oom_kills, process_gone
-from .record import RankRecord, RankRecorder, RecordKind, read_records
+from .deaths import SETTLE_S, NodeDeaths
+from .facts import CollectiveAt, Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
+from .last_words import LastWords, read_last_words
+from .node import DeathWatch, Gone, NodeFacts, OomCounter, RankMemory, node_facts, oom_kills, process_gone
+from .record import RankRecord, RankRecorder, RecordKind, read_records, remember_positions
+from .stuck import HangView, Waited, waited_for
 from .table import RankPlace, rank_failures
 from .texts import innermost_user_frame, ray_death, shape_of
 from .words import FailureNotice, FailureSummary, failure_notice, recovered_notice
 
 __all__ = [
+    "SETTLE_S",
     "Cause",
+    "CollectiveAt",
     "DeathWatch",
     "FailedAttempt",
     "FailureEvent",
     "FailureNotice",
     "FailureSummary",
     "Gone",
+    "HangView",
     "Kind",
+    "LastWords",
     "NodeDeaths",
     "NodeFacts",
     "OomCounter",
     "OomEvidence",
     "RankFailure",
+    "RankMemory",
     "RankPlace",
     "RankRecord",
     "RankRecorder",
@@ -44,6 +51,7 @@ __all__ = [
     "Shape",
     "UserFrame",
     "Verdict",
+    "Waited",
     "Window",
     "choose",
     "failure_notice",
@@ -53,7 +61,10 @@ __all__ = [
     "process_gone",
     "rank_failures",
     "ray_death",
+    "read_last_words",
     "read_records",
     "recovered_notice",
+    "remember_positions",
     "shape_of",
+    "waited_for",
 ]

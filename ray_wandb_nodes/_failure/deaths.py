@@ -9,6 +9,11 @@ of a rank's end is read once and kept. Kept, because a folder's files go with th
 (``_hang.remove_dead``): a rank that raised is stopped by Ray moments later, and its record must
 outlive it until the driver side asks. The watcher looks here before it removes anything.
 
+It keeps, too, each rank's last progress read off its beacon (its counts, and how long ago it
+moved), so that the rank the others waited for is seen after its files went; and a dead rank's last
+words (the tail of its worker's log, the caller's ``last_words``: what NCCL's watchdog or a
+crash printed before the process ended), read once, as it is found gone without a record.
+
 An attempt no longer watched (the next one started, the run ended) is kept ``KEEP_S`` more, since
 its facts may be asked after the watch moved on, then forgotten.
 """
@@ -18,14 +23,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .._hang import rank_processes, run_dir
-from .node import DeathWatch, NodeFacts, OomCounter
-from .record import RankRecord, new_records
+from .._hang import RankProgress, progress_of, rank_processes, read_slots, run_dir
+from .last_words import LastWords, read_last_words
+from .node import DeathWatch, NodeFacts, OomCounter, RankMemory
+from .record import RankRecord, RecordKind, new_records
 
 KEEP_S = 120.0  # an attempt's facts, after its watch ended (the driver side asks within seconds)
+# How long a failed attempt's facts wait for every rank's end: Ray Train asks its live workers to
+# stop right after its decision (every one at once) and kills them 5 s later; well inside the
+# fleet's FACTS_TIMEOUT_S (5 s), so that an answer still comes in time.
+SETTLE_S, SETTLE_POLL_S = 3.0, 0.05
 
 
 @dataclass
@@ -35,6 +45,8 @@ class _Attempt:
     processes: set[tuple[int, int]] = field(default_factory=set)  # (rank, pid): every one seen, dead ones too
     records: list[RankRecord] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # the record files read
+    progress: dict[int, tuple[RankProgress, int]] = field(default_factory=dict)  # rank -> last reading, its ns
+    last_words: dict[tuple[int, int], LastWords] = field(default_factory=dict)  # (rank, pid) -> what its log said
 
 
 class NodeDeaths:
@@ -47,8 +59,10 @@ class NodeDeaths:
         root: Path | None = None,
         read_oom_kills: Callable[[], int | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        last_words: Callable[[int], str] | None = None,
     ) -> None:
         self._root = root
+        self._last_words = last_words  # pid -> the tail of its worker's log ("" where none)
         self._read = read_oom_kills or OomCounter()
         self._clock = clock
         self._lock = threading.Lock()
@@ -69,18 +83,54 @@ class NodeDeaths:
                     self._attempts.pop(key, None)
                     del self._left[key]
 
-    def facts(self, key: str, ranks: Collection[int], memory_percent: float | None = None) -> NodeFacts:
-        """What this node tells of ``ranks`` of the attempt ``key`` now, after a last look."""
+    def facts(
+        self, key: str, ranks: Collection[int], memory_percent: float | None = None, settle_s: float = 0.0
+    ) -> NodeFacts:
+        """What this node tells of ``ranks`` of the attempt ``key`` now, after a last look; with
+        ``settle_s``, once every rank has an end to tell (gone, or a record: Ray Train asks each
+        live worker to stop right after its decision, and the record of that stop says where the
+        rank stood) or ``settle_s`` passed."""
         wanted = frozenset(ranks)
+        deadline = time.monotonic() + settle_s
+        while settle_s > 0 and time.monotonic() < deadline and not self._settled(key, wanted):
+            time.sleep(SETTLE_POLL_S)
         with self._lock:
             held = self._attempts.get(key)
             attempt = self._look(key, wanted | (held.ranks if held is not None else frozenset()))
+            now = time.monotonic_ns()
+            progress = tuple(
+                replace(p, age_s=p.age_s + (now - at) / 1e9) for rank, (p, at) in sorted(attempt.progress.items())
+                if rank in wanted
+            )  # fmt: skip
             return NodeFacts(
                 tuple(r for r in attempt.records if r.rank in wanted),
                 tuple(g for g in attempt.deaths.gone() if g.rank in wanted),
                 attempt.deaths.oom_kills_since_start(),
                 memory_percent,
+                progress=progress,
+                last_words=tuple((r, p, t) for (r, p), t in sorted(attempt.last_words.items()) if r in wanted),
+                ranks_memory=tuple(m for m in attempt.deaths.memory() if m.rank in wanted),
             )
+
+    def _settled(self, key: str, ranks: frozenset[int]) -> bool:
+        with self._lock:
+            held = self._attempts.get(key)
+            attempt = self._look(key, ranks | (held.ranks if held is not None else frozenset()))
+            told = {r.rank for r in attempt.records} | {g.rank for g in attempt.deaths.gone()}
+            return ranks <= told
+
+    def memory(self, key: str) -> tuple[RankMemory, ...]:
+        """The attempt ``key``'s ranks' memory as sampled on the looks so far (no look now)."""
+        with self._lock:
+            held = self._attempts.get(key)
+            return tuple(held.deaths.memory()) if held is not None else ()
+
+    def ended(self, key: str) -> set[tuple[int, int]]:
+        """The ``(rank, pid)`` of the attempt ``key`` found gone, their records read: whose files
+        may go now (``_hang.remove_dead``'s ``only``)."""
+        with self._lock:
+            held = self._attempts.get(key)
+            return {(g.rank, g.pid) for g in held.deaths.gone()} if held is not None else set()
 
     def keys(self) -> set[str]:
         with self._lock:
@@ -93,7 +143,17 @@ class NodeDeaths:
         attempt.ranks = ranks
         folder = run_dir(key, self._root)
         attempt.processes |= {p for p in rank_processes(folder) if p[0] in ranks}
+        now = time.monotonic_ns()
+        for slot in read_slots(folder):
+            if slot.rank in ranks:
+                attempt.progress[slot.rank] = (progress_of(slot, now), now)
         # Every process seen, its files gone or not: one that died since the last look is found gone.
-        attempt.deaths.look(sorted(attempt.processes))
+        gone = attempt.deaths.look(sorted(attempt.processes))
         attempt.records += [r for r in new_records(folder, attempt.seen) if r.rank in ranks]
+        raised = {(r.rank, r.pid) for r in attempt.records if r.kind is RecordKind.RAISED}
+        for g in gone:
+            if self._last_words is not None and (g.rank, g.pid) not in raised:
+                said = read_last_words(self._last_words(g.pid))  # read here: a few lines cross, never the tail
+                if said.found:
+                    attempt.last_words[(g.rank, g.pid)] = said
         return attempt

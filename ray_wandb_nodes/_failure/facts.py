@@ -25,6 +25,7 @@ class Kind(enum.Enum):
     OOM = "oom"  # killed for memory: Ray's memory monitor said so, or its node's cgroup counted an OOM kill
     LOST = "lost"  # its node left the cluster (ended, unreachable or preempted)
     UNRESPONSIVE = "unresponsive"  # its process stopped answering Ray's health check
+    STUCK = "stuck"  # it stopped outside a collective while the others timed out waiting for it (``stuck``)
 
 
 class Shape(enum.Enum):
@@ -71,6 +72,11 @@ class OomEvidence:
     cgroup_oom_kills: int | None = None  # OOM kills the node's memory cgroup counted during the run (None: unknown)
     at_death: int | None = None  # ... of them as the process died (between its node's looks); None: unknown
     memory_percent: float | None = None  # the node's last memory sample (% of its memory in use)
+    own_cgroup: bool = False  # ``at_death`` is the killed process's own memory cgroup's count (else the node's)
+    limit: int | None = None  # that cgroup's memory limit, bytes (the tightest from it up; None: none or unknown)
+    peak: int | None = None  # its peak usage, bytes
+    rss: int | None = None  # the killed process's resident memory at its node's last look alive, bytes
+    grew: tuple[int, int, int] | None = None  # the rank of its node that grew most: (rank, first, peak bytes)
 
     @property
     def found(self) -> bool:
@@ -96,6 +102,19 @@ class Window:
 
 
 @dataclass(frozen=True)
+class CollectiveAt:
+    """The collective a rank's error names (``texts.collective_of``): its process group, its
+    sequence number in that group and its operation, as the hang rule's flight records name them."""
+
+    group: str  # the process group's name (``0``: the default group); "" where the text does not say
+    seq: int | None  # the collective's sequence number in its group (NCCL's ``SeqNum``); None: not said (gloo)
+    op: str  # ``all_reduce``, ``broadcast``, ``barrier``, ... ("" where not said)
+    desc: str = ""  # torch's description of the group (``default_pg``, ``mesh_tp``)
+    completed: int | None = None  # the group's last completed sequence number on this rank (NCCL's watchdog)
+    enqueued: int | None = None  # ... and its last enqueued
+
+
+@dataclass(frozen=True)
 class RankFailure:
     """One rank's failure: a row of the table the first death is chosen from."""
 
@@ -112,3 +131,6 @@ class RankFailure:
     by_ray: bool = True  # Ray's controller saw it on the poll it decided on
     alive_after: bool = False  # that poll found the rank running: it failed after the job was failing
     window: Window | None = None  # when, on its node's clock
+    collective: CollectiveAt | None = None  # the collective its error names (group, sequence number, op)
+    signal: str = ""  # the signal that ended a death, where its last words name it ("SIGABRT")
+    ended_by: str = ""  # what sent it, where they say ("NCCL's watchdog", "a C++ exception")

@@ -10,9 +10,16 @@ logger reads it even when Ray's controller only saw the cascade, or saw nothing 
   rank is set up, so that the node's logger knows the rank's process (and sees it end) whether
   hang detection gave the rank a beacon or not.
 - :meth:`RankRecorder.stopped`: Ray asked the worker to shut down (its orderly stop after a
-  decision), so a process that is gone afterwards was stopped, not killed.
+  decision: ``_ray.add_shutdown_hook``), so a process that is gone afterwards was stopped, not
+  killed; with where its training thread stood then (its stack), taken before Ray kills it.
 
-A process killed outright (SIGKILL, the kernel's OOM killer) writes nothing: its absence, with
+Every record carries the rank's position in each of its process groups (:func:`group_positions`:
+the sequence number of the last collective the group issued on this rank, as torch counts them
+for gloo and NCCL alike), so that the ranks behind a collective timeout are told from the rank
+they waited for by numbers, not by words.
+
+Its texts (message, traceback, causes) are masked (``_mask``) before they are written: the
+record leaves the node. A process killed outright (SIGKILL, the kernel's OOM killer) writes nothing: its absence, with
 the process gone, is the node's evidence (``node``). Recording never raises and never keeps the
 exception: the caller hands it on untouched.
 """
@@ -26,10 +33,12 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .._mask import mask
 from .._ray.failures import type_name
 from .facts import UserFrame
 from .texts import innermost_user_frame
@@ -38,6 +47,8 @@ RAISED_SUFFIX, STOPPED_SUFFIX, PRESENT_SUFFIX = ".failure.json", ".stopped.json"
 MAX_TRACEBACK = 256 * 1024  # characters of a traceback kept (its head and its tail past that)
 MAX_MESSAGE = 4000
 MAX_CAUSES = 8
+MAX_GROUPS = 64  # process groups whose positions a record keeps
+MAX_STACK = 64 * 1024  # characters of a stopped rank's stack kept
 
 
 class RecordKind(enum.Enum):
@@ -60,6 +71,9 @@ class RankRecord:
     frame: UserFrame | None = None
     causes: tuple[str, ...] = ()  # "Type: message" of each cause, the nearest first
     thread: str = ""
+    # (process group's name, sequence number of its last collective on this rank): "0" is the
+    # default group (torch's own names); empty where torch.distributed was not set up
+    groups: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -84,6 +98,7 @@ class RankRecord:
             frame=UserFrame(**frame) if isinstance(frame, dict) else None,
             causes=tuple(str(c) for c in data.get("causes", ())),
             thread=str(data.get("thread", "")),
+            groups=tuple((str(g), int(n)) for g, n in data.get("groups", ())),
         )
 
 
@@ -91,7 +106,7 @@ def record_of(rank: int, exc: BaseException, kind: RecordKind = RecordKind.RAISE
     """The record of ``exc`` as this process sees it now."""
     summary = traceback.extract_tb(exc.__traceback__)
     frames = [UserFrame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in summary]
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = mask("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     if len(text) > MAX_TRACEBACK:
         half = MAX_TRACEBACK // 2
         text = f"{text[:half]}\n... ({len(text) - MAX_TRACEBACK} characters left out) ...\n{text[-half:]}"
@@ -102,12 +117,45 @@ def record_of(rank: int, exc: BaseException, kind: RecordKind = RecordKind.RAISE
         mono_ns=time.monotonic_ns(),
         wall=time.time(),
         error_type=type_name(exc),
-        message=_bounded(_message(exc)),
+        message=_bounded(mask(_message(exc))),
         traceback=text,
         frame=innermost_user_frame(frames),
-        causes=tuple(f"{type_name(c)}: {_bounded(_message(c), 500)}" for c in _causes(exc)),
+        causes=tuple(f"{type_name(c)}: {_bounded(mask(_message(c)), 500)}" for c in _causes(exc)),
         thread=threading.current_thread().name,
+        groups=group_positions() or _remembered,
     )
+
+
+_remembered: tuple[tuple[str, int], ...] = ()  # the positions as the default group ended (see remember_positions)
+
+
+def remember_positions() -> tuple[tuple[str, int], ...]:
+    """Keep this process's positions now, as its default group is about to go: a raise after
+    that (a ``finally: dist.destroy_process_group()`` runs before the exception leaves the train
+    function) still records where the rank stood."""
+    global _remembered
+    _remembered = group_positions() or _remembered
+    return _remembered
+
+
+def group_positions() -> tuple[tuple[str, int], ...]:
+    """Each process group of this process with the sequence number of the last collective it
+    issued here (``ProcessGroup._get_sequence_number_for_group``: gloo and NCCL, torch 2.4 to
+    2.13; torch's ``_world.pg_names`` name them, ``"0"`` the default group). Read only where the
+    process imported torch.distributed already; () where it did not, or anything fails."""
+    import sys
+
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is None:
+        return ()
+    try:
+        world = c10d._world
+        out = []
+        for pg, name in list(world.pg_names.items())[:MAX_GROUPS]:
+            out.append((str(name), int(pg._get_sequence_number_for_group())))
+        return tuple(out)
+    except Exception:  # noqa: BLE001 - a torch without these names: no positions
+        return ()
 
 
 def _message(exc: BaseException) -> str:
@@ -159,10 +207,17 @@ class RankRecorder:
         except Exception:  # noqa: BLE001
             return False
 
-    def stopped(self) -> bool:
-        """Record that Ray is stopping this worker (its shutdown call); whether it was written."""
+    def stopped(self, frames: Sequence[traceback.FrameSummary] = ()) -> bool:
+        """Record that Ray is stopping this worker (its shutdown call), with ``frames``, where its
+        training thread stood then (outermost first); whether it was written."""
         try:
-            record = RankRecord(self.rank, os.getpid(), RecordKind.STOPPED, time.monotonic_ns(), time.time())
+            stack = "".join(traceback.format_list(list(frames)))
+            if len(stack) > MAX_STACK:
+                stack = "...\n" + stack[-MAX_STACK:]
+            user = [UserFrame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in frames]
+            record = RankRecord(self.rank, os.getpid(), RecordKind.STOPPED, time.monotonic_ns(), time.time(),
+                                traceback=stack, frame=innermost_user_frame(user) if user else None,
+                                groups=group_positions() or _remembered)  # fmt: skip
             write_atomic(self.path(STOPPED_SUFFIX), record.to_json())
             return True
         except Exception:  # noqa: BLE001

@@ -257,3 +257,44 @@ def test_records_of_an_earlier_attempt_are_left_out() -> None:
     facts = nodes("two")  # the records of processes that are not this attempt's
     later = [RankPlace(p.rank, p.node, p.gpus, (p.pid or 0) + 100_000) for p in places("two")]
     assert rank_failures(later, poll, facts) == []
+
+
+# The same choice as the quadratic definition, in O(n log n) ----------------------------------------
+def reference_choice(failures: list[RankFailure]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The choice as first written (every failure against every other), for small tables."""
+
+    def certainly_before(a: RankFailure, b: RankFailure) -> bool:
+        if a.kind is Kind.RAISED or a.node != b.node or a.window is None or b.window is None:
+            return False
+        return a.window.before(b.window)
+
+    own = [f for f in failures if not f.shape.follows and not f.alive_after]
+    if not own:
+        own = [f for f in failures if not f.shape.follows]
+    first = [f for f in own if not any(certainly_before(g, f) for g in own if g is not f)]
+    lost = {f.node for f in first if f.kind is Kind.LOST}
+    first += [f for f in failures if f.kind is Kind.LOST and f.node in lost and all(f is not g for g in first)]
+    verdict = choose(failures)  # grouping is the same code: compare the chosen ranks
+    chosen = sorted(f.rank for f in first)
+    assert sorted(r for c in verdict.causes for r in c.ranks) == chosen
+    return [c.ranks for c in verdict.causes], [f.rank for f in verdict.consequences]
+
+
+def test_the_choice_is_the_quadratic_definition_s_on_random_tables() -> None:
+    import random
+
+    rng = random.Random(43)
+    kinds = [Kind.RAISED, Kind.SIGNAL, Kind.OOM, Kind.LOST, Kind.UNRESPONSIVE]
+    for _ in range(400):
+        failures = []
+        for rank in range(rng.randint(0, 12)):
+            after = rng.randint(0, 50)
+            window = None if rng.random() < 0.2 else Window(after, after + rng.randint(0, 20))
+            kind = rng.choice(kinds)
+            shape = rng.choice(list(Shape)) if rng.random() < 0.3 else Shape.OWN
+            failures.append(RankFailure(
+                rank, f"node-{rng.randint(0, 2)}", (), kind, shape,
+                "ValueError" if kind is Kind.RAISED else "", "m", window=window, alive_after=rng.random() < 0.2,
+            ))  # fmt: skip
+        causes, consequences = reference_choice(failures)
+        assert sorted(consequences + [r for c in causes for r in c]) == [f.rank for f in failures]

@@ -90,3 +90,66 @@ def test_a_rank_of_another_node_in_a_shared_folder_is_not_this_node_s(tmp_path: 
     deaths = NodeDeaths(tmp_path, read_oom_kills=lambda: None)
     deaths.look({KEY: (0, 1)})
     assert deaths.facts(KEY, (0, 1)).records == ()
+
+
+def test_a_node_s_reads_remove_only_the_files_of_ends_its_death_watch_has_read(tmp_path: Path) -> None:
+    """The node logger's order on every status ping (``NodeLogger._read_watched``): its death watch
+    looks first, then the watch's read removes the files of those processes only. A rank that
+    raised and died between two pings keeps its record, and its kill is found gone with it."""
+    from ray_wandb_nodes._hang import NodeWatch
+
+    folder = run_dir(KEY, tmp_path)
+    folder.mkdir(parents=True)
+    watch, deaths = NodeWatch(tmp_path), NodeDeaths(tmp_path, read_oom_kills=lambda: 0)
+    watch.watch(KEY, (0, 1))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        RankRecorder(folder, 1).path(".rank", child.pid).touch()
+        deaths.look(watch.watching())
+        watch.read(deaths.ended)
+        raised_here(folder, rank=0)  # rank 0 raises after the ping ...
+        os.kill(child.pid, signal.SIGKILL)  # ... and rank 1 is killed, both before the next one
+        child.wait()
+        stale = RankRecorder(folder, 0).path(".failure.json", 999_999)  # a dead process never looked at
+        stale.write_text(RankRecorder(folder, 0).path(".failure.json").read_text())
+        assert set(deaths.ended(KEY)) == set()
+        watch.read(deaths.ended)  # a read alone (no look first) removes nothing it has not read
+        assert stale.exists() and any(folder.glob("rank-1.*"))
+        deaths.look(watch.watching())
+        watch.read(deaths.ended)
+        facts = deaths.facts(KEY, (0, 1))
+        assert [(g.rank, g.pid) for g in facts.gone] == [(0, 999_999), (1, child.pid)]
+        assert not any(folder.glob(f"rank-1.{child.pid}.*")) and not stale.exists()  # their ends read: files go
+        assert [r.rank for r in facts.records if r.kind is RecordKind.RAISED][:1] == [0]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_a_rank_found_gone_without_a_record_has_its_last_words_read_once(tmp_path: Path) -> None:
+    folder = run_dir(KEY, tmp_path)
+    folder.mkdir(parents=True)
+    said: list[int] = []
+
+    def words(pid: int) -> str:
+        said.append(pid)
+        return "To avoid data inconsistency, we are taking the entire process down."
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        RankRecorder(folder, 3).path(".rank", child.pid).touch()
+        deaths = NodeDeaths(tmp_path, read_oom_kills=lambda: None, last_words=words)
+        deaths.look({KEY: (3,)})
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        deaths.look({KEY: (3,)})
+        deaths.look({KEY: (3,)})
+        facts = deaths.facts(KEY, (3,))
+        ((rank, pid, told),) = facts.last_words
+        assert said == [child.pid]
+        assert (rank, pid, told.signal, told.lines) == (3, child.pid, "SIGABRT", (words(child.pid),))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -78,11 +78,15 @@ def test_the_watch_keeps_each_death_s_window() -> None:
     assert watch.gone() == [gone]
 
 
-def test_each_death_comes_with_the_oom_kills_counted_as_it_happened() -> None:
+def test_each_death_comes_with_the_oom_kills_counted_as_it_happened(tmp_path: Path) -> None:
+    """Where a rank's own cgroup cannot be read (none under ``tmp_path``), the node's count stands in."""
     counts = iter([4, 4, 5, 5, 6])  # at the start, then a read a look, then when asked
-    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
-    watch = DeathWatch(read_oom_kills=lambda: next(counts))
+    script = "import time; print('ready', flush=True); time.sleep(60)"
+    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE) for _ in range(2)]
+    watch = DeathWatch(read_oom_kills=lambda: next(counts), cgroup_root=tmp_path)
     try:
+        for child in children:  # a Python running, not one still starting (its RSS is then a few pages)
+            assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         watch.look([(0, children[0].pid), (1, children[1].pid)], now_ns=10)  # count 4
         children[0].kill()
         children[0].wait()
@@ -94,7 +98,10 @@ def test_each_death_comes_with_the_oom_kills_counted_as_it_happened() -> None:
         for child in children:
             child.kill()
             child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
     assert (first.rank, first.oom_kills, second.rank, second.oom_kills) == (0, 1, 1, 0)
+    assert first.cgroup is None and first.rss is not None and first.rss > 1 << 20  # a Python's RSS, sampled alive
     assert watch.oom_kills_since_start() == 2
     unknown = DeathWatch(read_oom_kills=lambda: None)
     child = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -82,25 +82,30 @@ def test_a_kill_alert_gives_ray_s_words_and_the_node_s_memory() -> None:
     assert notice.summary.kind == "signal" and notice.summary.rank == 1
 
 
-def test_an_oom_kill_alert_gives_the_cgroup_s_count() -> None:
+def test_an_oom_kill_alert_says_out_of_memory_with_the_cgroup_s_count() -> None:
     notice = failure_notice(kill_verdict(oom_kills=1))
-    assert notice.title == "Rank 1: killed for memory (the kernel's OOM killer)"
-    assert "  the node's memory cgroup counted 1 OOM kill(s) as the process died (1 during the run)" in (
-        notice.text.splitlines())  # fmt: skip
+    cause = "out of memory: killed by the kernel's OOM killer (the node's memory cgroup counted 1 OOM kill as it died)"
+    assert notice.title == f"Rank 1: {cause}"  # 119 characters: whole
+    assert notice.text.splitlines()[:3] == [
+        f"Rank 1 on node-0 (GPU 1): {cause}",
+        "  Ray: Worker exit type: SYSTEM_ERROR; Worker unexpectedly exits with a connection error code 2",
+        "  the node's memory was 96% in use at its last sample",
+    ]
     assert notice.summary.as_summary()["failure"]["kind"] == "oom"
+    assert notice.summary.cause == cause
 
 
 def test_the_oom_kills_counted_as_the_process_died_decide_over_the_run_s() -> None:
     base = RankFailure(1, "node-0", ("1",), Kind.SIGNAL)
     as_it_died = RankFailure(**{**base.__dict__, "kind": Kind.OOM, "oom": OomEvidence(cgroup_oom_kills=3, at_death=1)})
-    assert "  the node's memory cgroup counted 1 OOM kill(s) as the process died (3 during the run)" in (
-        failure_notice(choose([as_it_died])).text.splitlines())  # fmt: skip
+    assert failure_notice(choose([as_it_died])).text.splitlines()[0] == (
+        "Rank 1 on node-0 (GPU 1): out of memory: killed by the kernel's OOM killer (the node's memory cgroup "
+        "counted 1 OOM kill as it died)")  # fmt: skip
     earlier = RankFailure(**{**base.__dict__, "oom": OomEvidence(cgroup_oom_kills=2, at_death=0)})
     assert "  the node's memory cgroup counted no OOM kill as the process died (2 during the run)" in (
         failure_notice(choose([earlier])).text.splitlines())  # fmt: skip
     unseen = RankFailure(**{**base.__dict__, "kind": Kind.OOM, "oom": OomEvidence(cgroup_oom_kills=1)})
-    assert "  the node's memory cgroup counted 1 OOM kill during the run" in (
-        failure_notice(choose([unseen])).text.splitlines())  # fmt: skip
+    assert "(the node's memory cgroup counted 1 OOM kill during the run)" in failure_notice(choose([unseen])).title
     unread = RankFailure(**{**base.__dict__, "oom": OomEvidence()})
     assert "  the node's memory cgroup could not be read" in failure_notice(choose([unread])).text.splitlines()
 
