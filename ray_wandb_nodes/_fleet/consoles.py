@@ -6,20 +6,24 @@ A shared run with ``rank_console`` on knows, from each worker-group start (and e
 replica group), its ranks on each node and their process ids. Each node's logger that writes for
 the run gets :class:`~.wire.ConsoleRanks` (its ranks there, their pids, the run's budget) when
 they change, and :class:`~.wire.ConsoleEnd` when an attempt ends; at the run's end its writer's
-finish ends the console first. The fleet's own node (the run's ``covered_node``) is followed by a
-tailer of the fleet's, whose lines go on the primary's queue, ended before the primary finishes.
+finish ends the console first. A failed attempt's end names its dead ranks on each node, each with
+its share of the run's pool of last lines for dead ranks (``_console.budget.dead_allowance``): the
+fleet thread knows every node's, and keeps the pool for the run. The fleet's own node (the run's
+``covered_node``) is followed by a tailer of the fleet's, whose lines go on the primary's queue,
+ended before the primary finishes.
 Nodes past the run's writer cap (observers) and writers that could not join have no run to
 write to: their ranks' console is not in the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import _ray
 from .._config.values import ConsoleMode
-from .._console import ConsoleTailer, RankProcess, plan_console
+from .._console import ConsolePlan, ConsoleTailer, RankProcess, dead_allowance, plan_console
+from .._failure import FailedAttempt, Shape, shape_of
 from .._warn import Warner, describe
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget, SharedTarget
@@ -55,6 +59,29 @@ def wanted_consoles(targets: Iterable[RunTarget]) -> tuple[Wanted, dict[str, Con
     return remote, local
 
 
+def dead_ranks(failed: FailedAttempt | None, stopped: Sequence[int] = ()) -> tuple[int, ...]:
+    """The ranks a failed attempt leaves dead, the first to read first (pure): those a hang named
+    stopped (the rank the others waited for, alive or not); where every raise was a collective's
+    timeout, the ranks Ray's poll found running (the ones the others waited for); those whose
+    process Ray's deciding poll found gone, those that raised, those whose poll never answered."""
+    order = list(stopped)
+    poll = failed.poll if failed is not None else None
+    if poll is not None:
+        raised = [e for e in poll.errors if not (e.died or e.preempted or e.timed_out)]
+        died = [e for e in poll.errors if e.died]
+        timeouts = bool(raised) and all(
+            shape_of(e.error_type, e.message, e.causes, e.traceback) is Shape.PEER_TIMEOUT for e in raised
+        )
+        if timeouts or (not raised and len(died) > len(poll.running) > 0):
+            # Every raise a collective's timeout, or most ranks dead at once with none raising (NCCL's
+            # watchdog aborts its waiters): the ranks still running are the ones waited for.
+            order += poll.running
+        order += [e.rank for e in poll.errors if e.died or e.preempted or e.timed_out]
+        order += [e.rank for e in poll.errors]
+        order += poll.unanswered
+    return tuple(dict.fromkeys(order))
+
+
 class FleetConsoles:
     """The fleet's side of the node loggers' consoles, and the console of the fleet's own node."""
 
@@ -64,6 +91,8 @@ class FleetConsoles:
         self._seen: Any = None  # what the last sync read: nothing changed, nothing to do
         self._local: dict[str, ConsoleTailer] = {}  # run id -> the tailer of the fleet's own node
         self._local_ranks: dict[str, ConsoleRanks] = {}  # run id -> as last told its tailer
+        self._failed: dict[str, FailedAttempt] = {}  # run id -> its attempt that failed, till it ends
+        self._dead_left: dict[str, int] = {}  # run id -> what is left of its pool for dead ranks
 
     def sync(self, targets: Mapping[str, RunTarget], pool: LoggerPool, replanned: bool) -> None:
         """Tell each logger (and the fleet's own tailers) the ranks each run has on its node, where
@@ -125,20 +154,40 @@ class FleetConsoles:
         self._local[target.run_id] = tailer
         return tailer
 
-    def end_attempt(self, run_id: str, failed: bool, pool: LoggerPool) -> None:
+    def attempt_failed(self, run_id: str, failed: FailedAttempt) -> None:
+        """The run's attempt failed (Ray decided on it before its worker group shuts down): its
+        dead ranks go first when it ends."""
+        self._failed[run_id] = failed
+
+    def end_attempt(self, run_id: str, failed: bool, pool: LoggerPool, stopped: Sequence[int] = ()) -> None:
         """The run's attempt ended: each node following its ranks, and the fleet's own, end them
-        (their last lines to the run when it ``failed``). Never waits."""
-        end = ConsoleEnd(run_id, failed)
-        for handle in pool.handles():
-            if run_id in handle.consoles:
-                try:
-                    handle.actor.console_end.remote(end)
-                except Exception as e:  # noqa: BLE001 - a logger that is gone ended with its ranks
-                    self._warner.warn(f"console:{handle.node.node_id}", f"could not end {handle.node.label}'s "
-                                      f"console of the attempt ({describe(e)})")  # fmt: skip
+        (their last lines to the run when it ``failed``, its dead ranks' first: those its failure
+        named, and ``stopped``, those an open hang named). Never waits."""
+        told = [(h, h.consoles[run_id]) for h in pool.handles() if run_id in h.consoles]
+        local = self._local_ranks.get(run_id)
+        every = [ranks for _, ranks in told] + ([local] if local else [])
+        named = dead_ranks(self._failed.pop(run_id, None), stopped) if failed else ()
+        followed = {rp.rank for ranks in every for rp in ranks.ranks}
+        allowed = self._allow(run_id, [r for r in named if r in followed], every[0].plan if every else None)
+        for handle, ranks in told:
+            end = ConsoleEnd(run_id, failed, _theirs(allowed, ranks))
+            try:
+                handle.actor.console_end.remote(end)
+            except Exception as e:  # noqa: BLE001 - a logger that is gone ended with its ranks
+                self._warner.warn(f"console:{handle.node.node_id}", f"could not end {handle.node.label}'s "
+                                  f"console of the attempt ({describe(e)})")  # fmt: skip
         tailer = self._local.get(run_id)
         if tailer is not None:
-            tailer.end_attempt(failed)
+            tailer.end_attempt(failed, _theirs(allowed, local) if local else ())
+
+    def _allow(self, run_id: str, dead: list[int], plan: ConsolePlan | None) -> dict[int, int]:
+        """Each dead rank's lines from the run's pool, taken from it (see ``budget``)."""
+        if not dead or plan is None:
+            return {}
+        left = self._dead_left.setdefault(run_id, plan.dead_tails)
+        allowed = dead_allowance(dead, plan.tail, left)
+        self._dead_left[run_id] = left - sum(allowed.values())
+        return allowed
 
     def retire(self, run_id: str, failed: bool, pool: LoggerPool) -> ConsoleTailer | None:
         """The run ends: its loggers end its console in their writers' finish; the fleet's own
@@ -147,7 +196,15 @@ class FleetConsoles:
         for handle in pool.handles():
             handle.consoles.pop(run_id, None)
         self._local_ranks.pop(run_id, None)
+        self._failed.pop(run_id, None)
+        self._dead_left.pop(run_id, None)
         tailer = self._local.pop(run_id, None)
         if tailer is not None:
             tailer.request_finish(failed)
         return tailer
+
+
+def _theirs(allowed: Mapping[int, int], ranks: ConsoleRanks) -> tuple[tuple[int, int], ...]:
+    """The dead ranks of ``allowed`` among ``ranks``, in the order named."""
+    mine = {rp.rank for rp in ranks.ranks}
+    return tuple((rank, lines) for rank, lines in allowed.items() if rank in mine)

@@ -24,14 +24,17 @@ from .._failure import (
     FailureNotice,
     FailureSummary,
     NodeFacts,
+    RankMemory,
     choose,
     failure_notice,
     rank_failures,
     recovered_notice,
+    waited_for,
 )
 from .._warn import Warner, describe
 
 if TYPE_CHECKING:
+    from .hangs import HangWatch
     from .pool import LoggerPool
     from .watched import WatchedRun
 
@@ -48,6 +51,8 @@ class _Asked:
     refs: dict[Any, str]  # call -> node label
     facts: dict[str, NodeFacts]  # node label -> its answer (the fleet's own node: at once)
     deadline: float
+    memory: dict[str, float] = field(default_factory=dict)  # node label -> its last memory sample (a lost node's)
+    ranks_memory: dict[str, tuple[RankMemory, ...]] = field(default_factory=dict)  # ... its ranks', as last pinged
 
 
 @dataclass
@@ -81,10 +86,13 @@ class FailureWatch:
         local: LocalFacts | None = None,
         alive: Collection[str] | None = None,
         final: bool = False,
+        hangs: HangWatch | None = None,
     ) -> None:
         """Tell what is due, in order: a failed attempt once its nodes answered (or their time
         ran out; with ``final``, the run's end, waited for up to that time), a recovery after it.
-        ``alive``: the alive nodes' ids (a node of the attempt not among them was lost)."""
+        ``alive``: the alive nodes' ids (a node of the attempt not among them was lost); ``hangs``:
+        the run's hang watch, whose verdict on the attempt (where a hang came first) says who the
+        others waited for."""
         while self._queue:
             head = self._queue[0]
             if isinstance(head, int):
@@ -105,9 +113,12 @@ class FailureWatch:
             self._queue.popleft()
             labels = _labels(head, target, pool)
             lost = [] if alive is None else [label for n, label in labels.items() if n not in alive]
-            places = (replace(p, node=labels[n]) for n, p in head.places)
-            failures = rank_failures(places, head.poll, self._facts(asked, pool, warner), lost)
-            notice = failure_notice(choose(failures), head.attempt, head.max_failures, head.retrying)
+            places = [replace(p, node=labels[n]) for n, p in head.places]
+            facts = self._facts(asked, pool, warner)
+            failures = rank_failures(places, head.poll, facts, lost)
+            hang = hangs.view(head.key) if hangs is not None else None
+            failures, waited = waited_for(failures, places, facts, hang)
+            notice = failure_notice(choose(failures), head.attempt, head.max_failures, head.retrying, waited)
             self.last = notice.summary
             self._tell(target, notice, warner)
 
@@ -124,6 +135,9 @@ class FailureWatch:
                     if local is not None:
                         asked.facts[labels[node_id]] = local(failed.key, ranks)
                 elif (handle := pool.get(node_id)) is not None:
+                    if (last := handle.summaries.get(target.run_id)) is not None and last.mem is not None:
+                        asked.memory[labels[node_id]] = last.mem  # what a node that never answers leaves
+                    asked.ranks_memory[labels[node_id]] = handle.ranks_memory.get(failed.key, ())
                     asked.refs[handle.actor.failure_facts.remote(failed.key, ranks)] = labels[node_id]
             except Exception as e:  # noqa: BLE001 - that node's ranks are judged from Ray's account
                 warner.warn(f"failure-facts:{node_id}", f"could not ask {labels[node_id]} how its ranks ended "
@@ -146,18 +160,27 @@ class FailureWatch:
         facts = dict(asked.facts)
         answered = pool.answered(list(asked.refs)) if asked.refs else set()
         for ref, label in asked.refs.items():
-            if ref not in answered:
-                continue  # no answer in time: a lost node, or a logger stuck
+            if ref not in answered:  # no answer in time: a lost node, or a logger stuck
+                if label in asked.memory or asked.ranks_memory.get(label):
+                    facts[label] = _last_pinged(asked, label)
+                continue
             try:
                 facts[label] = pool.result(ref)
             except Exception as e:  # noqa: BLE001 - its logger died: its ranks are judged from Ray's account
                 warner.warn(f"failure-facts:{label}", f"{label} could not say how its ranks ended ({describe(e)})")
+                if label in asked.memory or asked.ranks_memory.get(label):
+                    facts[label] = _last_pinged(asked, label)  # its last pings' memory, node and ranks
         return facts
 
     def _tell(self, target: WatchedRun, notice: FailureNotice, warner: Warner) -> None:
         if notice.level == "ERROR":
             warner.warn(f"failure:{target.run_id}:{notice.attempt}", f"training failed: {notice.title}")
         target.primary.failure(notice)
+
+
+def _last_pinged(asked: _Asked, label: str) -> NodeFacts:
+    """What a node whose logger never answered left in its last pings: its memory and its ranks'."""
+    return NodeFacts((), (), None, asked.memory.get(label), ranks_memory=asked.ranks_memory.get(label, ()))
 
 
 def _labels(failed: FailedAttempt, target: WatchedRun, pool: LoggerPool) -> dict[str, str]:

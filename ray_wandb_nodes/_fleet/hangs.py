@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._config.values import OnHang
+from .._failure import HangView
 from .._hang import (
     Counts,
     EndAnswer,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .pool import LoggerPool
     from .watched import WatchedRun
 
+VIEWS_KEPT = 8  # attempts whose last hang's judgement is kept for their failure
 END_TIMEOUT_S = 10.0  # every node's answer to an end (a control call: answered while its writers are busy)
 
 
@@ -143,6 +145,14 @@ class HangWatch:
     restarted: dict[Place, int] = field(default_factory=dict)
     # Each rank's process as the last evidence round read it: an end names these, and no other.
     judged: dict[int, RankProgress] = field(default_factory=dict)
+    # What each attempt's last hang said (by attempt key): the failure rule's judgement of who the
+    # others waited for, where that attempt then fails (``_failure.stuck``). The last few only.
+    views: dict[str, HangView] = field(default_factory=dict)
+    viewed: str = ""  # the attempt whose view the open hang set (dropped when progress resumes)
+
+    def view(self, key: str | None) -> HangView | None:
+        """What the last hang of the attempt ``key`` said of who stopped and who waits (None: none)."""
+        return self.views.get(key) if key is not None else None
 
     def check(
         self,
@@ -239,6 +249,10 @@ class HangWatch:
     ) -> None:
         self.episode += 1
         self.open, self.counts, self.stopped, self.raised_at = True, hang.counts, hang.notice.stopped, self.clock()
+        if target.attempt is not None:
+            self.views[target.attempt], self.viewed = hang_view(hang.notice), target.attempt
+            while len(self.views) > VIEWS_KEPT:
+                self.views.pop(next(iter(self.views)))
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {hang.sentence}")
         deliver(hang.notice)
         self.ended = self.on_hang.ends_attempt and hang.repeat_of is None
@@ -260,6 +274,7 @@ class HangWatch:
         moved, finished = self._moved(now)
         if moved or finished:
             self.open, self.closed_at = False, self.clock()
+            self.views.pop(self.viewed, None)  # progress again: a later failure is not this hang's
             deliver(resumed_notice(self.episode, moved, self.clock() - self.raised_at, finished))
 
     def _moved(self, now: Mapping[int, RankProgress]) -> tuple[list[int], list[int]]:
@@ -374,6 +389,22 @@ def _await_ends(pending: dict[Any, tuple[str, list[RankProcess]]], warner: Warne
             _refused(ray.get(ref), node_id, warner)
         except Exception as e:  # noqa: BLE001
             warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
+
+
+def hang_view(notice: HangNotice) -> HangView:
+    """A hang's judgement as the failure rule takes it: who stopped, where, and who waits in which collective."""
+    rows = {r.rank: r for r in notice.rows}
+    waits = [r for r in notice.rows if r.state == "waits" and r.collective and r.collective != "report"]
+    first = waits[0] if waits else None
+    return HangView(
+        stopped=notice.stopped,
+        where={rank: r.where for rank, r in rows.items() if rank in notice.stopped and r.where},
+        steps={rank: r.last_step for rank, r in rows.items()},
+        collective=first.collective if first else "",
+        seq=first.seq if first else None,
+        group=first.group if first else "",
+        episode=notice.episode,
+    )
 
 
 def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _ray
-from .._console import ConsoleTailer, RunConsole
+from .._console import ConsoleTailer, RunConsole, log_tail
 from .._warn import Warner
 from .wire import ConsoleEnd, ConsoleRanks
 
@@ -25,6 +25,14 @@ from .wire import ConsoleEnd, ConsoleRanks
 # rank's process still being ended, then reads the files to their ends); the driver side bounds
 # the whole finish anyway.
 FINISH_S = 15.0
+
+
+def last_words(pid: int) -> str:
+    """The tail of worker ``pid``'s log files on this node ("" where there are none): what a rank
+    that died without a record printed last (``_failure.NodeDeaths`` reads it once, as it finds
+    the process gone)."""
+    logs = _ray.logs_dir()
+    return log_tail(logs, pid) if logs else ""
 
 
 class NodeConsoles:
@@ -66,13 +74,14 @@ class NodeConsoles:
             self.ranks(waiting, run)
 
     def end(self, end: ConsoleEnd) -> None:
-        """The run's attempt ended: the tailer sends its ranks' last lines if it failed. Never waits."""
+        """The run's attempt ended: the tailer sends its ranks' last lines if it failed, the dead
+        ranks' first. Never waits."""
         with self._lock:
             tailer = self._tailers.get(end.run_id)
             if tailer is None:  # not followed yet: an end before the join ends nothing there
                 self._waiting.pop(end.run_id, None)
         if tailer is not None:
-            tailer.end_attempt(end.failed)
+            tailer.end_attempt(end.failed, end.dead)
 
     def finish(self, run_id: str, failed: bool, timeout: float = FINISH_S) -> bool:
         """The run ends here: every rank's lines to the run (the last lines too when ``failed``), before

@@ -52,7 +52,7 @@ import ray
 
 from .. import _ray
 from .._egress import WriterEgress, find_way, for_way, online
-from .._failure import NodeDeaths, NodeFacts
+from .._failure import SETTLE_S, NodeDeaths, NodeFacts
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
 from .._steps import RankSteps, decode
@@ -63,7 +63,7 @@ from .._wandb.writers import Role, WriterSpec, node_dir
 from .._warn import describe
 from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
-from .node_console import NodeConsoles
+from .node_console import NodeConsoles, last_words
 from .node_offline import OfflineRuns
 from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 
@@ -97,7 +97,7 @@ class NodeLogger(OfflineRuns):
         self._writing = threading.Lock()  # a run's rows (the writer calls) and artifacts (their own), one at a time
         self._watch = NodeWatch(root)
         self._consoles = NodeConsoles(self._said, self._writing, from_end=self._restarted)
-        self._deaths = NodeDeaths(root)  # how the watched ranks end (their records outlive them here)
+        self._deaths = NodeDeaths(root, last_words=last_words)  # how the watched ranks end (kept past their files)
         # Folders of this user that no live run watches and whose processes are all dead: left by
         # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
         threading.Thread(target=self._watch.janitor, name="ray_wandb_nodes-shm-janitor", daemon=True).start()
@@ -269,7 +269,7 @@ class NodeLogger(OfflineRuns):
         if self._warm_error:
             errors["warm"] = self._warm_error
         problems = {r.key: p for r in (*hosted, *ended) if (p := r.problems())}
-        read = self._watch.read()  # every watched rank's slot, once: its progress and its step anatomy
+        read = self._read_watched()  # every watched rank's slot, once: its progress and its step anatomy
         return LoggerStatus(
             pid=os.getpid(),
             node_id=ray.get_runtime_context().get_node_id(),
@@ -286,6 +286,7 @@ class NodeLogger(OfflineRuns):
             final=final or {},
             warnings=self._said.said,
             egress=egress,
+            ranks_memory={key: memory for key in read if (memory := self._deaths.memory(key))},
         )
 
     def summaries(self, hosted: Sequence[HostedRun] | None = None, now: float | None = None) -> dict[str, NodeSummary]:
@@ -302,11 +303,13 @@ class NodeLogger(OfflineRuns):
         return out
 
     # hangs: the train ranks of this node, read off their beacons --------------------------------
-    def progress(self) -> dict[str, tuple[RankProgress, ...]]:
-        """Each watched attempt's ranks on this node, by the attempt's key (ages on this node's clock).
-        How they end is looked at first: reading progress removes the files of dead processes."""
+    def _read_watched(self) -> dict[str, tuple[tuple[RankProgress, bytes], ...]]:
+        """Each watched attempt's ranks on this node with their slots' extensions. How they end is
+        looked at first, and only the files of processes whose end was read go: the death watch
+        owns a rank's files until then, on every node (a rank killed between two pings is found
+        gone with its record, and its kill read against the count before it)."""
         self._deaths.look(self._watch.watching())
-        return self._watch.progress()
+        return self._watch.read(self._deaths.ended)
 
     @in_group(CONTROL)
     def watch(self, key: str, ranks: tuple[int, ...]) -> None:
@@ -343,7 +346,7 @@ class NodeLogger(OfflineRuns):
         with self._lock:
             summaries = [r.reader.summary for r in self._hosted.values()]
         memory = next((s.mem for s in summaries if s is not None and s.mem is not None), None)
-        return self._deaths.facts(key, ranks, memory)
+        return self._deaths.facts(key, ranks, memory, settle_s=SETTLE_S)
 
     def hosts(self, key: str) -> bool:
         """Whether the writer ``key`` is joined here now (see :class:`OfflineRuns`)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._egress import Egress, WriterEgress
+from .._failure import RankMemory
 from .._hang import RankProgress
 from .._health import NodeSummary, read_warning
 from .._steps import RankSteps
@@ -57,6 +58,9 @@ class LoggerHandle:
     progress_at: float = 0.0  # when it came (the pool's clock): its ages are that old
     # The train ranks' step totals on its node by attempt key (their beacons' regions), as the last ping brought.
     steps: Mapping[str, tuple[RankSteps, ...]] = field(default_factory=dict)
+    # The train ranks' memory on its node by attempt key, as the last ping brought (a failure's
+    # facts where the logger is gone: Ray's memory monitor may kill it with the rank).
+    ranks_memory: Mapping[str, tuple[RankMemory, ...]] = field(default_factory=dict)
     warm: bool = False  # started ahead of the train workers' placement, with no writer yet
     ping_runs: frozenset[str] = frozenset()  # its writers joined when the last ping was sent
     # The attempt folders it was asked to watch (key -> the ranks there), as sent (see watches.py).
@@ -306,6 +310,7 @@ class LoggerPool:
 
     def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
         handle.progress, handle.progress_at, handle.steps = status.progress, self._clock(), status.steps
+        handle.ranks_memory = status.ranks_memory
         summary = status.summary
         if summary is not None and summary is not handle.summary:
             handle.summary = summary

@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._failure import NodeDeaths, NodeFacts
+from .._failure import SETTLE_S, NodeDeaths, NodeFacts
 from .._hang import remove_dead, remove_if_dead, run_dir, touch
 from .._warn import Warner, describe
+from .node_console import last_words
 from .pool import LoggerPool
 from .targets import RunTarget, SharedTarget
 
@@ -67,7 +68,7 @@ class FleetWatches:
         self._local: dict[str, tuple[int, ...]] = {}  # attempt keys of the fleet's own node -> its ranks
         self._retiring: dict[str, float] = {}  # the fleet's own node: key -> until when it is retried
         self._leased = float("-inf")
-        self.deaths = NodeDeaths()  # the fleet's own node's ranks: how they ended (see _failure.deaths)
+        self.deaths = NodeDeaths(last_words=last_words)  # the fleet's own node's ranks' ends (_failure.deaths)
         self._looked = float("-inf")
 
     def local_facts(self, primary: Any) -> Callable[[str, Sequence[int]], NodeFacts]:
@@ -75,7 +76,7 @@ class FleetWatches:
 
         def facts(key: str, ranks: Sequence[int]) -> NodeFacts:
             summary = getattr(primary, "summary", None)
-            return self.deaths.facts(key, ranks, getattr(summary, "mem", None))
+            return self.deaths.facts(key, ranks, getattr(summary, "mem", None), settle_s=SETTLE_S)
 
         return facts
 
@@ -123,7 +124,7 @@ class FleetWatches:
             self._leased = now
             for key, ranks in self._local.items():
                 touch(run_dir(key))
-                remove_dead(run_dir(key), ranks)
+                remove_dead(run_dir(key), ranks, self.deaths.ended(key))  # only ends already read
 
     def close(self) -> None:
         """The fleet ends: its own node's folders go now where nothing of them lives."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._console import ConsolePlan, RankProcess
 from .._egress import Egress
+from .._failure import RankMemory
 from .._hang import RankProgress
 from .._health import NodeSummary, ReadProblem
 from .._steps import RankSteps
@@ -60,6 +61,10 @@ class LoggerStatus:
     """Each online writer's way to W&B (direct, through the relay, or offline), by writer key, as
     the checks before its join found it; a writer not checked yet (or offline by the run's own
     mode) is not here."""
+    ranks_memory: Mapping[str, tuple[RankMemory, ...]] = field(default_factory=dict)
+    """The train ranks' resident memory on this node by attempt key (first, last and peak of the
+    node's looks): what says which rank grew where Ray's memory monitor then kills this logger
+    too (a failure's facts asked of it never come)."""
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (LoggerStatus, tuple(getattr(self, name) for name in LoggerStatus.__slots__))
@@ -85,7 +90,9 @@ class ConsoleRanks:
 @dataclass(frozen=True)
 class ConsoleEnd:
     """A run's attempt ended (its worker group shuts down): its ranks' last lines go to the run when
-    it ``failed`` (see ``_console.budget``)."""
+    it ``failed`` (see ``_console.budget``). ``dead``: (rank, lines) of the failure's dead ranks on
+    this node, the first named first, each with its lines from the run's pool: theirs go first."""
 
     run_id: str
     failed: bool
+    dead: tuple[tuple[int, int], ...] = ()

@@ -144,7 +144,10 @@ class FleetWorker:
                 if command.pids is not None:
                     target.pids = command.pids
         elif isinstance(command, AttemptEnded):
-            self._consoles.end_attempt(command.run_id, command.failed, self.pool)
+            target = self.targets.get(command.run_id)
+            hangs = target.hangs if isinstance(target, SharedTarget) else None
+            stopped = hangs.stopped if hangs is not None and hangs.open else ()  # the ranks others waited for
+            self._consoles.end_attempt(command.run_id, command.failed, self.pool, stopped)
         elif isinstance(command, Located):
             target = self.targets.get(command.run_id)
             if isinstance(target, SharedTarget) and (command.only is None or command.only is target):
@@ -164,6 +167,8 @@ class FleetWorker:
                 else:
                     target.hangs.checkpoint_reports = command.reports
         elif isinstance(command, (AttemptFailed, AttemptRecovered)):
+            if isinstance(command, AttemptFailed):  # its dead ranks' last lines first, as it ends
+                self._consoles.attempt_failed(command.run_id, command.failed)
             target = self.targets.get(command.run_id)
             if isinstance(target, SharedTarget) and target.failures is not None:
                 if isinstance(command, AttemptFailed):
@@ -265,7 +270,8 @@ class FleetWorker:
                 continue
             try:
                 local = self._watches.local_facts(target.primary)
-                target.failures.step(target, self.pool, self.warner, local, self._alive, final=final)
+                failures, hangs = target.failures, target.hangs
+                failures.step(target, self.pool, self.warner, local, self._alive, final=final, hangs=hangs)
             except Exception as e:  # noqa: BLE001 - the run goes on, and ends
                 self.warner.warn(f"failure:{target.run_id}", f"a failure could not be named in the run ({describe(e)})")
 

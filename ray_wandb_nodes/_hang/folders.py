@@ -102,13 +102,19 @@ def rank_processes(folder: Path) -> set[tuple[int, int]]:
     return set(_stems(Path(folder)))
 
 
-def remove_dead(folder: Path, ranks: Collection[int] | None = None) -> tuple[int, int]:
+def remove_dead(
+    folder: Path, ranks: Collection[int] | None = None, only: Collection[tuple[int, int]] | None = None
+) -> tuple[int, int]:
     """Remove the files of ``folder``'s dead processes (of ``ranks`` only, when given: a node
-    removes its own ranks' files, as nodes that share a host's ``/dev/shm`` see each other's);
-    returns (processes removed, live processes seen)."""
+    removes its own ranks' files, as nodes that share a host's ``/dev/shm`` see each other's; of
+    the ``(rank, pid)`` in ``only``, when given: the processes whose end the node's death watch
+    has read, so that no record goes before it is read); returns (processes removed, live
+    processes seen)."""
     removed = live = 0
     for (rank, pid), paths in _stems(Path(folder)).items():
         if ranks is not None and rank not in ranks:
+            continue
+        if only is not None and (rank, pid) not in only:
             continue
         if _stem_alive(Path(folder), rank, pid):
             live += 1

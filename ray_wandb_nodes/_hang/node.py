@@ -90,16 +90,19 @@ class NodeWatch:
         of its ranks' dead processes are removed as they are read, and its lease refreshed."""
         return {key: tuple(p for p, _ in ranks) for key, ranks in self.read().items()}
 
-    def read(self) -> dict[str, tuple[tuple[RankProgress, bytes], ...]]:
+    def read(
+        self, read_ends: Callable[[str], Collection[tuple[int, int]]] | None = None
+    ) -> dict[str, tuple[tuple[RankProgress, bytes], ...]]:
         """As :meth:`progress`, each rank's progress with its slot's extension (bytes 256..511,
         raw: the step anatomy's region, ``b""`` where a write was under way), read in the same
-        ``pread``."""
+        ``pread``. ``read_ends``: the ``(rank, pid)`` of an attempt whose end was read already
+        (the node's death watch, which owns the ranks' files until then): only their files go."""
         out = {}
         with self._lock:
             now = self._clock()
             for key, w in self._watched.items():
                 folder = run_dir(key, self._root)
-                remove_dead(folder, w.ranks)
+                remove_dead(folder, w.ranks, None if read_ends is None else read_ends(key))
                 if now - w.leased >= LEASE_EVERY_S:
                     touch(folder)
                     w.leased = now

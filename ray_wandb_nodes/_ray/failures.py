@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._mask import mask
+
 
 @dataclass(frozen=True)
 class RayRankError:
@@ -125,7 +127,7 @@ def rank_error(rank: int, error: BaseException) -> RayRankError:
     name = type(error).__name__
     if hasattr(error, "_base_exc"):  # UserExceptionWithTraceback: the train function raised
         base = error._base_exc
-        return RayRankError(rank, type_name(base), _text(base), str(getattr(error, "_traceback_str", "")))
+        return RayRankError(rank, type_name(base), _text(base), mask(str(getattr(error, "_traceback_str", ""))))
     if name == "WorkerHealthCheckTimeoutError":
         return RayRankError(rank, name, _text(error), timed_out=True)
     failure = getattr(error, "health_check_failure", None)
@@ -189,8 +191,9 @@ def _is_death(failure: BaseException) -> bool:
 
 
 def _text(e: BaseException) -> str:
+    """``str(e)``, its secrets masked (``_mask``): what the run shows of a rank's error."""
     try:
-        return str(e)
+        return mask(str(e))
     except Exception:  # noqa: BLE001
         return f"<{type(e).__name__}>"
 

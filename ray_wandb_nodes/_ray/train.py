@@ -4,6 +4,7 @@ the release of each name)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,3 +191,87 @@ def add_report_hook(hook: Any) -> bool:
     if isinstance(callbacks, list) and not any(type(c) is type(hook) for c in callbacks):
         callbacks.append(hook)
     return isinstance(callbacks, list)
+
+
+def add_shutdown_hook(hook: Callable[[], object]) -> bool:
+    """On a train worker with its context: ``hook()`` when Ray Train asks the worker to stop
+    (``RayTrainWorker.shutdown``, which the worker group calls on every worker before it kills
+    them: ``worker_group/state.py`` ``_shutdown_workers``, 5 s of patience, 2.50-2.60). The
+    worker's ``WorkerCallback`` list is ``RayTrainWorker._callbacks`` (``worker.py``, set by
+    ``init_train_context``, 2.50-2.60) of the actor instance this process runs
+    (``ray._private.worker.global_worker.actors``, keyed by its actor id, 2.50-2.60). The hook runs
+    on the actor's thread, while the train function may still run on its own. False where any of
+    these is missing (no record of the stop then: the run judges as before)."""
+    try:
+        from ray._private import worker as core
+        from ray.train.v2._internal.execution.callback import WorkerCallback
+    except ImportError:
+        return False
+    actor = getattr(core.global_worker, "actors", {}).get(getattr(core.global_worker, "actor_id", None))
+    callbacks = getattr(actor, "_callbacks", None)
+    if not isinstance(callbacks, list):
+        return False
+
+    class _Stopped(WorkerCallback):  # type: ignore[misc]
+        def before_worker_shutdown(self) -> None:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - never in the way of Ray's shutdown
+                pass
+
+    if not any(type(c).__name__ == "_Stopped" for c in callbacks):
+        callbacks.append(_Stopped())
+    return True
+
+
+def hook_group_shutdown(hook: Callable[[], object]) -> bool:
+    """On a train worker: ``hook()`` before its torch process group is destroyed. Ray Train's
+    ``TorchConfig`` backend destroys it on every worker first thing in a worker group's shutdown
+    (``_TorchBackend.on_shutdown`` runs ``_shutdown_torch``, which calls
+    ``torch.distributed.destroy_process_group()`` by attribute, 2.50-2.60), before any
+    ``WorkerCallback.before_worker_shutdown``: the groups' positions are gone by then. Wraps that
+    attribute once a process; False where torch.distributed is not imported."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    original = getattr(dist, "destroy_process_group", None)
+    if dist is None or original is None:
+        return False
+    global _on_group_shutdown
+    _on_group_shutdown = hook
+    if getattr(original, "_rwn_hook", False):
+        return True
+
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        try:  # the default group's end only (``group=None``); a subgroup's ends nothing of the rank's
+            if _on_group_shutdown is not None and (args[0] if args else kwargs.get("group")) is None:
+                _on_group_shutdown()
+        except Exception:  # noqa: BLE001 - never in the way of the group's end
+            pass
+        return original(*args, **kwargs)
+
+    destroy_process_group._rwn_hook = True  # type: ignore[attr-defined]
+    destroy_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(dist, "destroy_process_group", destroy_process_group)  # noqa: B010 - a module's attribute, by name
+    return True
+
+
+_on_group_shutdown: Callable[[], object] | None = None
+
+
+def training_thread_frames() -> list[Any]:
+    """The stack of the thread that runs the train function in this worker (``FrameSummary``
+    list, outermost first; [] where none is found): the thread whose stack runs through Ray
+    Train's ``thread_runner.py`` (``ThreadRunner._run_target``, 2.50-2.60)."""
+    import sys
+    import threading
+    import traceback
+
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        frames = traceback.extract_stack(frame)
+        if any(f.filename.endswith("thread_runner.py") for f in frames):
+            return list(frames)
+    return []

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from .. import _ray
-from .._failure import RankRecorder
+from .._failure import RankRecorder, remember_positions
 from .._hang import ArmedRank, Phase, arm_rank, armed_rank, hook_steps, in_phase, in_report, run_dir, train_starts
 from .._ray.failures import hook_train_errors
 from .._warn import describe
@@ -28,6 +28,8 @@ from . import steps as _steps
 
 _arm_failure = ""  # why arming failed in this process ("" when it did not)
 _recording: tuple[int, str] | None = None  # the (rank, attempt) whose failures this process records
+_recorder: RankRecorder | None = None  # its recorder (the shutdown hook writes through it)
+_stop_recorded = False  # its stop was recorded (once: the first sign of it)
 _steps_failure = ""  # why the step anatomy is off on this armed rank ("" when it is not)
 
 
@@ -45,7 +47,7 @@ def record_failures(rank: int, attempt: str) -> str:
     node: its mark now (the node's logger finds the process by it), and the train function's
     exception when it raises one (``_ray.failures.hook_train_errors``, on Ray's training thread).
     Once a process and attempt; ``"recorded"``, or why not (the worker goes on either way)."""
-    global _recording
+    global _recording, _recorder, _stop_recorded
     if _recording == (rank, attempt):
         return "recorded"
     try:
@@ -57,8 +59,19 @@ def record_failures(rank: int, attempt: str) -> str:
             return "not recorded: this Ray has no place to hook the train function's errors"
     except Exception as e:  # noqa: BLE001 - the run names the failure from Ray's account alone
         return f"not recorded: {describe(e)}"
-    _recording = (rank, attempt)
+    _recording, _recorder, _stop_recorded = (rank, attempt), recorder, False
     return "recorded"
+
+
+def _stopped() -> None:
+    """Ray Train stops this worker: say so, once, with where its training thread stands and its
+    process groups' positions (a rank gone after this was stopped, not killed; a rank the others
+    waited for shows where it stood). The first sign wins: the torch group's end, else the
+    worker's shutdown call."""
+    global _stop_recorded
+    remember_positions()  # a raise after the group's end (a user's finally) still has them
+    if _recorder is not None and not _stop_recorded:
+        _stop_recorded = _recorder.stopped(_ray.training_thread_frames())
 
 
 def arm(rank: int, attempt: str, hangs: bool = True) -> None:
@@ -122,6 +135,13 @@ def setup(rank: int, run_id: str | None, attempt: str | None, hangs: bool = True
     if not attempt:
         return WorkerSetup(rank, "off")
     failures = record_failures(rank, attempt)
+    if failures == "recorded":
+        try:
+            _ray.hook_group_shutdown(_stopped)  # torch's process group, where Train made one
+            if not _ray.add_shutdown_hook(_stopped):
+                failures = "recorded, its stop not: this Ray has no worker shutdown hook"
+        except Exception as e:  # noqa: BLE001 - the run judges its stop as before
+            failures = f"recorded, its stop not: {describe(e)}"
     if not hangs:
         return WorkerSetup(rank, "off", failures=failures)
     if armed_rank() is None:

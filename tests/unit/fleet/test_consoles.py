@@ -19,8 +19,9 @@ from bench.fleet_scale import Quiet, make_target
 from ray_wandb_nodes import _ray
 from ray_wandb_nodes._config.values import ConsoleMode, NodeSelection
 from ray_wandb_nodes._console import ConsoleLine, RankProcess, plan_console
-from ray_wandb_nodes._fleet.commands import AddRun, AttemptEnded, Poll, Retire, SetNodes
-from ray_wandb_nodes._fleet.consoles import wanted_consoles
+from ray_wandb_nodes._failure import FailedAttempt, RayPoll, RayRankError
+from ray_wandb_nodes._fleet.commands import AddRun, AttemptEnded, AttemptFailed, Poll, Retire, SetNodes
+from ray_wandb_nodes._fleet.consoles import dead_ranks, wanted_consoles
 from ray_wandb_nodes._fleet.fleet import NodeFleet
 from ray_wandb_nodes._fleet.plan import observer_key
 from ray_wandb_nodes._fleet.targets import SharedTarget, StandaloneTarget
@@ -129,6 +130,83 @@ def test_each_member_is_told_its_ranks_after_its_join_and_ended_with_the_attempt
     calls = sim.taken("console", "console_end", "finish")
     assert {name for _, name, _ in calls} == {"finish"}
     assert {args for _, _, args in calls} == {(run, 1), (observer_key(run), 1)}
+
+
+def failed_attempt(
+    attempt: int, *errors: RayRankError, unanswered: tuple[int, ...] = (), running: tuple[int, ...] = ()
+) -> FailedAttempt:
+    return FailedAttempt(attempt, True, -1, RayPoll(errors, running, unanswered), ())
+
+
+DIED = RayRankError(3, "ActorDiedError", "the actor died", died=True)
+RAISED = RayRankError(0, "ValueError", "bad shard 17")
+GLOO_TIMEOUT = "[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation to complete"
+TIMED_OUT = RayRankError(2, "RuntimeError", GLOO_TIMEOUT)
+DEAD: list[tuple[str, FailedAttempt | None, tuple[int, ...], tuple[int, ...]]] = [
+    ("no failed attempt known, no hang: none", None, (), ()),
+    ("a death before a raise, whatever their ranks", failed_attempt(1, RAISED, DIED), (), (3, 0)),
+    ("the poll's silent ranks last", failed_attempt(1, RAISED, unanswered=(5, 0)), (), (0, 5)),
+    ("a hang's stopped rank first, alive or not", failed_attempt(1, RAISED, DIED), (4,), (4, 3, 0)),
+    ("a hang alone", None, (1, 2), (1, 2)),
+    (
+        "behind a collective timeout, the ranks that did not time out first",
+        failed_attempt(1, TIMED_OUT, running=(1,)),
+        (),
+        (1, 2),
+    ),
+    (
+        "NCCL's watchdog aborted most ranks at once, none raised: the one still running first",
+        failed_attempt(
+            1, *(RayRankError(r, "ActorDiedError", "the actor died", died=True) for r in (0, 2, 3)), running=(1,)
+        ),
+        (),
+        (1, 0, 2, 3),
+    ),
+    ("one rank killed, the others running: the dead one alone", failed_attempt(1, DIED, running=(0, 1, 2)), (), (3,)),
+    (
+        "a raise of its own beside the ranks still running: those are not waited for",
+        failed_attempt(1, RAISED, running=(1,)),
+        (),
+        (0,),
+    ),
+]
+
+
+@pytest.mark.parametrize(("failed", "stopped", "expected"), [d[1:] for d in DEAD], ids=[d[0] for d in DEAD])
+def test_dead_ranks(failed: FailedAttempt | None, stopped: tuple[int, ...], expected: tuple[int, ...]) -> None:
+    assert dead_ranks(failed, stopped) == expected
+
+
+def test_each_failed_attempt_s_dead_ranks_are_named_to_their_nodes_with_lines_from_the_run_s_pool() -> None:
+    clock = Clock()
+    sim = RecordingCluster(2, clock)
+    a, b = sorted(sim.alive)
+    fleet = NodeFleet(init_timeout_s=90.0, warner=Quiet(), list_nodes=sim.list_nodes, actors=sim, clock=clock)  # type: ignore[arg-type]
+    target = make_target(clock)
+    target.health, target.selection, target.console = None, NodeSelection.WORKERS, ConsoleMode.RANK0
+    run = target.run_id
+    fleet.step(AddRun(target))
+    ranks = {a: (0, 1), b: (2, 3)}
+    fleet.step(SetNodes(run, set(ranks), ranks=ranks, pids={r: 1000 + r for r in range(4)}))
+    sim.taken("add_writer", "console")
+    # Attempt 1: rank 3 died (on b), rank 0 raised (on a); each node is told its own, 200 lines each.
+    fleet.step(AttemptFailed(run, failed_attempt(1, RAISED, DIED)))
+    fleet.step(AttemptEnded(run, failed=True))
+    assert sorted((n, args) for n, _, args in sim.taken("console_end")) == [
+        (a, (ConsoleEnd(run, True, ((0, 200),)),)),
+        (b, (ConsoleEnd(run, True, ((3, 200),)),)),
+    ]
+    # Attempt 2 fails too (rank 2 raised): its dead rank gets its lines as well, from what is left.
+    fleet.step(SetNodes(run, set(ranks), ranks=ranks, pids={r: 2000 + r for r in range(4)}))
+    fleet.step(AttemptFailed(run, failed_attempt(2, RayRankError(2, "ValueError", "again"))))
+    fleet.step(AttemptEnded(run, failed=True))
+    assert sorted((n, args) for n, _, args in sim.taken("console_end")) == [
+        (a, (ConsoleEnd(run, True, ()),)),
+        (b, (ConsoleEnd(run, True, ((2, 200),)),)),
+    ]
+    # An attempt that ends well names none, and a failure's record is used once.
+    fleet.step(AttemptEnded(run, failed=False))
+    assert {args for _, _, args in sim.taken("console_end")} == {(ConsoleEnd(run, False, ()),)}
 
 
 class Primary:

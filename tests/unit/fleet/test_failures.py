@@ -15,6 +15,7 @@ from ray_wandb_nodes._failure import (
     FailedAttempt,
     FailureNotice,
     NodeFacts,
+    RankMemory,
     RankPlace,
     RankRecord,
     RayPoll,
@@ -48,8 +49,11 @@ class Primary:
 class Pool:
     """Each node's logger: ``failure_facts`` answers at once, later (``held``), or never (``lost``)."""
 
-    def __init__(self, facts: dict[str, NodeFacts], held: set[str] = frozenset(), lost: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        self.facts, self.held, self.lost = facts, set(held), set(lost)
+    def __init__(self, facts: dict[str, NodeFacts], held: set[str] = frozenset(), lost: set[str] = frozenset(),  # type: ignore[assignment]
+                 memory: dict[str, float] | None = None,
+                 ranks_memory: dict[str, dict[str, tuple[RankMemory, ...]]] | None = None) -> None:  # fmt: skip
+        self.facts, self.held, self.lost, self.memory = facts, set(held), set(lost), memory or {}
+        self.ranks_memory = ranks_memory or {}
         self.asked: list[tuple[str, str, tuple[int, ...]]] = []
 
     def get(self, node_id: str) -> Any:
@@ -58,12 +62,16 @@ class Pool:
             return node_id
 
         actor = SimpleNamespace(failure_facts=SimpleNamespace(remote=remote))
-        return SimpleNamespace(actor=actor, node=SimpleNamespace(label=f"node-{node_id}"))
+        summaries = {"run-1": SimpleNamespace(mem=self.memory[node_id])} if node_id in self.memory else {}
+        return SimpleNamespace(actor=actor, node=SimpleNamespace(label=f"node-{node_id}"), summaries=summaries,
+                               ranks_memory=self.ranks_memory.get(node_id, {}))  # fmt: skip
 
     def answered(self, refs: list[str]) -> set[str]:
         return {r for r in refs if r not in self.held and r not in self.lost}
 
     def result(self, ref: str) -> NodeFacts:
+        if ref not in self.facts:
+            raise RuntimeError(f"the logger on {ref} died")  # as Ray says of an actor killed with its rank
         return self.facts[ref]
 
 
@@ -117,6 +125,25 @@ def test_a_node_that_never_answers_is_waited_for_its_time_then_its_ranks_judged_
     assert [n.title for n in primary.told] == ["Attempt 1: Rank 1: its node left the cluster", "Attempt 2 recovered"]
 
 
+def test_a_node_lost_with_its_memory_near_full_at_its_last_sample_reads_as_a_likely_pod_level_oom() -> None:
+    poll = RayPoll((RayRankError(1, "ActorDiedError", DIED, died=True),), running=())
+    told = {}
+    for memory in (97.0, 60.0):  # the last summary the fleet had of node b; 60%: a loss, no memory said
+        primary, clock = Primary(), Clock()
+        watch = FailureWatch(clock=clock)
+        pool = Pool({"a": NodeFacts((), (), None)}, lost={"b"}, memory={"a": 40.0, "b": memory})
+        watch.failed(FailedAttempt(1, False, 0, poll, places(), KEY))
+        watch.step(target(primary), pool, Warner(), alive={"a", "head"})  # type: ignore[arg-type]
+        clock.now += FACTS_TIMEOUT_S
+        watch.step(target(primary), pool, Warner(), alive={"a", "head"})  # type: ignore[arg-type]
+        told[memory] = primary.told[0].title
+    assert told == {
+        97.0: "Rank 1: its node left the cluster, likely out of memory (97% in use at its last sample: a pod-level OOM "
+        "kill)",
+        60.0: "Rank 1: its node left the cluster",
+    }
+
+
 def test_a_trial_s_own_failure_is_left_to_the_train_run_inside_it() -> None:
     primary = Primary()
     watch = FailureWatch()
@@ -142,3 +169,26 @@ def test_a_trial_s_train_run_s_failures_are_taken_once_each_and_its_ranks_watche
     take_relayed(target, Relayed(ranks, KEY, failures=(failed, 2)))
     assert list(target.failures._queue) == [failed, 2]
     assert (target.relayed_ranks, target.attempt, target.hangs) == (ranks, KEY, None)
+
+
+def test_where_ray_s_memory_monitor_killed_the_logger_too_its_last_pings_say_which_rank_grew() -> None:
+    """Ray's memory monitor may kill the node's logger with the rank (it prefers actors it can
+    restart): the node's last pings carried its ranks' memory, and the alert still says who grew."""
+    gib = 1 << 30
+    monitor = (
+        "Task was killed due to the node running low on memory.\nMemory on the node (IP: 10.0.0.2, ID: b) "
+        "where the task (actor ID: x, name=RayTrainWorker.__init__, pid=21, memory used=0.20GB) was "
+        "running was 1.52GB / 2.00GB (0.76), which exceeds the memory usage threshold of 0.75."
+    )
+    grown = (
+        RankMemory(1, 21, gib // 5, gib // 5, gib // 5),
+        RankMemory(3, 23, gib // 5, int(1.2 * gib), int(1.2 * gib)),
+    )
+    pool = Pool({"a": NodeFacts((), (), None)}, memory={"b": 76.0}, ranks_memory={"b": {KEY: grown}})
+    watch, primary = FailureWatch(clock=Clock()), Primary()
+    poll = RayPoll((RayRankError(1, "OutOfMemoryError", monitor, died=True),), running=(0,))
+    watch.failed(FailedAttempt(1, False, 0, poll, places(), KEY))
+    watch.step(target(primary), pool, Warner(), final=True)  # type: ignore[arg-type]
+    (notice,) = primary.told
+    assert "out of memory" in notice.text and "Ray's memory monitor" in notice.text, notice.text
+    assert "rank 3 grew" in notice.text, notice.text
