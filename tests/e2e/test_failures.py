@@ -148,10 +148,12 @@ def test_a_raise_retried_then_a_kill_are_named_with_their_rank_node_and_cause_an
 
     run = run_of(backend, name)
     assert run.exit_codes == [1]
-    # Each attempt trained: the first attempt's two reports, the second's first (its recovery) and
-    # maybe its second (in flight when rank 1 dies, it may not reach the controller first).
+    # Each attempt trained: the first attempt's step 0 and maybe its step 1, the second's step 0 (its
+    # recovery) and maybe its step 1. Ray's poll takes one report a rank, and an error ends the
+    # attempt: a report still queued behind the deciding poll never reaches the callback (seen on 2
+    # loaded cores for the first attempt's step 1, as for the second's).
     steps = [row["step"] for row in user_rows(run)]
-    assert steps[:3] == [0, 1, 0] and steps[3:] in ([], [1]), steps
+    assert steps in ([0, 1, 0], [0, 1, 0, 1], [0, 0], [0, 0, 1]), steps
     # Rank 1's node in each attempt, as its process found it, by the labels the run's writers carry.
     labels = node_labels()
     node_of = {attempt: labels[(faults / f"node-{attempt}-1").read_text()] for attempt in (1, 2)}

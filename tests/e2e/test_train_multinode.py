@@ -42,7 +42,7 @@ from tests.support.runs import (
     unique,
     user_rows,
 )
-from tests.support.training import REPORTS, fit, make_callback, said
+from tests.support.training import REPORTS, SECRETS_MASKED, fit, make_callback, said
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
@@ -175,7 +175,7 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     name = unique("fails")
     result = None
     try:
-        result = fit(name, make_callback(), str(tmp_path), fail_at=2, fail_rank=1, torch=True)
+        result = fit(name, make_callback(), str(tmp_path), fail_at=2, fail_rank=1, torch=True, print_secrets=True)
     except Exception as e:  # noqa: BLE001 - fit() raises the training error
         error: BaseException | None = e
     else:
@@ -218,6 +218,9 @@ def test_training_error_surfaces_and_run_fails(cluster: Any, backend: WandbTestB
     assert any('raise ValueError("training blew up on purpose")' in t for t in traceback), traceback
     assert "ValueError: training blew up on purpose" in traceback, traceback
     assert {label for label, _ in console[1]} == {rank_labels(run)[1]}
+    # The secrets it printed before it raised: masked on its node, and in no line of the run unmasked.
+    assert SECRETS_MASKED in tail, tail
+    assert not any(secret in x.text for x in run.console() for secret in ("0123456789abcdef", "AKIAIOSFODNN7"))
     # Rank 0 (live) prints its step 2 before its report waits for rank 1, unless Ray ended it first.
     rank0 = [text for _, text in console[0] if text.startswith("rank 0 ")]
     assert rank0 in ([said(0, 0), said(0, 1)], [said(0, 0), said(0, 1), said(0, 2)]), rank0

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tests.support import host_memory
+
 PREFIX = "rwnh"
 SLOTS = 16
 LOCKS = Path("/run/rwn-hosts")  # slot-<n>.lock, held (flock) for a cluster's life
@@ -132,7 +134,7 @@ def _in_use(prefix: str) -> bool:
 
 def sweep_leftovers(slot: int) -> None:
     """Remove whatever bears the slot's names: the processes of its namespaces and its head, the
-    namespaces (their veths go with them), links on the machine, the folder."""
+    namespaces (their veths go with them), links on the machine, the hosts' memory cgroups, the folder."""
     bridge = f"{PREFIX}{slot}"
     namespaces = [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
     for ns in (n for n in namespaces if n.startswith(f"{bridge}-")):
@@ -147,6 +149,7 @@ def sweep_leftovers(slot: int) -> None:
         name = re.split(r"[:@]", line.split(":", 1)[1].strip())[0]
         if name == bridge or name.startswith(f"{bridge}-"):
             _ip("link", "del", name, check=False)
+    host_memory.sweep(slot)
     shutil.rmtree(f"/tmp/{bridge}", ignore_errors=True)
 
 

@@ -36,6 +36,18 @@ slot's /24 is checked unused on the machine before the cluster takes it.
   process of its PID namespace) and its link goes down, so nothing answers for it any more;
   :meth:`Host.start` boots it again (a new raylet: a new Ray node, the same hostname and address).
 
+**Memory limits** (``HostSpec(memory_bytes=...)``): the host gets a memory cgroup of its own
+(``tests/support/host_memory.py``), made under the machine's cgroup of this process (v1 where the
+memory controller is mounted as v1, as here; v2 otherwise; found at run time), with the limit and
+no swap beyond it. The host's init and everything under it are in it (its starter joins the cgroup
+before it execs; :meth:`Host.command` joins it before ``nsenter``), and the host has a cgroup
+namespace of its own with that cgroup mounted where a container has its own (v1
+``/sys/fs/cgroup/memory``, v2 ``/sys/fs/cgroup``): Ray's memory monitor reads the host's limit
+there, the kernel's OOM killer acts inside it as in a pod, and ``oom_kill`` counts it. Removed
+with the host's other leftovers: on stop, and by the sweep of a slot no live process holds.
+``host_memory.memory_limits_unsupported()`` says why a machine cannot (no memory controller; a
+v2 cgroup that cannot give its children one).
+
 **HTTPS** (``tls=True``): the backend serves TLS with a certificate for its address, signed by an
 authority the test makes (``tests/support/tls.py``) in the shared folder; every process of the
 head and the hosts trusts it (``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``), as a node trusts W&B's.
@@ -48,7 +60,7 @@ the ``shared`` folders (pytest's base temp: the runs' storage, as a cluster's sh
 init dies with the pytest thread that started it (``setpriv --pdeathsig``, then
 ``unshare --kill-child``), even when pytest is killed. :meth:`HostCluster.stop` (fixture
 finalizers, and ``atexit``) kills the inits, deletes the namespaces (their veths go with them),
-the bridge and the folder. A slot is held by a lock for the cluster's life; at start, every slot
+the memory cgroups, the bridge and the folder. A slot is held by a lock for the cluster's life; at start, every slot
 no live process holds is swept of what a crashed run left.
 
 ``python -m tests.support.hosts`` says whether this machine can run them (``.ci/run`` does).
@@ -73,13 +85,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support import host_memory
 from tests.support.host_net import Block, Network, sweep_leftovers, take_slot
 from tests.support.nvml import Gpu, ScriptedGpus
 from tests.support.tls import Certificate, make_certificate
 from tests.support.wait import wait_until
 from tests.support.wandb_backend import WandbTestBackend
 
-__all__ = ["Block", "Host", "HostCluster", "HostSpec", "host_cluster", "unsupported"]
+__all__ = ["Block", "Host", "HostCluster", "HostSpec", "host_cluster", "memory_limits_unsupported", "unsupported"]
+
+memory_limits_unsupported = host_memory.memory_limits_unsupported
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("ip", "unshare", "nsenter", "setpriv", "mount")
@@ -114,14 +129,15 @@ def unsupported() -> str | None:
 class HostSpec:
     """A worker host: ``name`` (1-6 of a-z, 0-9: in its interfaces' names), the ``hostname`` it
     calls itself (up to 64 characters: a long pod name or an FQDN as well), its Ray CPUs, its
-    scripted GPUs (``tests/support/nvml.py``; Ray's ``num_gpus`` is their count) and more
-    environment for its processes."""
+    scripted GPUs (``tests/support/nvml.py``; Ray's ``num_gpus`` is their count), more
+    environment for its processes and a memory limit (``memory_bytes``)."""
 
     name: str
     hostname: str
     cpus: int = 1
     gpus: tuple[Gpu, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    memory_bytes: int | None = None  # a memory limit: the host in a memory cgroup of its own (see the module)
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -144,6 +160,7 @@ class Host:
         self.node_id = ""  # the Ray node of the raylet now running here
         self.past_node_ids: list[str] = []  # of the raylets that ran here before a kill
         self.init_pid: int | None = None  # the host's init, as the machine numbers it
+        self.cgroup: Path | None = None  # its memory cgroup, with ``memory_bytes`` (the machine's path)
         self._starter: subprocess.Popen[bytes] | None = None
 
     # inside the host -----------------------------------------------------------------------
@@ -151,7 +168,14 @@ class Host:
         """``argv`` as run inside the host: every namespace of its init, from the repository."""
         if self.init_pid is None:
             raise RuntimeError(f"host {self.name} is not running")
-        return ["nsenter", f"--target={self.init_pid}", "--net", "--uts", "--mount", "--pid", f"--wd={REPO}", *argv]
+        spaces = ["--net", "--uts", "--mount", "--pid", *(["--cgroup"] if self.cgroup else [])]
+        return self._in_cgroup(["nsenter", f"--target={self.init_pid}", *spaces, f"--wd={REPO}", *argv])
+
+    def _in_cgroup(self, argv: list[str]) -> list[str]:
+        """``argv`` run in the host's memory cgroup (where it has one), and all that it starts."""
+        if self.cgroup is None:
+            return argv
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.cgroup), *argv]
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """What the host's processes get: the cluster's environment (:meth:`HostCluster.environment`),
@@ -267,13 +291,17 @@ class Host:
         (etc / "hostname").write_text(self.hostname + "\n")
         (etc / "hosts").write_text(self.cluster.etc_hosts())
         shares = [arg for folder in self.cluster.host_shares() for arg in ("--share", str(folder))]
-        argv = [
+        cgroup: list[str] = []
+        if self.spec.memory_bytes is not None:
+            self.cgroup = host_memory.create(self.cluster.network.slot, self.name, self.spec.memory_bytes)
+            cgroup = ["--cgroup", str(host_memory.version())]
+        argv = self._in_cgroup([
             "setpriv", "--pdeathsig", "KILL", "--",
             "nsenter", f"--net=/run/netns/{self.cluster.network.netns(self.name)}", "--",
-            "unshare", "--uts", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
-            sys.executable, "-m", "tests.support.host_init",
-            "--hostname", self.hostname, "--etc", str(etc), "--tmp", str(self.folder / "tmp"), *shares,
-        ]  # fmt: skip
+            "unshare", "--uts", "--mount", "--pid", *(["--cgroup"] if cgroup else []), "--fork", "--kill-child",
+            "--mount-proc", "--", sys.executable, "-m", "tests.support.host_init",
+            "--hostname", self.hostname, "--etc", str(etc), "--tmp", str(self.folder / "tmp"), *shares, *cgroup,
+        ])  # fmt: skip
         self._starter, self.init_pid = _start_init(argv, self.environment(), self.folder / "init.log")
 
     def __repr__(self) -> str:

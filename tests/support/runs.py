@@ -36,7 +36,9 @@ def user_rows(run: Any) -> list[dict[str, Any]]:
 
 
 # The titles of a failed attempt's alert (``_failure.words``) and of a recovery's.
-_FAILURE_TITLE = re.compile(r"^(Attempt \d+: )?(Ranks? [\d,-]+( failed)?: |Training failed: )|^Attempt \d+ recovered$")
+_FAILURE_TITLE = re.compile(
+    r"^(Attempt \d+: )?(Ranks? [\d,-]+( failed| stuck)?: |Training failed: )|^Attempt \d+ recovered$"
+)
 
 
 def failure_alerts(run: Any) -> list[dict[str, Any]]:

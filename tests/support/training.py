@@ -31,6 +31,8 @@ def train_loop(config: dict[str, Any]) -> None:
         loss = step_loss()
         print(said(rank, step))  # the rank's console (rank_console)
         if config.get("fail_at") == step and rank == config.get("fail_rank", 0):
+            if config.get("print_secrets"):  # what a user's code may print: masked on its node
+                print(SECRETS)
             raise ValueError("training blew up on purpose")
         script = config.get("gpu_script")  # {"step", "path", "index", "values"}: a scripted GPU changes
         if script and script["step"] == step and rank == 0:
@@ -53,6 +55,14 @@ def train_loop(config: dict[str, Any]) -> None:
         if config.get("report_free_cpus"):
             metrics["free_cpus"] = ray.available_resources().get("CPU", 0.0)
         report(metrics, checkpoint_step=step if config.get("checkpoint") and rank == 0 else None)
+
+
+# A line of made-up secrets a rank prints (``print_secrets``), and how it reaches the run's console.
+SECRETS = (
+    "WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567 "
+    "url https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE&X-Amz-Signature=0a1b2c3d"
+)
+SECRETS_MASKED = "WANDB_API_KEY=*** url https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***"
 
 
 def said(rank: int, step: int) -> str:
@@ -116,6 +126,26 @@ def trainer(loop: Any, *, torch: bool, **kwargs: Any) -> Any:
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     return DataParallelTrainer(loop, **kwargs)
+
+
+def fit_within(made: Any, timeout_s: float) -> Any:
+    """``made.fit()`` (a trainer) on a thread of its own, joined within ``timeout_s`` (a fit that
+    hangs fails the test, never CI): its result, or the exception it raised."""
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = made.fit()
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            outcome["result"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), f"fit() did not return within {timeout_s:.0f} s"
+    return outcome["result"]
 
 
 def report(metrics: dict[str, Any], *, checkpoint_step: int | None = None) -> None:
