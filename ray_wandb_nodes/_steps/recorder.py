@@ -29,6 +29,8 @@ READ_EVERY = 128  # steps: a multiple of PUBLISH_EVERY (DDP is read when publish
 SLOW_STEP_NS = 50_000_000
 _NO_DDP = DdpSums(0, 0, 0, 0, 0, 0, 0)
 _INPUT, _DDP, _DDP_DEVICE = int(Sources.INPUT), int(Sources.DDP), int(Sources.DDP_DEVICE)
+_HOST = int(Sources.HOST_COMPUTE | Sources.COLLECTIVES)
+_ZERO = (0, 0, 0, 0, 0, 0)
 _warner = Warner()
 
 
@@ -37,8 +39,10 @@ class StepRecorder:
     thread: the optimizer's pre- and post-step hooks (:meth:`optimizer_pre`,
     :meth:`optimizer_post`; the thread that ends the first step, and any that follows an interval
     left out, is ``thread``), the timed iterators (``inputs``, which add to ``input_ns`` and
-    ``batches`` around a fetch on ``thread`` and keep ``inside`` against nested timing), DDP's
-    construction (:meth:`attach_ddp`).
+    ``batches`` around a fetch on ``thread`` and keep ``inside`` against nested timing), the
+    timed passes (``_worker.step_loops``: ``busy_ns``, ``passes`` and ``collective_ns``, with
+    ``busy`` and ``waiting`` against nested timing), DDP's construction (:meth:`attach_ddp`) and
+    a model's device (:meth:`attach_loop`).
 
     The parts are added as they happen; a step that ends an interval that does not count (the
     first, one left out) takes them back to where the last counted step left them."""
@@ -49,6 +53,7 @@ class StepRecorder:
         "_ddp_base",
         "_ddp_sums",
         "_depth",
+        "_host",
         "_intervals",
         "_last",
         "_marks",
@@ -59,12 +64,17 @@ class StepRecorder:
         "_step_ns",
         "_writer",
         "batches",
+        "busy",
+        "busy_ns",
+        "collective_ns",
         "failed",
         "input_ns",
         "inside",
         "now",
+        "passes",
         "steps",
         "thread",
+        "waiting",
     )
 
     def __init__(self, writer: RegionWriter | None, clock: Callable[[], int] = time.monotonic_ns) -> None:
@@ -73,7 +83,11 @@ class StepRecorder:
         self._sources = 0  # Sources, as a plain int (flag arithmetic on the enum is slow)
         self.steps = self._intervals = self._step_ns = 0
         self.input_ns = self.batches = self._opt_ns = 0  # running totals, the interval under way included
-        self._marks = (0, 0, 0)  # (input_ns, batches, _opt_ns) at the last counted step's end
+        self.busy_ns = self.collective_ns = self.passes = 0
+        self._marks = _ZERO  # (input_ns, batches, _opt_ns, passes, busy_ns, collective_ns) at the last
+        # counted step's end
+        self.busy = self.waiting = False  # a timed pass (or backward), a timed collective under way
+        self._host: bool | None = None  # the models are on the CPU (None: no DDP or FSDP model seen)
         self.inside = False  # a timed fetch is under way (an iterator over another)
         self._depth = 0  # optimizer steps under way (an optimizer that steps another)
         self._pre_at = self._last = -1  # -1: none yet (a clock may read 0)
@@ -107,9 +121,11 @@ class StepRecorder:
             if last >= 0 and self._count:
                 self._intervals += 1
                 self._step_ns += now - last
-                self._marks = (self.input_ns, self.batches, self._opt_ns)
+                self._marks = (
+                    self.input_ns, self.batches, self._opt_ns, self.passes, self.busy_ns, self.collective_ns
+                )  # fmt: skip
             else:  # the first interval, or one left out: its parts are not counted
-                self.input_ns, self.batches, self._opt_ns = self._marks
+                self.input_ns, self.batches, self._opt_ns, self.passes, self.busy_ns, self.collective_ns = self._marks
                 self._count = True
                 self.thread = threading.get_ident()
             slow = last >= 0 and now - last >= SLOW_STEP_NS
@@ -130,6 +146,12 @@ class StepRecorder:
         if timers is not None:
             self._ddp = timers
             self._ddp_base = self._ddp_sums  # its iterations count on from the last DDP's
+
+    def attach_loop(self, device_type: str) -> None:
+        """A DDP or FSDP model on ``device_type`` trains here: its passes are timed on the host,
+        which is its compute only while every such model is on the CPU."""
+        host = device_type == "cpu"
+        self._host = host if self._host is None else self._host and host
 
     def hooks_in_place(self) -> None:
         """The optimizer's hooks are installed: its parts are measured (zero is then a figure)."""
@@ -165,16 +187,19 @@ class StepRecorder:
 
     def totals(self) -> StepTotals:
         """The totals of the counted intervals (the one under way is not in them)."""
-        s, (input_ns, batches, opt_ns) = self._ddp_sums, self._marks
+        s, (input_ns, batches, opt_ns, passes, busy_ns, collective_ns) = self._ddp_sums, self._marks
         return StepTotals(
             Sources(self._measured()), self.steps, self._intervals, self._step_ns, input_ns, batches, opt_ns,
             s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
+            passes, busy_ns, collective_ns,
         )  # fmt: skip
 
     def _measured(self) -> int:
         sources = self._sources
         if self._marks[1]:
             sources |= _INPUT
+        if self._host and self._marks[3]:
+            sources |= _HOST
         if self._ddp_sums.samples:
             sources |= _DDP
             if self._ddp is not None and self._ddp.device:
@@ -197,8 +222,9 @@ class StepRecorder:
         writer = self._writer
         if writer is None:
             return
-        s, (input_ns, batches, opt_ns) = self._ddp_sums, self._marks
+        s, (input_ns, batches, opt_ns, passes, busy_ns, collective_ns) = self._ddp_sums, self._marks
         writer.write(
             self._measured(), self.steps, self._intervals, self._step_ns, input_ns, batches, opt_ns,
             s.iteration, s.samples, s.rate, s.forward_ns, s.backward_ns, s.wait_ns, s.comm_ns,
+            passes, busy_ns, collective_ns,
         )  # fmt: skip

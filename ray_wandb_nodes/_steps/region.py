@@ -11,10 +11,10 @@ Layout (little-endian, offsets within the region)::
 
     0    u64  seq      the region's own seqlock: odd while a write is under way
     8    u32  magic    "RWNS"
-    12   u16  version  1
+    12   u16  version  2 (a region of another version is not decoded)
     14   u16  sources  what was measured (:class:`Sources`)
-    16   13 x u64      the totals of :class:`StepTotals`, in its field order
-    120  ...           reserved, zero
+    16   16 x u64      the totals of :class:`StepTotals`, in its field order
+    144  ...           reserved, zero
     248  u64  seq_end  the same counter, written before the totals: a copy of the region taken
                        in one read is whole when seq is even and equal to seq_end
 
@@ -34,10 +34,10 @@ from typing import NamedTuple
 
 REGION_SIZE = 256
 MAGIC = 0x534E5752  # b"RWNS" read as a little-endian u32
-VERSION = 1
+VERSION = 2  # 1: 13 totals, without the host-timed passes and collectives
 
 _SEQ = struct.Struct("<Q")
-_BODY = struct.Struct("<IHH13Q")  # magic, version, sources, then the 13 totals
+_BODY = struct.Struct("<IHH16Q")  # magic, version, sources, then the 16 totals
 _SEQ_AT, _BODY_AT, _SEQ_END_AT = 0, 8, 248
 assert _BODY_AT + _BODY.size <= _SEQ_END_AT
 
@@ -50,6 +50,8 @@ class Sources(enum.IntFlag):
     OPTIMIZER = 2  # the global optimizer-step hooks are in place
     DDP = 4  # DDP's reducer timers are read: forward, backward compute, exposed communication
     DDP_DEVICE = 8  # those timers are CUDA events: device time, sampled sparsely
+    HOST_COMPUTE = 16  # forward (DDP's, FSDP's root) and backward calls timed on a CPU model: compute
+    COLLECTIVES = 32  # the collectives a CPU model blocks in inside them timed (DDP's buffer sync, FSDP's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class StepTotals:
     cover the ``ddp_samples`` iterations DDP timed up to ``ddp_iteration`` (the latest it timed):
     each of its first ten, then one in ``ddp_rate``, so every rank of a job times the same ones.
 
-    What a node sends the driver side of each of its ranks, with the rank: 14 integers."""
+    What a node sends the driver side of each of its ranks, with the rank: 17 integers."""
 
     sources: Sources
     steps: int
@@ -79,6 +81,10 @@ class StepTotals:
     wait_ns: int  # DDP: exposed communication, from backward compute's end to communication's end
     # total communication (exposed and overlapped), from the first bucket's launch to the end
     comm_ns: int
+    # every pass, on the rank's clock (``_worker.step_loops``), in the counted intervals:
+    passes: int  # forward calls with grad of a DDP or FSDP model (micro-batches: k a step accumulating k)
+    busy_ns: int  # inside those forward calls and every backward call, the collectives in them included
+    collective_ns: int  # blocked inside them in collectives timed from Python (DDP's buffer sync, FSDP's)
 
 
 class RankSteps(NamedTuple):
@@ -90,7 +96,7 @@ class RankSteps(NamedTuple):
 
 
 _TOTALS = tuple(f.name for f in fields(StepTotals))[1:]
-assert len(_TOTALS) == 13
+assert len(_TOTALS) == 16
 EMPTY = StepTotals(Sources.NONE, *(0,) * len(_TOTALS))
 
 
@@ -112,7 +118,7 @@ class RegionWriter:
         self._pack_body = _BODY.pack_into
 
     def write(self, sources: int, *totals: int) -> None:
-        """Publish ``totals`` (the 13 fields of :class:`StepTotals` after ``sources``, in order)."""
+        """Publish ``totals`` (the 16 fields of :class:`StepTotals` after ``sources``, in order)."""
         seq, view = self._seq, self._view
         self._pack_seq(view, _SEQ_AT, seq + 1)
         self._pack_seq(view, _SEQ_END_AT, seq + 2)

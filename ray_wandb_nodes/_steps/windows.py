@@ -36,15 +36,23 @@ class RankWindow:
     input_s: float | None
     optimizer_s: float | None
     ddp_samples: int  # DDP's timed iterations in it (0: DDP's parts unknown here)
-    forward_s: float | None
+    forward_s: float | None  # DDP's timers: a synced pass's forward, per sample
     backward_s: float | None
-    wait_s: float | None  # exposed communication: the time it waited for the others
+    wait_s: float | None  # the time it waited for the others a step: exposed communication and
+    # the collectives it blocked in (DDP's buffer sync, FSDP's), where measured
+    host_compute_s: float | None = None  # every pass's forward and backward a step, less their waits (CPU)
+    passes: float | None = None  # forward passes a step (micro-batches), where timed
+    accumulation: float = 1.0  # passes a step, where over one (gradient accumulation): DDP times one
 
     @property
     def compute_s(self) -> float | None:
+        """Forward and backward a step: every pass timed on the host (a CPU model), else DDP's
+        timed pass on its device times the passes a step (an estimate where passes accumulate)."""
+        if self.host_compute_s is not None:
+            return self.host_compute_s
         if self.forward_s is None or self.backward_s is None:
             return None
-        return self.forward_s + self.backward_s
+        return (self.forward_s + self.backward_s) * self.accumulation
 
     @property
     def other_s(self) -> float:
@@ -56,14 +64,21 @@ class RankWindow:
 
 def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow | None:
     """``rank``'s window from ``before`` to ``after`` (two reads of its totals); None when no
-    step interval was counted between them, or when the totals went back (a new process)."""
+    step interval was counted between them, or when the totals went back (a new process).
+
+    The wait is DDP's exposed communication per timed iteration (one synced pass a step) plus the
+    collectives the rank blocked in inside its passes a step (timed on a CPU model only: DDP's
+    buffer sync, FSDP's all-gathers and reduce-scatters). On a CPU model the compute is every
+    pass's forward and backward a step less those waits (the backward call holds DDP's exposed
+    communication: taken out too); on a GPU it is DDP's timed pass (the synced one) times the
+    passes a step (gradient accumulation: the other micro-batches taken to be alike)."""
     intervals = after.intervals - before.intervals
     if after.steps < before.steps or intervals <= 0 or after.step_ns < before.step_ns:
         return None
     sources = after.sources
 
     def per_step(later: int, earlier: int, source: Sources) -> float | None:
-        return (later - earlier) * _S / intervals if source in sources else None
+        return max(0, later - earlier) * _S / intervals if source in sources else None
 
     samples = after.ddp_samples - before.ddp_samples
     ddp = Sources.DDP in sources and samples > 0
@@ -71,6 +86,15 @@ def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow 
     def per_sample(later: int, earlier: int) -> float | None:
         return max(0, later - earlier) * _S / samples if ddp else None
 
+    ddp_wait = per_sample(after.wait_ns, before.wait_ns)
+    collectives = per_step(after.collective_ns, before.collective_ns, Sources.COLLECTIVES)
+    busy = per_step(after.busy_ns, before.busy_ns, Sources.HOST_COMPUTE)
+    waits = [w for w in (ddp_wait, collectives) if w is not None]
+    ddp_unknown = Sources.DDP in sources and ddp_wait is None  # DDP's wait not sampled here: unknown
+    host_compute = None
+    if busy is not None and not ddp_unknown:
+        host_compute = max(0.0, busy - (collectives or 0.0) - (ddp_wait or 0.0))
+    passes = after.passes - before.passes  # one synced pass a step: the optimizer steps after it
     return RankWindow(
         rank=rank,
         first_step=before.steps,
@@ -82,7 +106,10 @@ def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow 
         ddp_samples=max(0, samples),
         forward_s=per_sample(after.forward_ns, before.forward_ns),
         backward_s=per_sample(after.backward_ns, before.backward_ns),
-        wait_s=per_sample(after.wait_ns, before.wait_ns),
+        wait_s=sum(waits) if waits and not ddp_unknown else None,
+        host_compute_s=host_compute,
+        passes=passes / intervals if passes > 0 else None,
+        accumulation=passes / intervals if passes > intervals else 1.0,
     )
 
 

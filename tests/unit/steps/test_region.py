@@ -12,7 +12,7 @@ import pytest
 from ray_wandb_nodes._steps import REGION_SIZE, RegionWriter, Sources, StepTotals, decode
 from ray_wandb_nodes._steps.region import EMPTY, MAGIC, VERSION
 
-TOTALS = StepTotals(Sources.INPUT | Sources.OPTIMIZER | Sources.DDP, *range(101, 114))
+TOTALS = StepTotals(Sources.INPUT | Sources.OPTIMIZER | Sources.DDP, *range(101, 117))
 
 
 def test_what_the_writer_writes_the_decoder_reads_back() -> None:
@@ -29,9 +29,9 @@ def test_the_layout_is_the_documented_one() -> None:
     seq, magic, version, sources = struct.unpack_from("<QIHH", buffer, 0)
     assert (seq, magic, version, sources) == (4, MAGIC, VERSION, 7)
     assert bytes(buffer[8:12]) == b"RWNS"
-    assert struct.unpack_from("<13Q", buffer, 16) == tuple(range(101, 114))
+    assert struct.unpack_from("<16Q", buffer, 16) == tuple(range(101, 117))
     assert struct.unpack_from("<Q", buffer, 248) == (4,)
-    assert bytes(buffer[120:248]) == bytes(128)  # reserved
+    assert bytes(buffer[144:248]) == bytes(104)  # reserved
 
 
 def test_it_writes_into_the_slot_s_bytes_256_to_511_and_nowhere_else() -> None:
@@ -50,6 +50,15 @@ def test_it_writes_into_the_slot_s_bytes_256_to_511_and_nowhere_else() -> None:
 @pytest.mark.parametrize("raw", [bytes(REGION_SIZE), bytes(100)])
 def test_a_region_never_written_or_too_short_decodes_to_nothing(raw: bytes) -> None:
     assert decode(raw) is None
+
+
+def test_a_version_1_region_of_13_totals_is_refused_not_misread() -> None:
+    """A rank of the plugin's earlier release beside a node of this one: its layout has 13 totals."""
+    assert VERSION == 2
+    buffer = bytearray(REGION_SIZE)
+    struct.pack_into("<QIHH13Q", buffer, 0, 2, MAGIC, 1, 7, *range(101, 114))
+    struct.pack_into("<Q", buffer, 248, 2)
+    assert decode(bytes(buffer)) is None
 
 
 def test_another_version_or_magic_decodes_to_nothing() -> None:
@@ -82,7 +91,7 @@ def _store_events(old: StepTotals, new: StepTotals) -> tuple[bytes, list[tuple[i
         real_seq(view, at, value)
 
     def body(view: memoryview, at: int, *values: int) -> None:
-        events.extend((at + i, b) for i, b in enumerate(struct.pack("<IHH13Q", *values)))
+        events.extend((at + i, b) for i, b in enumerate(struct.pack("<IHH16Q", *values)))
         real_body(view, at, *values)
 
     writer._pack_seq, writer._pack_body = seq, body  # type: ignore[method-assign]
@@ -97,7 +106,7 @@ def test_one_copy_taken_front_to_back_during_a_write_is_whole_or_refused() -> No
     such copy decodes to the old totals, the new ones, or nothing; and one that ``seq`` read again
     afterwards calls whole is whole."""
     old = TOTALS
-    new = StepTotals(Sources.INPUT, *range(900, 913))
+    new = StepTotals(Sources.INPUT, *range(900, 916))
     original, events = _store_events(old, new)
     rng = random.Random(3)
     outcomes = set()

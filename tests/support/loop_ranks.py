@@ -1,0 +1,117 @@
+"""Two real ranks over gloo running the loop kinds of ``_worker.step_loops`` with the rank's step
+anatomy armed, one case after another in one process group, each case's totals read at two steps.
+
+    python -m tests.support.loop_ranks --rank R --world 2 --store FILE --out FILE --cases ddp_bn:input:1,...
+
+A case is ``kind:slow:rank`` (``slow`` one of ``none``, ``input``, ``compute``): ``ddp_bn`` a DDP
+over a model with BatchNorm (its buffers broadcast at every forward, DDP's default); ``accum`` a
+DDP stepping once every :data:`ACCUMULATE` micro-batches, the others under ``no_sync()``;
+``fsdp2`` a model sharded with ``fully_shard``. Every pass computes for :data:`PASS_S` (a sleep
+inside the forward: the host's clock cannot tell it from compute), the slow rank
+:data:`SLOW_S` more in its input (each batch) or its compute (each pass). The output: for each
+case, the totals (``StepTotals`` as a list) at step :data:`FIRST` and at the last step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+ACCUMULATE = 4
+PASS_S = 0.02
+SLOW_S = 0.03
+FIRST, STEPS = 12, 40  # DDP times every iteration of its first ten, then one in 13 on a CPU: 3 here
+
+
+def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, Dataset
+
+    from ray_wandb_nodes._worker.steps import arm_steps, disarm_steps
+
+    extra_input = SLOW_S if slow == "input" and rank == slow_rank else 0.0
+    extra_compute = SLOW_S if slow == "compute" and rank == slow_rank else 0.0
+
+    class Batches(Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return 10**6
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            if extra_input:
+                time.sleep(extra_input)
+            return torch.randn(8, 16)
+
+    class Busy(torch.nn.Module):  # a pass's compute: the same on every rank, more on a slow one
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(PASS_S + extra_compute)
+            return x
+
+    recorder = arm_steps(bytearray(256))
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = [torch.nn.Linear(16, 16), Busy(), torch.nn.Linear(16, 1)]
+    if kind == "ddp_bn":
+        layers.insert(1, torch.nn.BatchNorm1d(16))
+    body = torch.nn.Sequential(*layers)
+    model: Any
+    if kind == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(body[0])
+        fully_shard(body[2])
+        model = fully_shard(body)
+    else:
+        model = DistributedDataParallel(body)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    micro = ACCUMULATE if kind == "accum" else 1
+    batches = iter(DataLoader(Batches(), batch_size=None))
+    reads = []
+    dist.barrier()
+    for step in range(1, STEPS + 1):
+        for i in range(micro):
+            x = next(batches)
+            if i < micro - 1:
+                with model.no_sync():
+                    model(x).pow(2).mean().backward()
+            else:
+                model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        if step in (FIRST, STEPS):
+            reads.append(list(dataclasses.astuple(recorder.publish())))
+    disarm_steps()
+    dist.barrier()
+    return reads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--cases", required=True)
+    args = parser.parse_args()
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.FileStore(args.store, args.world)  # type: ignore[attr-defined]
+    timeout = datetime.timedelta(seconds=120)
+    dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world, timeout=timeout)
+    out = {}
+    for case in args.cases.split(","):
+        kind, slow, slow_rank = case.split(":")
+        out[case] = run_case(kind, slow, int(slow_rank), args.rank)
+    dist.destroy_process_group()
+    Path(args.out).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
