@@ -45,6 +45,9 @@ from ray_wandb_nodes._steps import CPU_RATE, RegionWriter, StepRecorder
 from ray_wandb_nodes._steps.ddp import TORCH_DEFAULT_RATE
 from ray_wandb_nodes._steps.recorder import READ_EVERY
 from ray_wandb_nodes._worker.step_inputs import Current, timed_fetch
+from ray_wandb_nodes._worker.step_loops import _RootPass, timed_pass, timed_wait
+
+ACCUMULATE = 4  # micro-batches a step of the gradient-accumulation loop
 
 MODES = ("off", "on", "off_again")  # off_again: the same as off, the noise between two rounds alike
 
@@ -79,6 +82,32 @@ def hot_path(rounds: int, calls: int) -> dict[str, float]:
             recorder.optimizer_pre(opt, (), {})
             recorder.optimizer_post(opt, (), {})
 
+        def call() -> None:
+            return None
+
+        passed = timed_pass(current, call, torch.is_grad_enabled)  # DDP's forward: opens a busy span
+        waited = timed_wait(current, call)  # DDP's buffer sync, a collective, Work.wait
+
+        def pass_then_fetch() -> None:  # a pass's span, closed by the next fetch (as in a loop)
+            passed()
+            timed(None)
+
+        root = _RootPass(current, type("State", (), {"_is_root": True})(), torch.nn.Identity(), torch.is_grad_enabled)
+
+        def root_then_fetch() -> None:  # FSDP2's root module: our pre-forward hook, then a fetch
+            root.pre()
+            timed(None)
+
+        def wait_in_pass() -> None:  # a timed wait is timed inside a busy span only
+            recorder.open = 1
+            waited()
+            recorder.open = -1
+
+        def flag_bare() -> None:
+            recorder.open = 1
+            call()
+            recorder.open = -1
+
         out = interleaved(
             {
                 "empty_call_ns": lambda: ns_per_call(lambda: None, calls),
@@ -86,6 +115,12 @@ def hot_path(rounds: int, calls: int) -> dict[str, float]:
                 "hooks_ns": lambda: ns_per_call(hooks, calls),
                 "next_bare_ns": lambda: ns_per_call(lambda: bare(None), calls),
                 "next_timed_ns": lambda: ns_per_call(lambda: timed(None), calls),
+                "call_bare_ns": lambda: ns_per_call(call, calls),
+                "call_then_fetch_ns": lambda: ns_per_call(lambda: (call(), timed(None)), calls),
+                "pass_then_fetch_ns": lambda: ns_per_call(pass_then_fetch, calls),
+                "root_then_fetch_ns": lambda: ns_per_call(root_then_fetch, calls),
+                "flag_bare_ns": lambda: ns_per_call(flag_bare, calls),
+                "wait_timed_ns": lambda: ns_per_call(wait_in_pass, calls),
             },
             rounds,
         )
@@ -93,6 +128,17 @@ def hot_path(rounds: int, calls: int) -> dict[str, float]:
     out["hooks_ns"] -= out["empty_call_ns"]  # the benchmark's own call around them
     out["next_ns"] = out["next_timed_ns"] - out["next_bare_ns"]
     out["per_step_ns"] = out["hooks_ns"] + out["next_ns"]
+    # a pass: its wrapper and span (closed by the fetch after it), less the same call bare
+    out["pass_ns"] = out["pass_then_fetch_ns"] - out["call_then_fetch_ns"]
+    out["root_pass_ns"] = out["root_then_fetch_ns"] - out["call_then_fetch_ns"]  # FSDP2's root hook
+    out["wait_ns"] = out["wait_timed_ns"] - out["flag_bare_ns"]
+    # Per loop kind, what a step pays on the host beyond the beacon (the calls each step makes):
+    # DDP: a pass and its buffer sync (a model with buffers); accumulating k micro-batches: k
+    # batches, k passes, one buffer sync; FSDP2: the root's pass, and each collective it blocks
+    # in (``wait_ns`` apiece: two or three a sharded module a step, each one a collective's cost).
+    out["per_step_ddp_loop_ns"] = out["per_step_ns"] + out["pass_ns"] + out["wait_ns"]
+    out["per_step_accumulate_ns"] = out["hooks_ns"] + ACCUMULATE * (out["next_ns"] + out["pass_ns"]) + out["wait_ns"]
+    out["per_step_fsdp2_ns"] = out["per_step_ns"] + out["root_pass_ns"]
     # Both grow alike with the machine's load: the ratio carries over to a quiet machine.
     out["per_step_over_beacon_step"] = out["per_step_ns"] / (out["beacon_step_ns"] - out["empty_call_ns"])
     return out
@@ -120,6 +166,7 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.001)
     data = TensorDataset(torch.randn(steps * 4, width))
     torch_next = _BaseDataLoaderIter.__next__
+    torch_forward, torch_sync = DistributedDataParallel.forward, DistributedDataParallel._sync_buffers
     times: dict[str, list[float]] = {m: [] for m in MODES}
     cpu: dict[str, list[float]] = {m: [] for m in MODES}  # the training thread's CPU time a step, a round
     ddp_reads: list[float] = []
@@ -128,8 +175,11 @@ def rank_main(rank: int, store: str, rounds: int, steps: int, out: str) -> None:
         if mode == "on":
             recorder = arm_steps(bytearray(256))
             recorder.attach_ddp(ddp)  # made before arming: attached as the patch would
+            recorder.attach_loop("cpu")
         else:
             _BaseDataLoaderIter.__next__ = torch_next  # type: ignore[method-assign]  # torch's own
+            DistributedDataParallel.forward = torch_forward  # type: ignore[method-assign]
+            DistributedDataParallel._sync_buffers = torch_sync  # type: ignore[method-assign]
             ddp._set_ddp_runtime_logging_sample_rate(100)  # DDP's default
         batches = iter(DataLoader(data, batch_size=4))
         dist.barrier()

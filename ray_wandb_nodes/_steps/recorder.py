@@ -40,8 +40,8 @@ class StepRecorder:
     :meth:`optimizer_post`; the thread that ends the first step, and any that follows an interval
     left out, is ``thread``), the timed iterators (``inputs``, which add to ``input_ns`` and
     ``batches`` around a fetch on ``thread`` and keep ``inside`` against nested timing), the
-    timed passes (``_worker.step_loops``: ``busy_ns``, ``passes`` and ``collective_ns``, with
-    ``busy`` and ``waiting`` against nested timing), DDP's construction (:meth:`attach_ddp`) and
+    timed passes (``_worker.step_loops``: :meth:`open_pass`, ``collective_ns`` with ``waiting``
+    against nested timing; a fetch closes the span with :meth:`close_pass`), DDP's construction (:meth:`attach_ddp`) and
     a model's device (:meth:`attach_loop`).
 
     The parts are added as they happen; a step that ends an interval that does not count (the
@@ -64,13 +64,13 @@ class StepRecorder:
         "_step_ns",
         "_writer",
         "batches",
-        "busy",
         "busy_ns",
         "collective_ns",
         "failed",
         "input_ns",
         "inside",
         "now",
+        "open",
         "passes",
         "steps",
         "thread",
@@ -86,7 +86,8 @@ class StepRecorder:
         self.busy_ns = self.collective_ns = self.passes = 0
         self._marks = _ZERO  # (input_ns, batches, _opt_ns, passes, busy_ns, collective_ns) at the last
         # counted step's end
-        self.busy = self.waiting = False  # a timed pass (or backward), a timed collective under way
+        self.open = -1  # when the busy span under way began (-1: none): a pass to the next fetch or step
+        self.waiting = False  # a timed collective under way
         self._host: bool | None = None  # the models are on the CPU (None: no DDP or FSDP model seen)
         self.inside = False  # a timed fetch is under way (an iterator over another)
         self._depth = 0  # optimizer steps under way (an optimizer that steps another)
@@ -102,7 +103,10 @@ class StepRecorder:
         """Before an optimizer step (the signature takes the hook's arguments and ignores them)."""
         self._depth += 1
         if self._depth == 1:
-            self._pre_at = self._now()
+            now = self._pre_at = self._now()
+            if self.open >= 0:
+                self.busy_ns += now - self.open
+                self.open = -1
 
     def optimizer_post(self, *_args: Any) -> None:
         """After an optimizer step: the step ends here, and the interval since the last one."""
@@ -133,6 +137,18 @@ class StepRecorder:
                 self._publish(read=slow or not steps % READ_EVERY)
         except Exception as e:  # noqa: BLE001 - the anatomy off, training on
             self.fail(e)
+
+    # the passes (``_worker.step_loops``) -----------------------------------------------------------
+    def open_pass(self) -> None:
+        """A forward pass starts: a busy span opens (one already open goes on)."""
+        self.passes += 1
+        if self.open < 0:
+            self.open = self._now()
+
+    def close_pass(self, now: int) -> None:
+        """The busy span under way ends at ``now`` (a fetch's start)."""
+        self.busy_ns += now - self.open
+        self.open = -1
 
     # rarer calls ------------------------------------------------------------------------------------
     def attach_ddp(self, ddp: Any) -> None:

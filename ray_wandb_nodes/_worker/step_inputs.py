@@ -51,6 +51,8 @@ def timed_fetch(current: Current, fetch: Callable[[Any], Any]) -> Callable[[Any]
         now = rec.now
         rec.inside = True
         start = now()
+        if rec.open >= 0:  # a pass's busy span ends where the next batch is fetched
+            rec.close_pass(start)
         try:
             item = fetch(self)
         except BaseException:  # StopIteration at an epoch's end included: its wait is input too

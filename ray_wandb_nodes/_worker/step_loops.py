@@ -1,27 +1,29 @@
 """Time every pass of the training loop on the rank's clock, with no user code: what DDP's
 sampled timers leave out (the micro-batches of gradient accumulation, DDP's buffer sync, FSDP).
 
-- ``torch.nn.parallel.distributed``: ``DistributedDataParallel.forward`` (one pass: a micro-batch)
-  and, inside it, ``_sync_buffers`` (the broadcast of the module's buffers, BatchNorm's running
-  statistics, a rotary embedding's ``inv_freq``, from rank 0 at each forward while
-  ``broadcast_buffers`` is on, the default): a rank late for its input makes the others wait
-  here, inside the span DDP's forward timer counts as compute; timed apart, it is a wait.
-- ``torch.distributed.fsdp._fully_shard._fsdp_state`` (FSDP2, ``fully_shard``): each FSDP
-  module's state, as it is made, gets a forward pre-hook and a forward hook; after its first
-  forward the hooks stay on the root module only (the others' take themselves off), which then
-  times one pass a forward.
-- ``torch.autograd``: ``backward`` (``Tensor.backward`` calls it; so do Accelerate's,
-  Lightning's and the Hugging Face ``Trainer``'s backward): every backward call.
-- ``torch.distributed.distributed_c10d``: the collectives FSDP and users call (``all_reduce``,
-  ``all_gather_single``, ``reduce_scatter_single``, ...) and ``Work.wait``: the time blocked in
-  them inside a timed pass or backward.
+A pass opens a *busy span* on the recorder as its forward starts; the span runs until the next
+timed fetch of a batch or the optimizer's step (their clock reads close it), so it holds the
+pass's forward and backward (and what the loop does between them: its loss, a gradient clip)
+with no hook on the backward and one clock read a pass. Passes are opened by:
 
-What they add up to (``StepRecorder``): ``busy_ns`` inside passes and backward calls (one span
-a nest: a backward inside a pass, a pass inside a pass are timed once), ``collective_ns`` blocked
-in collectives within them, ``passes``. On a CPU model, busy less its collectives is compute and
-the collectives are waits; on a GPU the calls return once their kernels are launched, so these
-spans say nothing of the device, and the recorder does not publish them as compute (only the
-count of passes). Timed on the training thread only; unarmed, each wrapper calls the original.
+- ``torch.nn.parallel.distributed``: ``DistributedDataParallel.forward``; inside it,
+  ``_sync_buffers`` (the broadcast of the module's buffers, BatchNorm's running statistics, a
+  rotary embedding's ``inv_freq``, from rank 0 at each forward while ``broadcast_buffers`` is
+  on, the default) is timed as a wait: a rank late for its input makes the others wait there,
+  inside the span DDP's own forward timer counts as compute.
+- ``torch.distributed.fsdp._fully_shard._fsdp_state`` (FSDP2, ``fully_shard``): each FSDP
+  module's state, as it is made, gets a forward pre-hook that opens a pass; after its first
+  forward the hook stays on the root module only.
+
+Waits: the collectives of ``torch.distributed.distributed_c10d`` (``all_reduce``,
+``all_gather_single``, ``reduce_scatter_single``, ...; FSDP2 calls them) and ``Work.wait`` are
+timed while a span is open, on the training thread (one span a nest).
+
+What they add up to (``StepRecorder``): ``busy_ns`` in the spans, ``collective_ns`` blocked in
+collectives within them, ``passes``. On a CPU model, busy less its waits is compute; on a GPU the
+calls return once their kernels are launched, so these spans say nothing of the device, and the
+recorder does not publish them as compute (only the count of passes). Unarmed, each wrapper
+calls the original.
 """
 
 from __future__ import annotations
@@ -50,25 +52,17 @@ COLLECTIVES = (
 )
 
 
-def timed_pass(current: Current, call: Callable[..., Any], grad_enabled: Callable[[], bool], count: int) -> Any:
-    """``call`` with its time added to the recorder's busy time, ``count`` passes with it, when
-    autograd records (a pass under ``no_grad``, an evaluation's, is not training's)."""
-    ident = threading.get_ident
+def timed_pass(current: Current, call: Callable[..., Any], grad_enabled: Callable[[], bool]) -> Any:
+    """``call`` (a forward) opening a busy span on the recorder when autograd records (a pass
+    under ``no_grad``, an evaluation's, is not training's): the span runs until the next timed
+    fetch or the optimizer's step, so it holds the pass's backward with no hook on it."""
 
     @functools.wraps(call)
     def timed(*args: Any, **kwargs: Any) -> Any:
         rec = current.recorder
-        if rec is None or rec.busy or (rec.thread and rec.thread != ident()) or not grad_enabled():
-            return call(*args, **kwargs)
-        now = rec.now
-        rec.busy = True
-        start = now()
-        try:
-            return call(*args, **kwargs)
-        finally:
-            rec.busy_ns += now() - start
-            rec.passes += count
-            rec.busy = False
+        if rec is not None and grad_enabled():
+            rec.open_pass()
+        return call(*args, **kwargs)
 
     setattr(timed, MARK, True)
     return timed
@@ -76,13 +70,13 @@ def timed_pass(current: Current, call: Callable[..., Any], grad_enabled: Callabl
 
 def timed_wait(current: Current, call: Callable[..., Any]) -> Any:
     """``call`` (a collective, a wait on one) with its time added to the recorder's collective
-    time when it blocks inside a timed pass (one span a nest)."""
+    time when it blocks inside a busy span (one span a nest)."""
     ident = threading.get_ident
 
     @functools.wraps(call)
     def timed(*args: Any, **kwargs: Any) -> Any:
         rec = current.recorder
-        if rec is None or not rec.busy or rec.waiting or (rec.thread and rec.thread != ident()):
+        if rec is None or rec.open < 0 or rec.waiting or (rec.thread and rec.thread != ident()):
             return call(*args, **kwargs)
         now = rec.now
         rec.waiting = True
@@ -119,18 +113,8 @@ class TimeDdpPasses:
         if cls is None:
             return
         grad = torch.is_grad_enabled
-        _wrap(cls, "forward", lambda call: timed_pass(self.current, call, grad, 1))
+        _wrap(cls, "forward", lambda call: timed_pass(self.current, call, grad))
         _wrap(cls, "_sync_buffers", lambda call: timed_wait(self.current, call))
-
-
-@dataclass(frozen=True)
-class TimeBackward:
-    """The patch on ``torch.autograd``: every ``backward`` call is busy time (no pass)."""
-
-    current: Current
-
-    def __call__(self, module: ModuleType) -> None:
-        _wrap(module, "backward", lambda call: timed_pass(self.current, call, lambda: True, 0))
 
 
 @dataclass(frozen=True)
@@ -183,30 +167,23 @@ class TimeFsdpPasses:
 
 
 class _RootPass:
-    """The forward hooks of one FSDP2 module: they time its forward while it is the root, and
-    take themselves off after its first forward once it is not."""
+    """The forward hooks of one FSDP2 module: the pre-hook opens a pass while it is the root; after
+    its first forward the post-hook takes itself off, and the pre-hook too once it is not the root."""
 
     def __init__(self, current: Current, state: Any, module: Any, grad: Callable[[], bool]) -> None:
         self._current, self._state, self._grad = current, state, grad
-        self._start = -1
-        self._ident = threading.get_ident
         self._pre = module.register_forward_pre_hook(self.pre, prepend=True)
         self._post = module.register_forward_hook(self.post, always_call=True)
 
     def pre(self, *_: Any) -> None:
         rec = self._current.recorder
-        if rec is None or rec.busy or (rec.thread and rec.thread != self._ident()) or not self._grad():
-            return
-        rec.busy = True
-        self._start = rec.now()
+        if rec is not None and self._grad():
+            rec.open_pass()
 
     def post(self, *_: Any) -> None:
-        rec = self._current.recorder
-        start, self._start = self._start, -1
-        if rec is not None and start >= 0:
-            rec.busy_ns += rec.now() - start
-            rec.passes += 1
-            rec.busy = False
-        if getattr(self._state, "_is_root", None) is False:  # set at the first forward: not the root
+        root = getattr(self._state, "_is_root", None)  # set at the first forward
+        if root is None:
+            return
+        self._post.remove()
+        if root is False:
             self._pre.remove()
-            self._post.remove()

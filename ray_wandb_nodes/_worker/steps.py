@@ -5,8 +5,8 @@ or after this call: ``_on_import``), so that a job without torch pays nothing:
 - ``torch.optim.optimizer``: the global optimizer-step pre- and post-hooks (every optimizer);
 - ``torch.utils.data.dataloader`` and ``ray.data.iterator``: ``next()`` timed (``inputs``);
 - ``torch.nn.parallel.distributed``: every DDP made is read for its timers (``ddp``), and its
-  forward passes and buffer syncs are timed (``step_loops``), as are FSDP2's root forward,
-  ``torch.autograd.backward`` and the collectives blocked in within them.
+  passes and buffer syncs are timed (``step_loops``), as are FSDP2's root passes and the
+  collectives of ``torch.distributed`` blocked in within a pass.
 
 Disarming removes the optimizer hooks and publishes the last totals; the patched methods stay
 (they cannot be taken back safely while an iterator may be inside one) and pass through.
@@ -25,7 +25,7 @@ from .._steps.recorder import StepRecorder
 from .._steps.region import RegionWriter
 from .on_import import when_imported
 from .step_inputs import Current, TimeDataLoaders, TimeRayData
-from .step_loops import TimeBackward, TimeCollectives, TimeDdpPasses, TimeFsdpPasses
+from .step_loops import TimeCollectives, TimeDdpPasses, TimeFsdpPasses
 
 CURRENT = Current()
 _removers: list[Callable[[], None]] = []
@@ -48,7 +48,6 @@ def arm_steps(region: memoryview | bytearray | None, owner: object | None = None
     when_imported("torch.utils.data.dataloader", TimeDataLoaders(CURRENT))
     when_imported("torch.nn.parallel.distributed", PatchDdp(_attach))
     when_imported("torch.nn.parallel.distributed", TimeDdpPasses(CURRENT))
-    when_imported("torch.autograd", TimeBackward(CURRENT))
     when_imported("torch.distributed.distributed_c10d", TimeCollectives(CURRENT))
     when_imported("torch.distributed.fsdp._fully_shard._fsdp_state", TimeFsdpPasses(CURRENT, _attach_loop))
     when_imported("ray.data.iterator", TimeRayData(CURRENT))
