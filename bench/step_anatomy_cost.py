@@ -10,7 +10,11 @@ Two parts, no Ray, no W&B, CPU only:
    beside them. ``per_step_ns``: the hooks and one timed ``next()``, what a step of one batch
    pays beyond the beacon (torch's loop over its global hooks adds one iteration each: under the
    noise of a one-element ``optimizer.step()`` on this machine, so not measured apart);
-   ``per_step_over_beacon_step``: that against the beacon's own step, measured alike.
+   ``per_step_over_beacon_step``: that against the beacon's own step, measured alike. The passes
+   (``_worker.step_loops``): ``pass_ns`` a DDP pass's wrapper and span, ``root_pass_ns`` FSDP2's
+   root hook, ``wait_ns`` a buffer sync or collective timed inside a span; and what a step pays
+   per loop kind: ``per_step_ddp_loop_ns`` (a pass and a buffer sync), ``per_step_accumulate_ns``
+   (4 micro-batches), ``per_step_fsdp2_ns`` (a root pass, ``wait_ns`` more a collective).
 2. **A real DDP step** (two processes over gloo on this machine, a small MLP fed by a
    ``DataLoader``): every step timed, in rounds that rotate the anatomy on (armed, DDP's timers at
    its CPU rate and read) and off (not armed, the loader's ``next()`` as torch has it, DDP at its
