@@ -137,3 +137,35 @@ def test_a_pings_points_are_fed_once_and_the_next_pings_again() -> None:
     feed_steps(run, pool(handles), {})
     assert [sorted(fed) for fed, _, _ in run.health.calls] == [[0, 1], [], [0, 1]]
     assert all(sorted(at) == [0, 1] for _, at, _ in run.health.calls)  # where they run: every check
+
+
+def test_a_node_reads_its_ranks_between_pings_and_a_ping_carries_the_points_with_their_process(tmp_path: Path) -> None:
+    import os
+
+    from ray_wandb_nodes._fleet.node_steps import NodeSteps
+    from ray_wandb_nodes._hang import NodeWatch
+
+    world = World([Profile()] * 2)
+    watch = NodeWatch(tmp_path)
+    watch.watch(KEY, (0, 1))
+    node = NodeSteps(watch)
+    beacons = [Beacon(run_dir(KEY, tmp_path), rank) for rank in (0, 1)]
+    try:
+        writers = [RegionWriter(b.extension) for b in beacons]
+        for _ in range(5):  # five reads of the node's own second, the ranks 10 steps on each time
+            world.run(10)
+            for writer, t in zip(writers, world.reads().values(), strict=True):
+                writer.write_totals(t)
+            node.read()
+        taken = node.take(watch.read())  # the ping's own read adds nothing new: the same steps
+        steps = {rank: [s.totals.steps for s in taken[KEY] if s.rank == rank] for rank in (0, 1)}
+        assert steps == {0: [10, 20, 30, 40, 50], 1: [10, 20, 30, 40, 50]}
+        assert {s.pid for s in taken[KEY]} == {os.getpid()}
+        world.run(10)
+        for writer, t in zip(writers, world.reads().values(), strict=True):
+            writer.write_totals(t)
+        again = node.take(watch.read())  # the next ping: the last one's latest, then the ping's read
+        assert [s.totals.steps for s in again[KEY] if s.rank == 0] == [50, 60]
+    finally:
+        for beacon in beacons:
+            beacon.close()
