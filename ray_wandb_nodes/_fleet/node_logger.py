@@ -44,7 +44,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,7 +55,6 @@ from .._egress import WriterEgress, find_way, for_way, online
 from .._failure import SETTLE_S, NodeDeaths, NodeFacts
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
-from .._steps import RankSteps, decode
 from .._wandb.artifacts import checkpoint_artifact
 from .._wandb.metrics import Stepper
 from .._wandb.runs import init_writer
@@ -65,6 +64,7 @@ from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
 from .node_console import NodeConsoles, last_words
 from .node_offline import OfflineRuns
+from .node_steps import NodeSteps
 from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
@@ -98,6 +98,7 @@ class NodeLogger(OfflineRuns):
         self._watch = NodeWatch(root)
         self._consoles = NodeConsoles(self._said, self._writing, from_end=self._restarted)
         self._deaths = NodeDeaths(root, last_words=last_words)  # how the watched ranks end (kept past their files)
+        self._steps = NodeSteps(self._watch)  # the ranks' step totals as points between pings
         # Folders of this user that no live run watches and whose processes are all dead: left by
         # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
         threading.Thread(target=self._watch.janitor, name="ray_wandb_nodes-shm-janitor", daemon=True).start()
@@ -282,7 +283,7 @@ class NodeLogger(OfflineRuns):
             summaries=self.summaries(hosted),
             problems=problems,
             progress={key: tuple(p for p, _ in ranks) for key, ranks in read.items()},
-            steps=rank_steps(read),
+            steps=self._steps.take(read),
             final=final or {},
             warnings=self._said.said,
             egress=egress,
@@ -315,6 +316,7 @@ class NodeLogger(OfflineRuns):
     def watch(self, key: str, ranks: tuple[int, ...]) -> None:
         """Watch the attempt ``key``'s ``ranks`` on this node (their beacons ride each status)."""
         self._watch.watch(key, ranks)
+        self._steps.start()
 
     @in_group(CONTROL)
     def unwatch(self, key: str) -> None:
@@ -352,18 +354,6 @@ class NodeLogger(OfflineRuns):
         """Whether the writer ``key`` is joined here now (see :class:`OfflineRuns`)."""
         record = self._hosted.get(key)
         return record is not None and record.run is not None
-
-
-def rank_steps(read: Mapping[str, tuple[tuple[RankProgress, bytes], ...]]) -> dict[str, tuple[RankSteps, ...]]:
-    """Each watched attempt's ranks' step totals (by the attempt's key), decoded from their slots'
-    extensions as read with their progress; a rank whose region is not written yet (or was
-    being written) is left out until the next read."""
-    out = {}
-    for key, ranks in read.items():
-        steps = tuple(RankSteps(p.rank, t) for p, raw in ranks if raw and (t := decode(raw)) is not None)
-        if steps:
-            out[key] = steps
-    return out
 
 
 def logger_class() -> Any:

@@ -172,6 +172,9 @@ class SharedTarget(RunTarget):
     failures: FailureWatch | None = None
     # The ranks on each node of a Train run inside a Tune trial (as it published them); None: the run's own.
     relayed_ranks: dict[str, tuple[int, ...]] | None = None
+    # Each node's step points last handed to the run's monitor (the ping's tuple, by node id): a
+    # ping's points are fed once, not on every check until the next (see steps.feed_steps).
+    steps_fed: dict[str, tuple[str, object]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.index is None:

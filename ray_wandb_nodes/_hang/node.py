@@ -112,6 +112,19 @@ class NodeWatch:
                     out[key] = tuple((progress_of(slot, ns), slot.extension) for slot in slots)
         return out
 
+    def regions(self) -> dict[str, tuple[tuple[int, int, bytes], ...]]:
+        """Each watched attempt's ranks here as ``(rank, pid, slot extension)``, read off their
+        slots and nothing else (no file removed, no lease kept: the pings do that): the step
+        anatomy's frequent local read (``_steps.marks.NodePoints``)."""
+        out = {}
+        with self._lock:
+            watched = {key: (run_dir(key, self._root), frozenset(w.ranks)) for key, w in self._watched.items()}
+        for key, (folder, ranks) in watched.items():
+            slots = tuple((s.rank, s.pid, s.extension) for s in read_slots(folder) if s.rank in ranks)
+            if slots:
+                out[key] = slots
+        return out
+
     def janitor(self) -> list[str]:
         """Remove this user's folders on this node that nobody watched for ``folders.STALE_S`` and
         where no process lives (left by a job whose logger died, or by a crash); those watched

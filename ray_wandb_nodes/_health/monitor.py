@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .._config.values import StragglerMode
 from .._gpu_ids import RankGpus
-from .._steps import StepTotals
+from .._steps import RankSteps, StepTotals
 from .alert_groups import FlapHold, group_alerts
 from .alerts import Alert, gpu_alert
 from .claims import ClaimHold
@@ -172,12 +172,16 @@ class HealthMonitor:
         self._said(self._judge.report(self._compared(), metrics, now), now)
 
     def rank_steps(
-        self, totals: Mapping[int, StepTotals], at: Mapping[int, RankAt], now: float | None = None, gpus: bool = True
+        self,
+        steps: Mapping[int, StepTotals] | Iterable[RankSteps],
+        at: Mapping[int, RankAt],
+        now: float | None = None,
+        gpus: bool = True,
     ) -> None:
-        """Every rank's latest step totals as their nodes read them, and where each rank of the
+        """Every rank's step points as their nodes read them (see ``ranks.RankHealth.read``), and where each rank of the
         run's current attempt runs; ``gpus``: the ranks are the run's own (their GPUs are the ones
         :meth:`set_nodes` mapped), not a Train run's inside a Tune trial."""
-        self.ranks.read(totals, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None)
+        self.ranks.read(steps, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None)
 
     def alive(self, alive: Iterable[str], now: float | None = None, ended: Mapping[str, NodeEnd] | None = None) -> None:
         """The cluster's alive nodes, and how Ray says the dead ones ended: a node gone with the run's

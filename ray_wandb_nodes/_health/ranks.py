@@ -1,24 +1,26 @@
 """One run's ranks, judged on the driver side (pure): every rank's step totals as its node read
-them, made into windows over the same steps (``_steps.StepWindows``) and judged by the rank rule
-(``rank_rule``), with where each rank runs; what the run is told of them (the rule's alerts, the
-``ranks`` table, the history keys) and the nodes and GPUs the rule speaks for (:meth:`claims`:
-one slow rank, one alert; see ``claims``).
+them, kept as points by step count and made into windows over the same steps
+(``_steps.StepMarks``) and judged by the rank rule (``rank_rule``), with where each rank runs;
+what the run is told of them (the rule's alerts, the ``ranks`` table, the history keys) and the
+nodes and GPUs the rule speaks for (:meth:`claims`: one slow rank, one alert; see ``claims``).
 
-Fed by the fleet thread each poll with the latest totals of every rank of the run's current
-attempt; a window forms once every placed rank has stepped enough since the last (a rank not
-read makes no window: the rank that is not read may be the one the others wait for).
+Fed by the fleet thread each poll with the points of every rank of the run's current attempt
+that its nodes' pings brought (several a rank, each at the steps it covers); a window forms once
+every placed rank has points past the last window's end (a rank not read makes no window: the
+rank that is not read may be the one the others wait for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .._steps import Attribution, StepTotals, StepWindows
+from .._steps import Attribution, RankSteps, StepMarks, StepTotals
 from .alerts import Alert
 from .rank_rule import RankPlace, RankRule
 from .rank_table import rank_history, rank_rows
 
+JUDGEMENTS_A_WINDOW = 8  # the rule's samples over its window_s at most (it needs 3 in a row: rank_rule)
 HISTORY_EVERY_S = 15.0  # the history keys at most this often (the run's sampling interval: HealthOptions)
 PATIENCE_JUDGEMENTS = 3  # a node or GPU alert waits at most this many of the rule's intervals for its word
 
@@ -39,7 +41,7 @@ class RankHealth:
         self.rule = RankRule(threshold, window_s)
         self.window_s = window_s
         self.history_every_s = history_every_s
-        self._windows = StepWindows()
+        self._marks = StepMarks()
         self._at: dict[int, RankAt] = {}
         self.places: dict[int, RankPlace] = {}
         self.judged = 0  # judgements made (windows the rule could compare)
@@ -52,22 +54,26 @@ class RankHealth:
     # what the fleet feeds it ------------------------------------------------------------------
     def read(
         self,
-        totals: Mapping[int, StepTotals],
+        steps: Mapping[int, StepTotals] | Iterable[RankSteps],
         at: Mapping[int, RankAt],
         now: float,
         gpu_of: Callable[[str, int], int | None] | None = None,
     ) -> None:
-        """The latest totals of the ranks read (rank -> totals) and where each rank of the current
-        attempt runs (``at``); ``gpu_of(node id, rank)``: the NVML index of a rank's GPU. Judged
-        once every rank of ``at`` has a window over the same steps as the others."""
+        """The ranks' points as their nodes read them (``RankSteps``, several a rank in step order;
+        or the latest totals by rank) and where each rank of the current attempt runs (``at``);
+        ``gpu_of(node id, rank)``: the NVML index of a rank's GPU. Judged once every rank of
+        ``at`` has points past the last window's end."""
         if dict(at) != self._at:  # another placement (a restart): the windows start again
             for rank in self._at.keys() - at.keys():
                 self.rule.forget(rank)
                 self.places.pop(rank, None)
-            self._windows, self._at = StepWindows(), dict(at)
-        if not at or not at.keys() <= totals.keys():
-            return  # a rank not read: no window (it may be the one the others wait for)
-        windows = self._windows.advance({rank: totals[rank] for rank in at})
+            self._marks, self._at = StepMarks(), dict(at)
+        if isinstance(steps, Mapping):
+            steps = [RankSteps(rank, totals) for rank, totals in steps.items()]
+        self._marks.add_all(s for s in steps if s.rank in at)
+        if not at or (self._judged_at and now - self._judged_at[-1] < self.window_s / JUDGEMENTS_A_WINDOW):
+            return  # a window every window_s / 8 at most: at 8,000 ranks a window is 0.1 s of the fleet thread
+        windows = self._marks.advance(at)  # None while a rank is not read (it may be the one waited for)
         if windows is None:
             return
         self.places = {r: RankPlace(a.label, gpu_of(a.node_id, r) if gpu_of else None) for r, a in at.items()}

@@ -89,10 +89,12 @@ class StepTotals:
 
 class RankSteps(NamedTuple):
     """One rank's totals as its node read them off its slot: what a node logger's status carries
-    of each rank of an attempt it watches (by the attempt's key), and what the driver side judges."""
+    of each rank of an attempt it watches (by the attempt's key: several a rank, in step order,
+    see ``marks``), and what the driver side judges. ``pid``: the rank's process (0: not known)."""
 
     rank: int
     totals: StepTotals
+    pid: int = 0
 
 
 _TOTALS = tuple(f.name for f in fields(StepTotals))[1:]

@@ -1,21 +1,16 @@
-"""Windows (pure): two reads of a rank's totals make its per-step parts over the steps between
-them, and the ranks' windows are compared only when they cover the same steps.
+"""Windows (pure): a rank's totals at two step counts make its per-step parts over the steps
+between them (``marks`` gives every rank's totals at the same two step counts).
 
 Every figure is a difference of one rank's totals divided by that rank's own counts (step
 intervals for the parts the rank times every step, DDP's sampled iterations for DDP's parts), so
 a window is a set of durations on that rank's clock, and a clock's offset cancels in it. Which
-steps a window covers is said by step counts, which every rank of a synchronous job shares: the
-ranks' windows are compared only when their first and last step counts agree (within
-:func:`tolerance`), never by when they were read.
+steps a window covers is said by step counts, which every rank of a synchronous job shares.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .recorder import PUBLISH_EVERY
 from .region import Sources, StepTotals
 
 MIN_INTERVALS = 3  # step intervals a window needs
@@ -111,66 +106,3 @@ def rank_window(rank: int, before: StepTotals, after: StepTotals) -> RankWindow 
         passes=passes / intervals if passes > 0 else None,
         accumulation=passes / intervals if passes > intervals else 1.0,
     )
-
-
-def tolerance(span: int) -> int:
-    """How far apart (in steps) two ranks' window ends may be and still count as the same steps:
-    ranks publish on every 32nd step (``recorder``), so one read can find them that far apart;
-    over a long window, a tenth of it (the means per step of a steady job do not move with it)."""
-    return max(PUBLISH_EVERY, span // 10)
-
-
-def aligned(windows: list[RankWindow]) -> bool:
-    """Whether ``windows`` cover the same steps, by their step counts."""
-    if not windows:
-        return False
-    span = int(statistics.median(w.last_step - w.first_step for w in windows))
-    firsts = [w.first_step for w in windows]
-    lasts = [w.last_step for w in windows]
-    return max(firsts) - min(firsts) <= tolerance(span) and max(lasts) - min(lasts) <= tolerance(span)
-
-
-class StepWindows:
-    """The reads of every rank of one job, made into windows: each call to :meth:`advance` with
-    the latest totals of every rank gives the windows since the last windows given, once every
-    rank has :data:`MIN_INTERVALS` step intervals in its window (and, where the ranks run DDP,
-    one of DDP's samples, for up to :data:`MAX_DDP_HOLD` intervals). With ``world`` given, only a
-    read of all its ranks makes windows: ranks are judged against each other, and the rank that is
-    not read may be the one the others wait for. One owner: the thread that judges the ranks."""
-
-    def __init__(
-        self, world: int | None = None, min_intervals: int = MIN_INTERVALS, max_ddp_hold: int = MAX_DDP_HOLD
-    ) -> None:
-        self.world = world
-        self.min_intervals = min_intervals
-        self.max_ddp_hold = max_ddp_hold
-        self._base: dict[int, StepTotals] = {}
-
-    def advance(self, reads: Mapping[int, StepTotals]) -> list[RankWindow] | None:
-        """The windows of every rank read, by rank; None while they are not ready (too short,
-        a rank restarted, or the ranks' windows cover different steps: then they start again)."""
-        if self.world is not None and not set(range(self.world)) <= set(reads):
-            return None
-        fresh = [r for r, t in reads.items() if r not in self._base or t.steps < self._base[r].steps]
-        for rank in fresh:
-            self._base[rank] = reads[rank]  # a new rank, or a new process for it: counted from here
-        if fresh:
-            return None
-        windows = [rank_window(r, self._base[r], reads[r]) for r in sorted(reads)]
-        if any(w is None or w.intervals < self.min_intervals for w in windows):
-            return None  # a rank without steps since: wait (the hang rules speak of stopped ranks)
-        ready = [w for w in windows if w is not None]
-        if not aligned(ready):
-            self._rebase(reads)
-            return None
-        ddp = all(Sources.DDP in reads[w.rank].sources for w in ready)
-        if ddp and any(w.ddp_samples == 0 for w in ready) and min(w.intervals for w in ready) < self.max_ddp_hold:
-            return None
-        self._rebase(reads)
-        return ready
-
-    def forget(self, rank: int) -> None:
-        self._base.pop(rank, None)
-
-    def _rebase(self, reads: Mapping[int, StepTotals]) -> None:
-        self._base.update(reads)

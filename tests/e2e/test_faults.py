@@ -24,7 +24,7 @@ from tests.support.cluster import (
     plugin_leftovers,
     session_log_text,
 )
-from tests.support.env import FAST, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
+from tests.support.env import FAST, RAY_LOSES_RESTARTED_WORKER, WANDB_SAMPLES_AT_JOIN, WANDB_TABLES
 from tests.support.runs import assert_one_writer_per_label, failure_alerts, run_of, unique, user_rows
 from tests.support.training import make_callback as callback_with_test_settings
 from tests.support.training import trainer
@@ -250,9 +250,14 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     attempts = failure_alerts(run)
     node_alerts = [a for a in run.alerts if a not in attempts]
     assert [(a["title"], a["severity"]) for a in node_alerts] == [(f"Node lost: {victim_label}", "ERROR")]
-    assert [a["severity"] for a in attempts] == ["ERROR", "INFO"], attempts
+    # Ray 2.50 at times loses the restarted attempt's worker too on the node just removed (the
+    # fit's second retry, above): that attempt's failure is named as well, and the recovery is
+    # the next attempt's. Every other Ray: one failed attempt, then its recovery.
+    failed = [a for a in attempts if a["severity"] == "ERROR"]
+    assert 1 <= len(failed) <= (2 if RAY_LOSES_RESTARTED_WORKER else 1), attempts
+    assert [a["severity"] for a in attempts] == ["ERROR"] * len(failed) + ["INFO"], attempts
     assert attempts[0]["title"].startswith("Attempt 1: Rank"), attempts
-    assert attempts[1]["title"] == "Attempt 2 recovered", attempts
+    assert attempts[-1]["title"] == f"Attempt {len(failed) + 1} recovered", attempts
     # How Ray says it ended, as the fleet reads its listing: its ranks were on it, so it is lost
     # even within the shorter grace of a node ended on purpose (a node let go idle is left).
     import ray

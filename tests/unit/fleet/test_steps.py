@@ -5,7 +5,7 @@ before the run is ready."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,8 +27,8 @@ class Health:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[int, StepTotals], dict[int, RankAt], bool]] = []
 
-    def rank_steps(self, totals: Mapping[int, StepTotals], at: Mapping[int, RankAt], gpus: bool = True) -> None:
-        self.calls.append((dict(totals), dict(at), gpus))
+    def rank_steps(self, steps: Iterable[RankSteps], at: Mapping[int, RankAt], gpus: bool = True) -> None:
+        self.calls.append(({s.rank: s.totals for s in steps}, dict(at), gpus))
 
 
 def totals(world: int = 6) -> dict[int, StepTotals]:
@@ -43,7 +43,16 @@ def handle(label: str, steps: dict[str, tuple[RankSteps, ...]]) -> Any:
 
 def target(ranks: dict[str, tuple[int, ...]], **fields: Any) -> Any:
     primary = SimpleNamespace(spec=SimpleNamespace(label="node-head-0"))
-    base = dict(health=Health(), attempt=KEY, hangs=None, ranks=ranks, ready=True, covered_node="head", primary=primary)
+    base = dict(
+        health=Health(),
+        attempt=KEY,
+        hangs=None,
+        ranks=ranks,
+        ready=True,
+        covered_node="head",
+        primary=primary,
+        steps_fed={},
+    )
     return SimpleNamespace(**{**base, **fields})
 
 
@@ -116,3 +125,47 @@ def test_nothing_is_fed_before_the_run_is_ready_or_without_an_attempt_or_ranks()
         feed_steps(run, pool(handles), {})
         assert run.health.calls == [], fields
     feed_steps(target({"a": (0,)}, health=None), pool(handles), {})  # no health kept: nothing, no error
+
+
+def test_a_pings_points_are_fed_once_and_the_next_pings_again() -> None:
+    t = totals()
+    handles = {"a": handle("node-a-1", {KEY: (RankSteps(0, t[0]), RankSteps(1, t[1]))})}
+    run = target({"a": (0, 1)})
+    feed_steps(run, pool(handles), {})
+    feed_steps(run, pool(handles), {})  # the next check, before the next ping: nothing new
+    handles["a"].steps = {KEY: (RankSteps(0, t[0]), RankSteps(1, t[1]))}  # the next ping (a new tuple)
+    feed_steps(run, pool(handles), {})
+    assert [sorted(fed) for fed, _, _ in run.health.calls] == [[0, 1], [], [0, 1]]
+    assert all(sorted(at) == [0, 1] for _, at, _ in run.health.calls)  # where they run: every check
+
+
+def test_a_node_reads_its_ranks_between_pings_and_a_ping_carries_the_points_with_their_process(tmp_path: Path) -> None:
+    import os
+
+    from ray_wandb_nodes._fleet.node_steps import NodeSteps
+    from ray_wandb_nodes._hang import NodeWatch
+
+    world = World([Profile()] * 2)
+    watch = NodeWatch(tmp_path)
+    watch.watch(KEY, (0, 1))
+    node = NodeSteps(watch)
+    beacons = [Beacon(run_dir(KEY, tmp_path), rank) for rank in (0, 1)]
+    try:
+        writers = [RegionWriter(b.extension) for b in beacons]
+        for _ in range(5):  # five reads of the node's own second, the ranks 10 steps on each time
+            world.run(10)
+            for writer, t in zip(writers, world.reads().values(), strict=True):
+                writer.write_totals(t)
+            node.read()
+        taken = node.take(watch.read())  # the ping's own read adds nothing new: the same steps
+        steps = {rank: [s.totals.steps for s in taken[KEY] if s.rank == rank] for rank in (0, 1)}
+        assert steps == {0: [10, 20, 30, 40, 50], 1: [10, 20, 30, 40, 50]}
+        assert {s.pid for s in taken[KEY]} == {os.getpid()}
+        world.run(10)
+        for writer, t in zip(writers, world.reads().values(), strict=True):
+            writer.write_totals(t)
+        again = node.take(watch.read())  # the next ping: the last one's latest, then the ping's read
+        assert [s.totals.steps for s in again[KEY] if s.rank == 0] == [50, 60]
+    finally:
+        for beacon in beacons:
+            beacon.close()

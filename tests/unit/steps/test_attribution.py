@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ray_wandb_nodes._steps import Attribution, Cause, RankWindow, StepWindows, attribute
+from ray_wandb_nodes._steps import Attribution, Cause, RankWindow, StepMarks, attribute
 from tests.support.step_sim import Profile, World
 
 # Monotonic clocks start at each host's boot: hours to weeks apart, and never compared.
@@ -21,11 +21,15 @@ def judged(profiles: list[Profile], offsets: list[int] | None = None, **kwargs: 
     """The attribution of steps ``WARMUP`` to ``STEPS``, each rank's totals read from its region
     as the node reads them, made into windows as the driver side does."""
     world = World(profiles, offsets, **kwargs)
-    windows = StepWindows(world=len(profiles))
+    marks, ranks = StepMarks(), range(len(profiles))
     world.run(WARMUP)
-    assert windows.advance(world.reads()) is None  # the first read of each rank: its base
+    for rank, totals in world.reads().items():
+        marks.add(rank, totals)
+    assert marks.advance(ranks) is None  # the first read of each rank: where its series starts
     world.run(STEPS - WARMUP)
-    got = windows.advance(world.reads())
+    for rank, totals in world.reads().items():
+        marks.add(rank, totals)
+    got = marks.advance(ranks)
     assert got is not None and [w.rank for w in got] == list(range(len(profiles)))
     assert {(w.first_step, w.last_step) for w in got} == {(WARMUP, STEPS)}
     return attribute(got)
