@@ -31,7 +31,9 @@ from .windows import MAX_DDP_HOLD, MIN_INTERVALS, RankWindow, rank_window
 
 # The totals that grow with every step, taken linearly between two points; every other field
 # (DDP's, read on its sampled iterations) is taken from the point at or before.
-LINEAR = frozenset({"steps", "intervals", "step_ns", "input_ns", "batches", "optimizer_ns"})
+LINEAR = frozenset(
+    {"steps", "intervals", "step_ns", "input_ns", "batches", "optimizer_ns", "passes", "busy_ns", "collective_ns"}
+)
 GAP_SHARE = 4  # a window is judged once every rank's points at its ends are at most span / 4 apart
 NODE_POINTS = 8  # points a rank a node's ping carries at most (spread over the steps since the last)
 KEEP = 256  # points a rank the driver side keeps at most (thinned past it: see thin())

@@ -119,8 +119,8 @@ class FleetSim:
         s, intervals, step_ns, input_ns, batches, opt_ns, fwd, bwd, wait, comm = self.totals[rank][:10].tolist()
         # DDP times every iteration here (rate 1): its samples are the counted intervals
         return StepTotals(
-            SOURCES, s, intervals, step_ns, input_ns, batches, opt_ns, s, intervals, 1, fwd, bwd, wait, comm
-        )
+            SOURCES, s, intervals, step_ns, input_ns, batches, opt_ns, s, intervals, 1, fwd, bwd, wait, comm, 0, 0, 0
+        )  # no passes timed (a GPU's DDP): DDP's timers alone
 
     # the fleet -------------------------------------------------------------------------------------
     def run(self, seconds: float) -> Outcome:
