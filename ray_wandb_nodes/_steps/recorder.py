@@ -138,6 +138,11 @@ class StepRecorder:
         except Exception as e:  # noqa: BLE001 - the anatomy off, training on
             self.fail(e)
 
+    @property
+    def stepping(self) -> bool:
+        """An optimizer's step is under way (between its pre- and post-hook)."""
+        return self._depth > 0
+
     # the passes (``_worker.step_loops``) -----------------------------------------------------------
     def open_pass(self) -> None:
         """A forward pass starts: a busy span opens (one already open goes on)."""

@@ -17,7 +17,10 @@ with no hook on the backward and one clock read a pass. Passes are opened by:
 
 Waits: the collectives of ``torch.distributed.distributed_c10d`` (``all_reduce``,
 ``all_gather_single``, ``reduce_scatter_single``, ...; FSDP2 calls them) and ``Work.wait`` are
-timed while a span is open, on the training thread (one span a nest).
+timed on the training thread while a span is open, and outside one from the first step on (a
+collective of the loop's own: the Hugging Face ``Trainer`` all-gathers each step's token count
+after its fetch, before its forward, where the others wait for a rank late for its input), but
+not inside a fetch or an optimizer's step.
 
 What they add up to (``StepRecorder``): ``busy_ns`` in the spans, ``collective_ns`` blocked in
 collectives within them, ``passes``. On a CPU model, busy less its waits is compute; on a GPU the
@@ -70,13 +73,20 @@ def timed_pass(current: Current, call: Callable[..., Any], grad_enabled: Callabl
 
 def timed_wait(current: Current, call: Callable[..., Any]) -> Any:
     """``call`` (a collective, a wait on one) with its time added to the recorder's collective
-    time when it blocks inside a busy span (one span a nest)."""
+    time when it blocks on the training thread (one timing a nest): inside a busy span, or outside
+    one (the Hugging Face ``Trainer``'s all-gather of the batch's token count before its forward,
+    a loss all-reduced for a log), where it counts as busy too, so that compute (busy less waits)
+    stays the passes'. Not inside a fetch (input) or an optimizer's step (the optimizer's), nor
+    before the first step (set-up's broadcasts)."""
     ident = threading.get_ident
 
     @functools.wraps(call)
     def timed(*args: Any, **kwargs: Any) -> Any:
         rec = current.recorder
-        if rec is None or rec.open < 0 or rec.waiting or (rec.thread and rec.thread != ident()):
+        if rec is None or rec.waiting or rec.inside:
+            return call(*args, **kwargs)
+        thread, outside = rec.thread, rec.open < 0
+        if (thread and thread != ident()) or (outside and (not thread or rec.stepping)):
             return call(*args, **kwargs)
         now = rec.now
         rec.waiting = True
@@ -84,7 +94,10 @@ def timed_wait(current: Current, call: Callable[..., Any]) -> Any:
         try:
             return call(*args, **kwargs)
         finally:
-            rec.collective_ns += now() - start
+            spent = now() - start
+            rec.collective_ns += spent
+            if outside:
+                rec.busy_ns += spent
             rec.waiting = False
 
     setattr(timed, MARK, True)

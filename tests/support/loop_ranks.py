@@ -6,9 +6,12 @@ anatomy armed, one case after another in one process group, each case's totals r
 A case is ``kind:slow:rank`` (``slow`` one of ``none``, ``input``, ``compute``): ``ddp_bn`` a DDP
 over a model with BatchNorm (its buffers broadcast at every forward, DDP's default); ``accum`` a
 DDP stepping once every :data:`ACCUMULATE` micro-batches, the others under ``no_sync()``;
-``fsdp2`` a model sharded with ``fully_shard``. Every pass computes for :data:`PASS_S` (a sleep
-inside the forward: the host's clock cannot tell it from compute), the slow rank
-:data:`SLOW_S` more in its input (each batch) or its compute (each pass). The output: for each
+``fsdp2`` a model sharded with ``fully_shard``; ``ddp_count`` a DDP whose loop all-reduces between
+the fetch and the pass (as the Hugging Face ``Trainer`` all-gathers each batch's token count);
+a kind ending in ``_compiled`` the same model under ``torch.compile`` (dynamo, with its eager
+backend: no C++ build). Every pass computes for :data:`PASS_S` (a sleep inside the forward: the
+host's clock cannot tell it from compute), the slow rank :data:`SLOW_S` more in its input (each
+batch) or its compute (each pass). The output: for each
 case, the totals (``StepTotals`` as a list) at step :data:`FIRST` and at the last step.
 """
 
@@ -56,11 +59,11 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
     recorder = arm_steps(bytearray(256))
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = [torch.nn.Linear(16, 16), Busy(), torch.nn.Linear(16, 1)]
-    if kind == "ddp_bn":
+    if kind.startswith("ddp_bn"):
         layers.insert(1, torch.nn.BatchNorm1d(16))
     body = torch.nn.Sequential(*layers)
     model: Any
-    if kind == "fsdp2":
+    if kind.startswith("fsdp2"):
         from torch.distributed.fsdp import fully_shard
 
         fully_shard(body[0])
@@ -68,14 +71,18 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
         model = fully_shard(body)
     else:
         model = DistributedDataParallel(body)
+    if kind.endswith("_compiled"):  # dynamo over the whole model (its eager backend: no C++ build)
+        model = torch.compile(model, backend="eager")
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    micro = ACCUMULATE if kind == "accum" else 1
+    micro = ACCUMULATE if kind.startswith("accum") else 1
     batches = iter(DataLoader(Batches(), batch_size=None))
     reads = []
     dist.barrier()
     for step in range(1, STEPS + 1):
         for i in range(micro):
             x = next(batches)
+            if kind == "ddp_count":  # a collective between the fetch and the pass (HF's token count)
+                dist.all_reduce(torch.ones(1))
             if i < micro - 1:
                 with model.no_sync():
                     model(x).pow(2).mean().backward()

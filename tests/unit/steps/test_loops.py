@@ -16,7 +16,10 @@ import pytest
 from ray_wandb_nodes._steps import Cause, RankWindow, Sources, StepTotals, attribute, rank_window
 from tests.support.loop_ranks import ACCUMULATE, PASS_S, SLOW_S
 
-CASES = ("ddp_bn:none:1", "ddp_bn:input:1", "accum:none:1", "accum:compute:1", "fsdp2:none:1", "fsdp2:compute:1")
+CASES = (
+    *("ddp_bn:none:1", "ddp_bn:input:1", "accum:none:1", "accum:compute:1", "fsdp2:none:1", "fsdp2:compute:1"),
+    *("ddp_count:none:1", "ddp_count:input:1", "ddp_bn_compiled:input:1", "fsdp2_compiled:compute:1"),
+)
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -50,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RankWindow]
     return windows
 
 
-@pytest.mark.parametrize("kind", ["ddp_bn", "accum", "fsdp2"])
+@pytest.mark.parametrize("kind", ["ddp_bn", "accum", "fsdp2", "ddp_count"])
 def test_a_balanced_job_of_each_loop_kind_names_no_rank(runs: dict[str, list[RankWindow]], kind: str) -> None:
     windows = runs[f"{kind}:none:1"]
     for w in windows:  # measured on every loop kind: every pass on the host's clock (a CPU model)
@@ -93,3 +96,27 @@ def test_fsdp2_names_the_rank_slow_to_compute_by_its_waits(runs: dict[str, list[
     verdict = attribute([fast, slow])
     assert verdict.basis == "wait"
     assert [(f.rank, f.cause) for f in verdict.slow] == [(1, Cause.COMPUTE)]
+
+
+def test_a_collective_between_the_fetch_and_the_pass_is_the_others_wait(runs: dict[str, list[RankWindow]]) -> None:
+    """The Hugging Face ``Trainer`` all-gathers each step's token count after its fetch, before its
+    forward: the ranks wait there for the one late for its input, outside any pass."""
+    fast, late = runs["ddp_count:input:1"]
+    assert fast.wait_s is not None and late.wait_s is not None and fast.wait_s - late.wait_s > SLOW_S / 2
+    assert fast.compute_s is not None and late.compute_s is not None
+    assert abs(fast.compute_s - late.compute_s) < SLOW_S / 2  # the wait is not taken for compute
+    verdict = attribute([fast, late])
+    assert [(f.rank, f.cause) for f in verdict.slow] == [(1, Cause.INPUT)]
+
+
+@pytest.mark.parametrize(
+    ("case", "cause"), [("ddp_bn_compiled:input:1", Cause.INPUT), ("fsdp2_compiled:compute:1", Cause.COMPUTE)]
+)
+def test_under_torch_compile_the_passes_are_still_timed(
+    runs: dict[str, list[RankWindow]], case: str, cause: Cause
+) -> None:
+    windows = runs[case]
+    for w in windows:  # dynamo runs DDP's forward and FSDP2's root hooks as they are: one pass a step
+        assert w.passes == 1 and w.host_compute_s is not None and w.wait_s is not None
+    verdict = attribute(windows)
+    assert [(f.rank, f.cause) for f in verdict.slow] == [(1, cause)]
