@@ -282,7 +282,8 @@ def test_the_slow_rank_is_named_inside_each_loop_kind_and_a_balanced_one_names_n
         assert [(a["severity"], a["title"]) for a in slowed] == [("WARN", f"Slow rank: {slow}")], (kind, said())
         assert slowed[0]["text"].startswith(opening[CAUSE[kind]]), (kind, slowed[0]["text"])
 
-    # The tables the alerts brought: the slow rank slow, by the part its cause names.
+    # The ranks tables (at most one a minute, the first with the first alert, and the last at the
+    # end): the first, FSDP2's, holds rank 1 slow by its compute; the last, the HF Trainer's, by its input.
     tables = [{row["rank"]: row for row in table} for table in run.tables("ranks")]
     for table in tables:
         print(*table.values(), sep="\n", end="\n\n")
