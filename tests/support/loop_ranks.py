@@ -8,6 +8,7 @@ over a model with BatchNorm (its buffers broadcast at every forward, DDP's defau
 DDP stepping once every :data:`ACCUMULATE` micro-batches, the others under ``no_sync()``;
 ``fsdp2`` a model sharded with ``fully_shard``; ``ddp_count`` a DDP whose loop all-reduces between
 the fetch and the pass (as the Hugging Face ``Trainer`` all-gathers each batch's token count);
+``lightning`` the model in Lightning's ``Trainer`` (its loops, its DDP strategy);
 a kind ending in ``_compiled`` the same model under ``torch.compile`` (dynamo, with its eager
 backend: no C++ build). Every pass computes for :data:`PASS_S` (a sleep inside the forward: the
 host's clock cannot tell it from compute), the slow rank :data:`SLOW_S` more in its input (each
@@ -21,6 +22,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,11 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
 
     recorder = arm_steps(bytearray(256))
     torch.manual_seed(0)
+    if kind == "lightning":
+        reads = lightning_case(Busy(), DataLoader(Batches(), batch_size=None), recorder)
+        disarm_steps()
+        dist.barrier()
+        return reads
     layers: list[torch.nn.Module] = [torch.nn.Linear(16, 16), Busy(), torch.nn.Linear(16, 1)]
     if kind.startswith("ddp_bn"):
         layers.insert(1, torch.nn.BatchNorm1d(16))
@@ -97,6 +104,39 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
     return reads
 
 
+def lightning_case(busy: Any, loader: Any, recorder: Any) -> list[list[int]]:
+    """Lightning's own loops (its fit loop, its data fetcher's prefetch, its DDP strategy over the
+    process group already made) over the same model and batches, for :data:`STEPS` steps."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
+
+    reads: list[list[int]] = []
+
+    class Module(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(16, 16), busy, torch.nn.Linear(16, 1))
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            return self.body(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.001)
+
+    class Read(pl.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, trainer: Any, *_: Any) -> None:
+            if trainer.global_step in (FIRST, STEPS):
+                reads.append(list(dataclasses.astuple(recorder.publish())))
+
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=2, strategy=DDPStrategy(), max_steps=STEPS, callbacks=[Read()],
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Module(), loader)
+    return reads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
@@ -109,6 +149,8 @@ def main() -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    # Lightning's environment: these processes are its ranks, started outside it (the group is made below)
+    os.environ.update(LOCAL_RANK=str(args.rank), NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
     store = dist.FileStore(args.store, args.world)  # type: ignore[attr-defined]
     timeout = datetime.timedelta(seconds=120)
     dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world, timeout=timeout)

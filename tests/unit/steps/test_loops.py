@@ -19,6 +19,7 @@ from tests.support.loop_ranks import ACCUMULATE, PASS_S, SLOW_S
 CASES = (
     *("ddp_bn:none:1", "ddp_bn:input:1", "accum:none:1", "accum:compute:1", "fsdp2:none:1", "fsdp2:compute:1"),
     *("ddp_count:none:1", "ddp_count:input:1", "ddp_bn_compiled:input:1", "fsdp2_compiled:compute:1"),
+    *("lightning:none:1", "lightning:input:1"),
 )
 REPO = Path(__file__).resolve().parents[3]
 
@@ -53,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RankWindow]
     return windows
 
 
-@pytest.mark.parametrize("kind", ["ddp_bn", "accum", "fsdp2", "ddp_count"])
+@pytest.mark.parametrize("kind", ["ddp_bn", "accum", "fsdp2", "ddp_count", "lightning"])
 def test_a_balanced_job_of_each_loop_kind_names_no_rank(runs: dict[str, list[RankWindow]], kind: str) -> None:
     windows = runs[f"{kind}:none:1"]
     for w in windows:  # measured on every loop kind: every pass on the host's clock (a CPU model)
@@ -120,3 +121,13 @@ def test_under_torch_compile_the_passes_are_still_timed(
         assert w.passes == 1 and w.host_compute_s is not None and w.wait_s is not None
     verdict = attribute(windows)
     assert [(f.rank, f.cause) for f in verdict.slow] == [(1, cause)]
+
+
+def test_lightning_s_loops_time_the_input_and_name_the_rank_late_for_it(runs: dict[str, list[RankWindow]]) -> None:
+    """Lightning's fit loop fetches through its data fetcher (one batch ahead) on the training
+    thread, and steps through its DDP strategy: the late rank's wait is input, the others' a wait."""
+    fast, late = runs["lightning:input:1"]
+    assert late.input_s is not None and fast.input_s is not None and late.input_s - fast.input_s > SLOW_S * 0.8
+    assert fast.wait_s is not None and late.wait_s is not None and fast.wait_s - late.wait_s > SLOW_S / 2
+    verdict = attribute([fast, late])
+    assert [(f.rank, f.cause) for f in verdict.slow] == [(1, Cause.INPUT)]
