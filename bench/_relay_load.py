@@ -105,7 +105,8 @@ async def _open(
         return await asyncio.open_connection(*target)
     reader, writer = await asyncio.open_connection(*relay)
     auth = base64.b64encode(f"relay:{token.reveal()}".encode()).decode()
-    writer.write(f"CONNECT {target[0]}:{target[1]} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    where = f"{target[0]}:{target[1]}"
+    writer.write(f"CONNECT {where} HTTP/1.1\r\nHost: {where}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     answer = await reader.readuntil(b"\r\n\r\n")
     if not answer.startswith(b"HTTP/1.1 200"):
         raise OSError(f"the relay answered {answer[:40]!r}")
