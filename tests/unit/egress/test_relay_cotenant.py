@@ -8,6 +8,8 @@ import asyncio
 import logging
 import secrets
 import socket
+import socketserver
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from ray_wandb_nodes._egress import RelayThread, allow_list
 from tests.support.wait import wait_until
-from tests.unit.egress.test_relay import _Http, ask, auth, connect, read_all, read_response, start
+from tests.unit.egress.test_relay import TOKEN, _Echo, _Http, ask, auth, connect, read_all, read_response, start
 from tests.unit.egress.test_relay import upstreams as upstreams  # the module's fixture
 
 REQUESTS = 300  # unauthenticated requests, each for another host
@@ -225,3 +227,60 @@ def test_an_allowed_name_that_resolves_to_loopback_is_refused(upstreams: dict[st
     finally:
         relay.stop()
         named.stop()
+
+
+@pytest.mark.parametrize("no_proxy", ["", "yes"], ids=["through it", "NO_PROXY names the host"])
+def test_the_relay_goes_through_the_site_s_proxy(upstreams: dict[str, Any], no_proxy: str) -> None:
+    from ray_wandb_nodes._config.secrets import Secret
+    from ray_wandb_nodes._egress import RelayConfig, RelayRoute, new_token
+
+    # A proxy is never used for a loopback host (Go's rule, which the relay keeps): the echo
+    # server listens on this machine's address on its network.
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("198.51.100.1", 9))  # no packet is sent: the kernel picks the source address
+        here = probe.getsockname()[0]
+    except OSError:
+        here = "127.0.0.1"  # no route anywhere
+    finally:
+        probe.close()
+    if here.startswith("127."):
+        pytest.skip("this machine has no address but loopback")
+    echo = socketserver.ThreadingTCPServer((here, 0), _Echo)
+    echo.daemon_threads = True
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    target = echo.server_address[:2]
+    site_token = new_token()  # the site's proxy: another relay, with credentials of its own
+    hosts = [f"{h}:{p}" for h, p in [target, *upstreams.values()]]
+    site = RelayThread(RelayConfig(allow_list("http://127.0.0.1:9", hosts), site_token, "127.0.0.1"))
+    site.start()
+    assert site.address is not None
+    env = {"HTTPS_PROXY": RelayRoute(*site.address, site_token).proxy_url(), "NO_PROXY": no_proxy and here}
+    relay = RelayThread(
+        RelayConfig(allow_list("http://127.0.0.1:9", hosts), TOKEN, "127.0.0.1",
+                    proxy_env=tuple((k, Secret(v)) for k, v in env.items() if v))
+    )  # fmt: skip
+    relay.start()
+    try:
+        sock, answer = connect(relay, target)
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"ping")
+        assert sock.recv(4) == b"ping"
+        sock.close()
+        assert site.stats().tunnels == (0 if no_proxy else 1)
+    finally:
+        relay.stop()
+        site.stop()
+        echo.shutdown()
+
+
+def test_the_relay_s_bounds_fit_the_descriptors_its_process_may_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray_wandb_nodes._egress import RelayConfig, actor
+
+    config = RelayConfig(allow_list(None), TOKEN, "127.0.0.1")
+    monkeypatch.setattr(actor, "raise_descriptor_limit", lambda wanted: 1024)  # a hard limit of 1,024
+    fitted = actor.fit_descriptors(config)
+    need = 2 * fitted.max_connections + fitted.unauthenticated_total
+    assert need <= 1024 - 256 and fitted.max_connections >= 256
+    monkeypatch.setattr(actor, "raise_descriptor_limit", lambda wanted: wanted)
+    assert actor.fit_descriptors(config) == config  # room enough: as configured
