@@ -73,7 +73,11 @@ class RelayProcess:
 def _child(host: str, allowed: list[str]) -> None:
     token = Secret(sys.stdin.readline().strip())
     raise_descriptor_limit(2 * 4096 + 256)
-    relay = RelayThread(RelayConfig(allow_list(None, allowed), token, host, max_connections=4096))
+    # The simulated writers all come from this machine's one address, where 1,000 nodes' would
+    # come from 1,000: the budget before the token is the relay's whole one, not one node's.
+    relay = RelayThread(
+        RelayConfig(allow_list(None, allowed), token, host, max_connections=4096, unauthenticated_per_peer=4096)
+    )
     print(relay.start()[1], flush=True)
     for line in sys.stdin:
         stats = relay.stop() if line.strip() == "stop" else relay.stats()

@@ -78,7 +78,7 @@ class RelayConfig:
     head_timeout_s: float = 5.0  # a writer sends its head at once
     connect_timeout_s: float = 10.0
     unauthenticated_per_peer: int = 64  # connections before their head, from one address
-    unauthenticated_total: int = 1024  # ... from all: 1,000 writers connecting at once fit
+    unauthenticated_total: int = 4096  # ... from all: every writer of 1,000 nodes connecting at once fits
     # The addresses of the cluster's nodes, the only peers served (None: any); called off the
     # event loop, again on an unknown peer at most every _PEERS_EVERY_S.
     peers: Callable[[], Iterable[str]] | None = None
