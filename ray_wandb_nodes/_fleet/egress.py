@@ -256,17 +256,7 @@ class FleetEgress:
             if egress.way is not Way.OFFLINE:
                 continue
             node_id = handle.node.node_id
-            if target.fallback is None:
-                try:
-                    target.fallback = fallback_index(target)
-                except OSError as e:  # its offline run stays on its node (the warning below says so)
-                    self._warner.warn(
-                        f"egress-folder:{run_id}",
-                        "the offline runs of nodes without a route to W&B stay on their nodes: their folder "
-                        f"could not be made ({describe(e)})",
-                    )
-            if target.fallback is not None:
-                hosted(node_id, key)
+            self._collect(run_id, target, [(node_id, key)], hosted)
             if (run_id, node_id) not in self._named:
                 self._found.setdefault(run_id, {})[node_id] = Found(handle.node.label, egress)
         for run_id in told:
