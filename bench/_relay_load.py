@@ -73,7 +73,11 @@ class RelayProcess:
 def _child(host: str, allowed: list[str]) -> None:
     token = Secret(sys.stdin.readline().strip())
     raise_descriptor_limit(2 * 4096 + 256)
-    relay = RelayThread(RelayConfig(allow_list(None, allowed), token, host, max_connections=4096))
+    # The simulated writers all come from this machine's one address, where 1,000 nodes' would
+    # come from 1,000: the budget before the token is the relay's whole one, not one node's.
+    relay = RelayThread(
+        RelayConfig(allow_list(None, allowed), token, host, max_connections=4096, unauthenticated_per_peer=4096)
+    )
     print(relay.start()[1], flush=True)
     for line in sys.stdin:
         stats = relay.stop() if line.strip() == "stop" else relay.stats()
@@ -105,7 +109,8 @@ async def _open(
         return await asyncio.open_connection(*target)
     reader, writer = await asyncio.open_connection(*relay)
     auth = base64.b64encode(f"relay:{token.reveal()}".encode()).decode()
-    writer.write(f"CONNECT {target[0]}:{target[1]} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    where = f"{target[0]}:{target[1]}"
+    writer.write(f"CONNECT {where} HTTP/1.1\r\nHost: {where}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     answer = await reader.readuntil(b"\r\n\r\n")
     if not answer.startswith(b"HTTP/1.1 200"):
         raise OSError(f"the relay answered {answer[:40]!r}")

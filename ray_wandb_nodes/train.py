@@ -107,7 +107,8 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             offline and its series are brought into the run at its end, with one warning) or ``relay`` (a node
             without a route sends live through a relay on the Train controller's node, or the Tune driver's)
         egress_hosts: with ``egress='relay'``, more hosts the relay tunnels to besides the run's W&B host and
-            its storage host: ``host`` (port 443), ``host:port``, or ``*.domain`` (its subdomains)
+            its storage host: ``host`` (port 443), ``host:port``, or ``*.sub.domain`` (its subdomains; never a
+            public suffix or a whole registrable domain, as the Public Suffix List has them)
         api_key: the W&B API key; None: ``WANDB_API_KEY``, then the netrc entry; it reaches every node inside
             the callback, never through ``runtime_env`` or the run config
         api_key_file: a file holding the W&B API key (give this or ``api_key``, not both)

@@ -87,7 +87,8 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
             offline and its series are brought into the run at its end, with one warning) or ``relay`` (a node
             without a route sends live through a relay on the Train controller's node, or the Tune driver's)
         egress_hosts: with ``egress='relay'``, more hosts the relay tunnels to besides the run's W&B host and
-            its storage host: ``host`` (port 443), ``host:port``, or ``*.domain`` (its subdomains)
+            its storage host: ``host`` (port 443), ``host:port``, or ``*.sub.domain`` (its subdomains; never a
+            public suffix or a whole registrable domain, as the Public Suffix List has them)
         **wandb_init_kwargs: passed on to the primary's ``wandb.init`` (``job_type``, ``resume``, ``dir``, ...);
             ``settings`` (a dict or ``wandb.Settings``) applies to every writer, less the fields that decide
             each writer's role

@@ -3,15 +3,27 @@ and an entry of ``egress_hosts`` (pure).
 
 The relay's allow-list (``_egress.allow``) is made of these; the option's check reads an entry
 with the same parser, so that an entry the callback accepts is one the relay understands.
+
+A wildcard (``*.domain``) is judged by the Public Suffix List (the ``publicsuffixlist`` package,
+which ships the list): its domain must lie below a registrable domain, as ICANN's part of the
+list has them. ``*.co.uk`` (a public suffix) and ``*.amazonaws.com`` or ``*.example.com`` (a
+whole registrable domain, every host of its owner, and of its owner's customers) are refused;
+``*.storage.example.com`` and ``*.s3.amazonaws.com`` are taken. The list's private part (a
+provider's names under which each name is another owner's, as ``s3.amazonaws.com``'s buckets)
+says which entries reach any owner's hosts (:func:`any_owner`): a warning names those.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 HTTPS_PORT, HTTP_PORT = 443, 80
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: "²" is a digit to str.isdigit()
 
 
 @dataclass(frozen=True, order=True)
@@ -68,15 +80,39 @@ def parse_entry(entry: str) -> Endpoint | tuple[str, int]:
         port = _port(port_text, entry)
     if host.startswith("*."):
         domain = normal_host(host[1:])
-        if domain.count(".") < 2:  # "*.com" would open a whole top-level domain
-            raise ValueError(f"{entry!r}: a wildcard needs a domain of two labels at least (*.example.com)")
+        if "*" in domain or " " in domain or not domain.strip("."):
+            raise ValueError(f"{entry!r} is not a host or host:port")
+        registrable = _suffixes(icann=True).privatesuffix(domain.strip("."))
+        if registrable is None:
+            raise ValueError(f"{entry!r}: {domain[1:]} is a public suffix; a wildcard there opens every domain of it")
+        if registrable == domain.strip("."):
+            raise ValueError(
+                f"{entry!r}: a wildcard over the whole domain {registrable} reaches every host of it and of its "
+                f"customers; name the hosts, or a wildcard under a subdomain (*.storage.{registrable})"
+            )
         return domain, port
     if not host or "*" in host or " " in host:
         raise ValueError(f"{entry!r} is not a host or host:port")
     return Endpoint(host, port)
 
 
+def any_owner(host: str) -> bool:
+    """Whether ``host`` (for a wildcard, ``.domain``) names hosts of any owner: it is, or lies
+    under, a public suffix of the list's private part (``s3.amazonaws.com``: any bucket)."""
+    name = host.strip(".")
+    suffixes = _suffixes(icann=False)
+    return bool(name) and (suffixes.is_public(name) or (host.startswith(".") and suffixes.privatesuffix(name) is None))
+
+
+@functools.lru_cache(maxsize=2)
+def _suffixes(*, icann: bool) -> Any:
+    """The Public Suffix List as the package ships it (read once: about 0.2 s)."""
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList(only_icann=icann)
+
+
 def _port(text: str, entry: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not _PORT.fullmatch(text) or not 0 < int(text) < 65536:
         raise ValueError(f"{entry!r}: the port must be 1-65535")
     return int(text)

@@ -221,7 +221,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "egress_hosts", None, "list[str] | None", c.EGRESS_HOSTS, BOTH, "egress",
         "with ``egress='relay'``, more hosts the relay tunnels to besides the run's W&B host and its storage "
-        "host: ``host`` (port 443), ``host:port``, or ``*.domain`` (its subdomains)",
+        "host: ``host`` (port 443), ``host:port``, or ``*.sub.domain`` (its subdomains; never a public suffix "
+        "or a whole registrable domain, as the Public Suffix List has them)",
     ),
     Option(
         "api_key", None, "str | None", c.API_KEY, BOTH, "key",

@@ -12,34 +12,49 @@ writes from there) the relay has its own process, GIL, descriptor limit (raised 
 ``max_connections``) and memory, and costs one idle Ray worker (about 120 MiB, see
 ``bench/footprint.py``). What dies with what: the actor is owned by the process that made it
 (the controller), so Ray ends it when that process ends, a crash included; the run's end stops it
-first (``RelayOnNode.stop``). Should the relay's process die mid-run, Ray restarts it on the same
-port (chosen before the first start), and the writers' requests, which wandb's client retries,
-go through again.
+first (``RelayOnNode.stop``).
+
+**Should the relay's process die mid-run** it is not restarted: a restart would bind the port
+again after a window in which another process could take it (and with it the token, and an
+``http://`` server's key, from the writers that retry there). The relay binds a port the kernel
+chooses as it binds (no window), and the fleet watches it (:meth:`RelayOnNode.gone`, a call that
+answers only when the actor ends): the writers that sent through it keep writing on their nodes
+and are brought into the run at its end, as a node without a route is.
+
+**Who may connect**: the addresses of the cluster's nodes, as Ray's node table has them
+(:func:`cluster_addresses`, asked again when an unknown peer connects). **Where it goes**:
+through the site's proxy where the driver's process had ``HTTPS_PROXY`` (``HTTP_PROXY``,
+``NO_PROXY``), passed in its config, never in its environment (Ray's processes must not see one).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import resource
-import socket
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from .._config.secrets import Secret
 from .allow import allow_list
 from .relay import RelayConfig, RelayStats
 from .route import RelayRoute, new_token
 from .runner import RelayThread
 
-_RESTARTS = 3
+log = logging.getLogger(__name__)
 _DESCRIPTORS_SPARE = 256
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 
 
 class RelayActor:
     """The actor's class (made remote by :class:`RelayOnNode`): one relay thread in its process."""
 
     def __init__(self, config: RelayConfig) -> None:
-        raise_descriptor_limit(2 * config.max_connections + _DESCRIPTORS_SPARE)
-        self._relay = RelayThread(config)
+        self._relay = RelayThread(fit_descriptors(config))
         self._relay.start()
+        self._stopped = threading.Event()
 
     def address(self) -> tuple[str, int]:
         assert self._relay.address is not None
@@ -48,8 +63,52 @@ class RelayActor:
     def stats(self) -> RelayStats:
         return self._relay.stats()
 
+    def watch(self) -> None:
+        """Answers once the relay stopped (a caller learns of the actor's death by its error)."""
+        self._stopped.wait()
+
     def stop(self) -> RelayStats:
-        return self._relay.stop()
+        try:
+            return self._relay.stop()
+        finally:
+            self._stopped.set()
+
+
+def fit_descriptors(config: RelayConfig) -> RelayConfig:
+    """``config`` within this process's descriptor limit: the soft limit raised towards what its
+    bounds need (two a token holder, one a connection before its token), and where the hard limit
+    is lower, ``max_connections`` cut to fit, with a warning (never a relay that accepts more than
+    it can open upstream)."""
+    wanted = 2 * config.max_connections + config.unauthenticated_total + _DESCRIPTORS_SPARE
+    limit = raise_descriptor_limit(wanted)
+    if limit >= wanted:
+        return config
+    room = max(2, limit - _DESCRIPTORS_SPARE)
+    total = min(config.unauthenticated_total, max(1, room // 4))
+    fitted = replace(
+        config,
+        max_connections=max(1, (room - total) // 2),
+        unauthenticated_total=total,
+        unauthenticated_per_peer=min(config.unauthenticated_per_peer, total),
+    )
+    log.warning(
+        "relay: this process may open %d files (its hard limit): %d writers' connections at once, not %d",
+        limit, fitted.max_connections, config.max_connections,
+    )  # fmt: skip
+    return fitted
+
+
+def cluster_addresses() -> list[str]:
+    """The addresses of the cluster's live nodes, as Ray's node table has them (the relay's peers)."""
+    import ray
+
+    return [str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress")]
+
+
+def proxy_environment(environ: Mapping[str, str] | None = None) -> tuple[tuple[str, Secret], ...]:
+    """The site's proxy variables of ``environ`` (default: this process's), for the relay's config."""
+    environ = os.environ if environ is None else environ
+    return tuple((k, Secret(environ[k])) for k in PROXY_VARIABLES if environ.get(k))
 
 
 def raise_descriptor_limit(wanted: int) -> int:
@@ -66,15 +125,6 @@ def raise_descriptor_limit(wanted: int) -> int:
     return soft
 
 
-def free_port(host: str) -> int:
-    """A port free on ``host`` now (the actor binds it again on every start of its process)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class RelayOnNode:
     """The relay's actor as the driver side sees it: started on this process's node, its route
     once it answers, stopped with the run. Call it from a background thread (the fleet's), never
@@ -84,10 +134,11 @@ class RelayOnNode:
         self.allow = allow_list(base_url, extra_hosts)
         self.token = new_token()
         self._bounds = bounds  # RelayConfig's max_connections, idle_timeout_s, ...
+        self._proxy_env = proxy_environment()  # the driver's: the relay goes through the site's proxy
         self._actor: Any = None
         self._asked: Any = None  # the one outstanding address() call, which route() waits on
+        self._watch: Any = None  # the outstanding watch() call: it answers when the actor ends
         self._host = ""
-        self._port = 0
 
     def start(self) -> None:
         """Create the actor on this node (returns at once)."""
@@ -95,19 +146,20 @@ class RelayOnNode:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._host = ray.util.get_node_ip_address()  # the address the cluster's nodes reach this one by
-        self._port = free_port(self._host)
-        config = RelayConfig(self.allow, self.token, self._host, self._port, **self._bounds)
+        bounds = {"peers": cluster_addresses, "proxy_env": self._proxy_env, **self._bounds}
+        config = RelayConfig(self.allow, self.token, self._host, 0, **bounds)  # 0: bound as chosen
         node = ray.get_runtime_context().get_node_id()
         self._actor = (
             ray.remote(RelayActor)
             .options(
                 num_cpus=0,
-                max_restarts=_RESTARTS,
-                max_concurrency=4,  # stats and stop answer while a call waits
+                max_restarts=0,  # never again on the same port: see the module's docstring
+                max_concurrency=4,  # watch, address, stats and stop answer side by side
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
             )
             .remote(config)
         )
+        self._watch = self._actor.watch.remote()
 
     @property
     def actor(self) -> Any:
@@ -133,6 +185,23 @@ class RelayOnNode:
     def stats(self, timeout_s: float) -> RelayStats | None:
         return self._ask("stats", timeout_s)
 
+    def gone(self) -> str | None:
+        """Why the relay's actor ended before :meth:`stop` (None: it runs, or was stopped);
+        asks without waiting."""
+        import ray
+
+        if self._watch is None:
+            return None
+        ready, _ = ray.wait([self._watch], timeout=0)
+        if not ready:
+            return None
+        self._watch = None
+        try:
+            ray.get(ready[0])
+            return "it stopped"
+        except Exception as e:  # noqa: BLE001 - the actor died: how is the answer
+            return f"its actor died ({type(e).__name__})"
+
     def stop(self, timeout_s: float) -> RelayStats | None:
         """Stop the relay (every connection closed) and end its actor; what it served (None: it
         did not answer in time, and was ended all the same)."""
@@ -140,6 +209,7 @@ class RelayOnNode:
 
         if self._actor is None:
             return None
+        self._watch = None  # its answer now is the stop's, not a death
         stats = self._ask("stop", timeout_s)
         try:
             ray.kill(self._actor, no_restart=True)

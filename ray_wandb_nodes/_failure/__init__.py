@@ -15,6 +15,7 @@ from .attempt import FailedAttempt, FailureEvent
 from .choose import Cause, Verdict, choose
 from .deaths import SETTLE_S, NodeDeaths
 from .facts import CollectiveAt, Kind, OomEvidence, RankFailure, RayPoll, RayRankError, Shape, UserFrame, Window
+from .last_words import MARKERS as LAST_WORDS_MARKERS
 from .last_words import LastWords, read_last_words
 from .node import DeathWatch, Gone, NodeFacts, OomCounter, RankMemory, node_facts, oom_kills, process_gone
 from .record import RankRecord, RankRecorder, RecordKind, read_records, remember_positions
@@ -24,6 +25,7 @@ from .texts import innermost_user_frame, ray_death, shape_of
 from .words import FailureNotice, FailureSummary, failure_notice, recovered_notice
 
 __all__ = [
+    "LAST_WORDS_MARKERS",
     "SETTLE_S",
     "Cause",
     "CollectiveAt",

@@ -36,10 +36,27 @@ _SIGNALS = {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Bus error": 
 _TERMINATE = "terminate called after throwing an instance of"
 _CUDA = re.compile(r"CUDA error: [^\n]+")
 # NCCL's words for a peer that went away (its watchdog then takes this process down): a lost peer.
-_PEER_LOST = re.compile(
-    r"ncclRemoteError|remote process exited|NCCL communicator was aborted|Process group watchdog thread "
-    r"terminated with exception: NCCL error|NCCL communicator encountered error"
+# Only a remote error says so: "NCCL error: unhandled cuda error" or a local NIC's is the rank's own.
+_PEER_LOST = re.compile(r"ncclRemoteError|remote process exited|Remote process exited")
+# An abort says why in its "Original reason": a remote error is a lost peer, a watchdog's timeout a
+# wait; anything else is the rank's own NCCL error.
+_ABORTED = "NCCL communicator was aborted"
+_NCCL_ERROR = re.compile(r"NCCL error[^\n]*|ncclUnhandledCudaError|ncclSystemError|ncclInternalError")
+# The heartbeat monitor ends a rank whose watchdog itself hung (a CUDA or NCCL call that never
+# returned on this rank), torch 2.3-2.13: the rank's own, not a wait.
+_STUCK_WATCHDOG = re.compile(
+    r"ProcessGroupNCCL's watchdog got stuck|Terminating the process after attempting to dump debug info"
 )
+# torch 2.5+: every rank prints, on a peer's timeout, where its own NCCL work stood (kept as evidence).
+_DUMP_SIGNAL = "Received a dump signal due to a collective timeout"
+# The words a death's account is made of: a tail without them is searched further back for them.
+MARKERS = re.compile(
+    "|".join(
+        [re.escape(_WATCHDOG), re.escape(_TAKING_DOWN), _FATAL.pattern, re.escape(_TERMINATE), _CUDA.pattern,
+         _PEER_LOST.pattern, re.escape(_ABORTED), _NCCL_ERROR.pattern, _STUCK_WATCHDOG.pattern,
+         re.escape(_DUMP_SIGNAL)]
+    )
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,8 +115,16 @@ def read_last_words(text: str) -> LastWords:
         elif _TERMINATE in line:
             signal, by = signal or "SIGABRT", by or "a C++ exception"
             lines.append(line.strip())
+        elif _STUCK_WATCHDOG.search(line) is not None:
+            signal, by = signal or "SIGABRT", by or "NCCL's heartbeat monitor (its watchdog hung on this rank)"
+            lines.append(line.strip())
         elif _PEER_LOST.search(line) is not None:
             peer_lost = True
+            lines.append(line.strip())
+        elif _ABORTED in line or _NCCL_ERROR.search(line) is not None:
+            by = by or "an NCCL error"  # its own (a remote error or a watchdog's timeout matched above)
+            lines.append(line.strip())
+        elif _DUMP_SIGNAL in line:
             lines.append(line.strip())
         elif (m := _CUDA.search(line)) is not None:
             by = by or "a CUDA error"

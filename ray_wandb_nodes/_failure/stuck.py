@@ -32,6 +32,7 @@ from .facts import Kind, RankFailure, Shape, UserFrame
 from .node import NodeFacts
 from .record import RankRecord, RecordKind
 from .table import RankPlace
+from .texts import waiting_in_collective
 
 DEFAULT_GROUP = "0"  # torch names the default (world) group "0"
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms")
@@ -97,7 +98,10 @@ def _timeout_s(text: str) -> float | None:
     return int(m.group(1)) / 1000 if m else None
 
 
-P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "coalesced collectives"})
+MISMATCH_SHARE = 4  # a collective mismatch names the ranks in the other collective when they are a quarter or fewer
+
+# Point-to-point work, and work NCCL coalesces (batched sends and receives: a counter of their own).
+P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "coalesced collectives", "coalesced"})
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def _waiter_positions(
     for f in waiters:
         c = f.collective
         op = c.op if c is not None else ""
-        if op in P2P:
+        if op.lower() in P2P:
             continue
         place = by_rank.get(f.rank)
         pid = place.pid if place else None
@@ -177,8 +181,8 @@ def waited_for(
         if stopped is None:
             continue  # no position read: a death is its own cause (choose), a live rank no claim
         behind = _behind(dict(stopped.groups), at)
-        if not behind:
-            continue
+        if not behind or waiting_in_collective(stopped.traceback):
+            continue  # not behind, or itself waiting in another collective (a pipeline's stage): not the root
         pg, seq, last = behind
         behind_in = behind_in or (pg, seq)
         stuck.append(_stuck_row(place, stopped.frame, stopped.traceback, progress.get(rank),
@@ -223,16 +227,17 @@ def _mismatch(
     if len(ops) < 2:
         return list(failures), None
     majority = max(ops, key=lambda o: (len(ops[o]), o))
-    if any(len(ranks) == len(ops[majority]) for o, ranks in ops.items() if o != majority):
-        return list(failures), None  # no fewer: nothing says which side held the other up
-    group, seq = at_top[0].group, at_top[0].seq
     others = sorted(r for o, ranks in ops.items() if o != majority for r in ranks)
+    if len(others) * MISMATCH_SHARE > len(at_top):
+        return list(failures), None  # no clear minority: nothing says which side held the other up
+    group, seq = at_top[0].group, at_top[0].seq
+    op_of = {p.rank: p.op for p in at_top}
     stuck = []
     for rank in others:
         place = ctx.by_rank.get(rank)
         if place is None:
             continue
-        mine = next(p.op for p in at_top if p.rank == rank)
+        mine = op_of[rank]
         detail = f"entered {mine} #{seq} where the others entered {majority} #{seq} (a collective mismatch)"
         stuck.append(_stuck_row(place, None, "", ctx.progress.get(rank), detail))
     waiters = tuple(sorted(waiting - set(others)))

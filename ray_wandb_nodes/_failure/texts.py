@@ -139,6 +139,16 @@ def _peer_kind(text: str) -> Shape | None:
     return None
 
 
+_FILE_LINE = re.compile(r'File "([^"]+)"')
+
+
+def waiting_in_collective(traceback: str) -> bool:
+    """Whether a stack (a traceback's text, outermost first) ends in torch.distributed's code: its
+    thread was blocked in a collective (or a point-to-point wait) when it was taken."""
+    files = _FILE_LINE.findall(traceback)
+    return bool(files) and _DISTRIBUTED_FILE.search(files[-1].replace("\\", "/")) is not None
+
+
 def raised_in(frames: Sequence[UserFrame]) -> str:
     """Whose code raised an exception (its frames outermost first): ``distributed`` where the
     innermost code past the standard library is torch.distributed's, ``torch`` where it is torch's

@@ -13,8 +13,12 @@ offline collection bring the node's run there at the run's end and sync it into 
 The relay: started on the fleet's thread when the fleet starts (an actor on this node, returning at
 once; its route, address and port are chosen before it listens), polled without waiting, and
 writers are held back from joining until it listens or ``RELAY_START_S`` passed (then the nodes
-without a route write offline, and one warning says why). Stopped once every run's writers have
-finished, as the fleet stops. Runs on the fleet thread only.
+without a route write offline, and one warning says why). Watched while it runs (``watch``): if
+its actor dies, the writers that sent through it are treated as nodes without a route (their runs,
+kept on their nodes, brought in and synced at the end; one warning names them) and nodes joining
+from then on check their way without it. Stopped once every run's writers have finished, as the
+fleet stops, with one warning naming the hosts it refused the run's writers (a storage host
+missing from ``egress_hosts``). Runs on the fleet thread only.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class Relay(Protocol):
 
     def route(self, timeout_s: float) -> RelayRoute | None: ...
 
+    def gone(self) -> str | None: ...
+
     def stop(self, timeout_s: float) -> RelayStats | None: ...
 
 
@@ -110,6 +116,8 @@ class FleetEgress:
         self._named: set[tuple[str, str]] = set()  # (run id, node id) named once
         self.ways: dict[str, dict[str, Way]] = {}  # run id -> label -> its writer's way, as the run's config says
         self._batches = 0
+        self._relayed: dict[str, dict[str, tuple[str, str]]] = {}  # run id -> node id -> (key, label) through the relay
+        self.lost: str | None = None  # why the relay died mid-run (None: it did not)
 
     # the relay ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -123,6 +131,14 @@ class FleetEgress:
         except Exception as e:  # noqa: BLE001 - nodes without a route write offline instead
             self.relay = None
             self._give_up(f"it could not be started ({describe(e)})")
+            return
+        wide = getattr(self.relay, "allow", None)
+        if wide is not None and wide.any_owner():
+            self._warner.warn(
+                "egress:any-owner",
+                f"egress_hosts lets the relay reach hosts of any owner: {', '.join(wide.any_owner())} (any bucket "
+                "of that service, not only the run's); a holder of the run's token can send there",
+            )
 
     @property
     def holding(self) -> bool:
@@ -150,15 +166,67 @@ class FleetEgress:
             "egress:relay", f"the relay for node writers without a route to W&B is off: {why}; such nodes write offline"
         )
 
+    def watch(self, pool: LoggerPool, targets: Mapping[str, RunTarget], hosted: Callable[..., Any]) -> None:
+        """Did the relay die? Then its writers are nodes without a route (see the module's docstring)."""
+        if self.relay is None or self.route is None or self.lost is not None:
+            return
+        try:
+            why = self.relay.gone()
+        except Exception as e:  # noqa: BLE001 - Ray could not say: as gone
+            why = describe(e)
+        if why is None:
+            return
+        self.lost = why
+        pool.egress = WriterEgress()  # joins from now: straight, else offline
+        labels: list[str] = []
+        for run_id, writers in sorted(self._relayed.items()):
+            target = targets.get(run_id)
+            if target is None:
+                continue
+            labels += [label for _, label in writers.values()]
+            self._collect(run_id, target, [(node_id, key) for node_id, (key, _) in writers.items()], hosted)
+            self.ways[run_id].update({label: Way.OFFLINE for _, label in writers.values()})
+            tell_ways(target, self.ways[run_id])
+        self._relayed.clear()
+        named = ", ".join(sorted(labels)[:NAMED]) + (f" and {len(labels) - NAMED} more" if len(labels) > NAMED else "")
+        self._warner.warn(
+            "egress:relay-lost",
+            f"the relay for node writers without a route to W&B ended mid-run ({why}): "
+            + (f"the series of {named}, which sent through it, are kept on their nodes and brought into the run "
+               "when it ends (not live); " if labels else "")
+            + "nodes that join from now without a route write offline",
+        )  # fmt: skip
+
+    def _collect(
+        self, run_id: str, target: RunTarget, writers: list[tuple[str, str]], hosted: Callable[..., Any]
+    ) -> None:
+        """``writers`` (node id, key) of ``run_id`` are brought into the run at its end."""
+        if target.fallback is None:
+            try:
+                target.fallback = fallback_index(target)
+            except OSError as e:  # its offline run stays on its node (the warning below says so)
+                self._warner.warn(
+                    f"egress-folder:{run_id}",
+                    "the offline runs of nodes without a route to W&B stay on their nodes: their folder "
+                    f"could not be made ({describe(e)})",
+                )
+                return
+        for node_id, key in writers:
+            hosted(node_id, key)
+
     def stop(self, timeout_s: float = RELAY_STOP_S) -> RelayStats | None:
-        """Stop the relay (its connections closed, its actor ended), bounded; what it served."""
+        """Stop the relay (its connections closed, its actor ended), bounded; what it served, and
+        one warning with the hosts it refused the run's writers."""
         relay, self.relay, self._started_at = self.relay, None, None
         if relay is None:
             return None
         try:
-            return relay.stop(timeout_s)
+            stats = relay.stop(timeout_s)
         except Exception:  # noqa: BLE001 - ended all the same, or already gone
             return None
+        if stats is not None and stats.refused_hosts:
+            self._warner.warn("egress:refused", refused_warning(stats.refused_hosts))
+        return stats
 
     # the ways the joins found ------------------------------------------------------------------
     def took(
@@ -175,7 +243,10 @@ class FleetEgress:
             if self.ways.setdefault(run_id, {}).get(handle.node.label) is not egress.way:
                 self.ways[run_id][handle.node.label] = egress.way
                 told.add(run_id)
-            if egress.way is Way.RELAY:
+            if egress.way is Way.RELAY and self.lost is not None:  # joined through it as it died
+                self._collect(run_id, target, [(handle.node.node_id, key)], hosted)
+            elif egress.way is Way.RELAY:
+                self._relayed.setdefault(run_id, {})[handle.node.node_id] = (key, handle.node.label)
                 logger.info(
                     "ray_wandb_nodes: %s of the W&B run %s sends through the relay (%s)",
                     handle.node.label,
@@ -185,17 +256,7 @@ class FleetEgress:
             if egress.way is not Way.OFFLINE:
                 continue
             node_id = handle.node.node_id
-            if target.fallback is None:
-                try:
-                    target.fallback = fallback_index(target)
-                except OSError as e:  # its offline run stays on its node (the warning below says so)
-                    self._warner.warn(
-                        f"egress-folder:{run_id}",
-                        "the offline runs of nodes without a route to W&B stay on their nodes: their folder "
-                        f"could not be made ({describe(e)})",
-                    )
-            if target.fallback is not None:
-                hosted(node_id, key)
+            self._collect(run_id, target, [(node_id, key)], hosted)
             if (run_id, node_id) not in self._named:
                 self._found.setdefault(run_id, {})[node_id] = Found(handle.node.label, egress)
         for run_id in told:
@@ -204,6 +265,7 @@ class FleetEgress:
     def forget(self, run_id: str) -> None:
         """``run_id`` ended: its ways go."""
         self.ways.pop(run_id, None)
+        self._relayed.pop(run_id, None)
 
     def announce(self, pool: LoggerPool, ending: str | None = None) -> None:
         """One warning for each run's nodes found without a way, once none of its joins is out
@@ -214,6 +276,18 @@ class FleetEgress:
             self._batches += 1
             text = no_route_warning(run_id, list(found.values()), relay=self.plan is not None)
             self._warner.warn(f"egress:{run_id}:{self._batches}", text)
+
+
+def refused_warning(hosts: Mapping[str, int]) -> str:
+    """The run's end's warning of what the relay refused the run's writers (pure): each host and
+    reason with its count, most first."""
+    ranked = sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))
+    listed = "; ".join(f"{where} x{n}" for where, n in ranked[:NAMED])
+    more = f"; and {len(ranked) - NAMED} more" if len(ranked) > NAMED else ""
+    return (
+        f"the relay refused node writers' requests: {listed}{more}. A host refused as NOT_ALLOWED is not on its "
+        "allow-list: a storage host of a self-managed W&B server goes in egress_hosts"
+    )
 
 
 def tell_ways(target: RunTarget, ways: Mapping[str, Way]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import _ray
 from .._console import ConsoleTailer, RunConsole, log_tail
+from .._failure import LAST_WORDS_MARKERS as MARKERS
 from .._warn import Warner
 from .wire import ConsoleEnd, ConsoleRanks
 
@@ -27,12 +28,26 @@ from .wire import ConsoleEnd, ConsoleRanks
 FINISH_S = 15.0
 
 
+SEARCH_BYTES = 4 << 20  # of each of a dead worker's files, where its tail holds no last words
+MAX_SAID = 40  # lines from further back
+
+
 def last_words(pid: int) -> str:
     """The tail of worker ``pid``'s log files on this node ("" where there are none): what a rank
     that died without a record printed last (``_failure.NodeDeaths`` reads it once, as it finds
     the process gone)."""
     logs = _ray.logs_dir()
-    return log_tail(logs, pid) if logs else ""
+    if not logs:
+        return ""
+    tail = log_tail(logs, pid)
+    if MARKERS.search(tail):
+        return tail
+    # Nothing in the tail says how it ended: what printed after (a crash dump's thousands of lines,
+    # every thread's stack) may have pushed NCCL's or CPython's lines out of it. The lines that say
+    # so, from further back (a bounded read, once a death).
+    earlier = log_tail(logs, pid, SEARCH_BYTES)
+    said = [line for line in earlier.splitlines() if MARKERS.search(line)]
+    return "\n".join([*said[-MAX_SAID:], tail])
 
 
 class NodeConsoles:

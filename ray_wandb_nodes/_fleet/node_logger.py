@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 import ray
 
 from .. import _ray
-from .._egress import WriterEgress, find_way, for_way, online
+from .._egress import Way, WriterEgress, find_way, for_way, online
 from .._failure import SETTLE_S, NodeDeaths, NodeFacts
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
 from .._health import Degradation, NodeSummary, ReadProblem, aged
@@ -126,7 +126,10 @@ class NodeLogger(OfflineRuns):
                 with self._lock:
                     record.spec, record.egress = spec, found
             offline = spec.settings.get("mode") == "offline"
-            path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline)
+            # A relayed writer writes where an offline one does: should the relay die, the fleet
+            # brings its run in from there at the end (pack_offline), as a node without a route's.
+            relayed = record.egress is not None and record.egress.way is Way.RELAY
+            path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline or relayed)
             run = init_writer(spec, dir=path)
             stepper = Stepper.resuming(spec.step_metric, run)
             with self._lock:

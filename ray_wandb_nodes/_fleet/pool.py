@@ -130,6 +130,16 @@ class _PingTurn:
                 self._in_flight[node_id] = held
 
 
+def merged_steps(
+    before: Mapping[str, tuple[RankSteps, ...]], brought: Mapping[str, tuple[RankSteps, ...]]
+) -> dict[str, tuple[RankSteps, ...]]:
+    """A status's step points after the last status's of the same attempts: a node's points are
+    taken by whichever status asks (a hang's refresh between two pings too), so the last ones are
+    kept until the fleet has fed them (``steps.feed_steps`` feeds a point once: those already fed
+    are passed over), at most as many again as the new."""
+    return {key: (before.get(key, ())[-len(points) :] if points else ()) + points for key, points in brought.items()}
+
+
 class LoggerPool:
     def __init__(
         self,
@@ -309,7 +319,8 @@ class LoggerPool:
         self._rejoin(handle, status, spec_for)
 
     def _took_summary(self, handle: LoggerHandle, status: LoggerStatus) -> None:
-        handle.progress, handle.progress_at, handle.steps = status.progress, self._clock(), status.steps
+        handle.progress, handle.progress_at = status.progress, self._clock()
+        handle.steps = merged_steps(handle.steps, status.steps)
         handle.ranks_memory = status.ranks_memory
         summary = status.summary
         if summary is not None and summary is not handle.summary:

@@ -49,4 +49,4 @@ def feed_steps(target: SharedTarget, pool: LoggerPool, known: Mapping[str, NodeI
         mine = set(ranks)
         at.update((rank, RankAt(node_id, label)) for rank in ranks)
         points += (s for s in seen if s.rank in mine)
-    health.rank_steps(points, at, gpus=not relayed)
+    health.rank_steps(points, at, gpus=not relayed, attempt=key)

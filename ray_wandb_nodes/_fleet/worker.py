@@ -191,6 +191,7 @@ class FleetWorker:
         """The relay's start, and the ways to W&B the joins that answered found (one warning a
         batch of nodes without one, whose offline runs come to the run at its end)."""
         self.egress.poll(self.pool)
+        self.egress.watch(self.pool, self.targets, self._collection.hosted_offline)
         self.egress.took(self.pool.take_ways(), self.targets, self._collection.hosted_offline)
         self.egress.announce(self.pool)
 

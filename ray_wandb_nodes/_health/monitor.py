@@ -177,11 +177,15 @@ class HealthMonitor:
         at: Mapping[int, RankAt],
         now: float | None = None,
         gpus: bool = True,
+        attempt: str | None = None,
     ) -> None:
-        """Every rank's step points as their nodes read them (see ``ranks.RankHealth.read``), and where each rank of the
-        run's current attempt runs; ``gpus``: the ranks are the run's own (their GPUs are the ones
-        :meth:`set_nodes` mapped), not a Train run's inside a Tune trial."""
-        self.ranks.read(steps, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None)
+        """Every rank's step points of the attempt ``attempt`` as their nodes read them (see
+        ``ranks.RankHealth.read``), and where each rank of the run's current attempt runs;
+        ``gpus``: the ranks are the run's own (their GPUs are the ones :meth:`set_nodes` mapped),
+        not a Train run's inside a Tune trial."""
+        self.ranks.read(
+            steps, at, self._clock() if now is None else now, self.gpus.gpu_of_rank if gpus else None, attempt
+        )
 
     def alive(self, alive: Iterable[str], now: float | None = None, ended: Mapping[str, NodeEnd] | None = None) -> None:
         """The cluster's alive nodes, and how Ray says the dead ones ended: a node gone with the run's

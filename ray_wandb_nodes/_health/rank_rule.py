@@ -81,10 +81,14 @@ class RankRule:
         self._comm_said: CommFinding | None = None
         self.latest: Attribution | None = None
 
-    def judge(self, windows: Sequence[RankWindow], now: float, places: Mapping[int, RankPlace]) -> list[Alert]:
+    def judge(
+        self, windows: Sequence[RankWindow], now: float, places: Mapping[int, RankPlace], complete: bool = True
+    ) -> list[Alert]:
         """One sample, the ranks' windows over the same steps: the alerts it raises (a WARN when
         ranks turn slow, an INFO when they keep pace again), grouped by cause; none while nothing
-        flips. Windows that cannot be compared (one rank, ranks not in step) are no sample."""
+        flips. Windows that cannot be compared (one rank, ranks not in step) are no sample.
+        ``complete``: every rank of the job is in ``windows``; where one is not (not read), slow
+        communication is not judged: the rank left out may be the one the others wait for."""
         attribution = attribute(windows, self.threshold)
         if attribution.basis is None:
             return []
@@ -106,7 +110,7 @@ class RankRule:
         alerts = [_slow_alert(findings, attribution, places) for findings in flagged.values()]
         if recovered:
             alerts.append(_recovered_alert(recovered, places))
-        comm = self._judge_comm(attribution, now)
+        comm = self._judge_comm(attribution, now) if complete else None
         return alerts + ([comm] if comm is not None else [])
 
     def state(self, rank: int) -> RankState:

@@ -20,6 +20,7 @@ from .alerts import Alert
 from .rank_rule import RankPlace, RankRule
 from .rank_table import rank_history, rank_rows
 
+UNREAD_S = 180.0  # a rank whose points stopped coming this long, while others' came, is left out (unmeasured)
 JUDGEMENTS_A_WINDOW = 8  # the rule's samples over its window_s at most (it needs 3 in a row: rank_rule)
 HISTORY_EVERY_S = 15.0  # the history keys at most this often (the run's sampling interval: HealthOptions)
 PATIENCE_JUDGEMENTS = 3  # a node or GPU alert waits at most this many of the rule's intervals for its word
@@ -42,6 +43,11 @@ class RankHealth:
         self.window_s = window_s
         self.history_every_s = history_every_s
         self._marks = StepMarks()
+        self._attempt: str | None = None
+        self._moved: dict[int, tuple[int, float]] = {}  # each rank's latest step count and when it came
+        self._windowed_at: float | None = None  # when the last window was made (judged or not)
+        self._first_at: float | None = None  # when the attempt's first point came
+        self.unread: frozenset[int] = frozenset()  # ranks left out of the windows: not read for UNREAD_S
         self._at: dict[int, RankAt] = {}
         self.places: dict[int, RankPlace] = {}
         self.judged = 0  # judgements made (windows the rule could compare)
@@ -58,30 +64,55 @@ class RankHealth:
         at: Mapping[int, RankAt],
         now: float,
         gpu_of: Callable[[str, int], int | None] | None = None,
+        attempt: str | None = None,
     ) -> None:
         """The ranks' points as their nodes read them (``RankSteps``, several a rank in step order;
         or the latest totals by rank) and where each rank of the current attempt runs (``at``);
-        ``gpu_of(node id, rank)``: the NVML index of a rank's GPU. Judged once every rank of
-        ``at`` has points past the last window's end."""
-        if dict(at) != self._at:  # another placement (a restart): the windows start again
+        ``gpu_of(node id, rank)``: the NVML index of a rank's GPU; ``attempt``: the attempt's key
+        (another attempt's ranks start their series again, wherever they run). Judged once every
+        rank of ``at`` has points past the last window's end; a rank whose points stopped coming
+        for ``UNREAD_S`` while the others' came (its node's logger gone, its anatomy off) is left
+        out, and the others judged without it."""
+        if dict(at) != self._at or attempt != self._attempt:  # another placement or attempt: start again
             for rank in self._at.keys() - at.keys():
                 self.rule.forget(rank)
                 self.places.pop(rank, None)
-            self._marks, self._at = StepMarks(), dict(at)
+            self._marks, self._at, self._attempt, self._moved = StepMarks(), dict(at), attempt, {}
+            self._first_at = None
         if isinstance(steps, Mapping):
             steps = [RankSteps(rank, totals) for rank, totals in steps.items()]
         self._marks.add_all(s for s in steps if s.rank in at)
-        if not at or (self._judged_at and now - self._judged_at[-1] < self.window_s / JUDGEMENTS_A_WINDOW):
+        if not at or (self._windowed_at is not None and now - self._windowed_at < self.window_s / JUDGEMENTS_A_WINDOW):
             return  # a window every window_s / 8 at most: at 8,000 ranks a window is 0.1 s of the fleet thread
-        windows = self._marks.advance(at)  # None while a rank is not read (it may be the one waited for)
+        judged = self._judged_ranks(at, now)
+        windows = self._marks.advance(judged)  # None while a rank is not read (it may be the one waited for)
         if windows is None:
             return
+        self._windowed_at = now
         self.places = {r: RankPlace(a.label, gpu_of(a.node_id, r) if gpu_of else None) for r, a in at.items()}
         before = self.rule.latest
-        self._alerts += self.rule.judge(windows, now, self.places)
+        self._alerts += self.rule.judge(windows, now, self.places, complete=not self.unread)
         if self.rule.latest is not before:
             self.judged += 1
             self._judged_at = [*self._judged_at[-1:], now]
+
+    def _judged_ranks(self, at: Mapping[int, RankAt], now: float) -> set[int]:
+        """The ranks of ``at`` to judge: every one, less those whose points stopped coming for
+        ``UNREAD_S`` while another rank's came (then ``unread``)."""
+        for rank in at:
+            latest = self._marks.latest(rank)
+            if latest is not None and (rank not in self._moved or self._moved[rank][0] != latest.steps):
+                self._moved[rank] = (latest.steps, now)
+        if not self._moved:
+            return set(at)
+        self._first_at = now if self._first_at is None else self._first_at
+        newest = max(t for _, t in self._moved.values())
+        unread = {r for r in at if newest - (self._moved[r][1] if r in self._moved else self._first_at) > UNREAD_S}
+        if unread and len(unread) < len(at):
+            self.unread = frozenset(unread)
+            return set(at) - unread
+        self.unread = frozenset()
+        return set(at)
 
     # what it says -----------------------------------------------------------------------------
     @property

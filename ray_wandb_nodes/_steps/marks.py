@@ -25,7 +25,6 @@ import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
-from .recorder import PUBLISH_EVERY
 from .region import RankSteps, Sources, StepTotals
 from .windows import MAX_DDP_HOLD, MIN_INTERVALS, RankWindow, rank_window
 
@@ -101,6 +100,10 @@ class StepMarks:
     def forget(self, rank: int) -> None:
         self._ranks.pop(rank, None)
 
+    def read_ranks(self) -> set[int]:
+        """The ranks with points."""
+        return {rank for rank, kept in self._ranks.items() if kept.points}
+
     def latest(self, rank: int) -> StepTotals | None:
         kept = self._ranks.get(rank)
         return kept.points[-1] if kept is not None else None
@@ -123,7 +126,7 @@ class StepMarks:
         if any(p[0].steps > start for p in points.values()):
             self.start = None  # a rank's series begins after the start (it restarted): from the latest first point
             return None
-        loose = max(span, PUBLISH_EVERY * GAP_SHARE) / GAP_SHARE
+        loose = span / GAP_SHARE
         if any(_gap(p, start) > loose or _gap(p, end) > loose for p in points.values()):
             return None  # the ends are known too loosely yet: a longer window will do
         windows = []

@@ -48,7 +48,7 @@ def upstream(cluster: Any) -> Iterator[str]:
 def tunnel(route: RelayRoute, target: str, token: str) -> tuple[socket.socket, bytes]:
     sock = socket.create_connection((route.host, route.port), timeout=30)
     auth = base64.b64encode(f"relay:{token}".encode()).decode()
-    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     answer = b""
     while not answer.endswith(b"\r\n\r\n"):
         answer += sock.recv(1)
@@ -88,6 +88,25 @@ def test_the_relay_runs_on_the_driver_s_node_without_a_cpu_and_stops_with_the_ru
     sock.settimeout(30)
     assert sock.recv(1) == b""  # the tunnel open at the run's end is closed
     assert refused(route.host, route.port) and relay.actor is None
+
+
+def test_a_relay_that_dies_is_not_restarted_on_its_port_and_its_owner_learns_it(cluster: Any, upstream: str) -> None:
+    import ray
+
+    relay = RelayOnNode(upstream)
+    relay.start()
+    try:
+        route = relay.route(60)
+        assert route is not None and relay.gone() is None  # a live relay
+        assert tunnel(route, upstream.removeprefix("http://"), relay.token.reveal())[1].startswith(b"HTTP/1.1 200 ")
+        ray.kill(relay.actor, no_restart=False)  # as its process dying: Ray may restart it, if asked to
+        why = wait_until(relay.gone, 60, "the relay's owner to learn of its death")
+        assert "died" in why
+        # Nothing listens on its port again: a restart would have bound it after a window
+        # in which another process could take it, with the writers' token.
+        assert refused(route.host, route.port)
+    finally:
+        relay.stop(30)
 
 
 def test_the_relay_ends_when_the_process_that_started_it_dies(cluster: Any, upstream: str) -> None:

@@ -123,7 +123,8 @@ class FleetSim:
         )  # no passes timed (a GPU's DDP): DDP's timers alone
 
     # the fleet -------------------------------------------------------------------------------------
-    def run(self, seconds: float) -> Outcome:
+    def run(self, seconds: float, silent: tuple[int, float] | None = None) -> Outcome:
+        """``silent``: (node, from_s): that node's logger answers no ping from then on (gone)."""
         out = Outcome()
         asked: list[int] = []
         answered = _Answered()
@@ -138,7 +139,7 @@ class FleetSim:
             turn.add(node_id)
         placed = {f"n{n}": tuple(range(n * self.ranks, (n + 1) * self.ranks)) for n in range(self.nodes)}
         target = SimpleNamespace(
-            health=SimpleNamespace(rank_steps=lambda steps, at, gpus=True: self.health.read(steps, at, now)),
+            health=SimpleNamespace(rank_steps=lambda steps, at, **_: self.health.read(steps, at, now)),
             attempt=KEY, hangs=None, ranks=placed, ready=True, covered_node=None, steps_fed={},
         )  # fmt: skip
         pool = SimpleNamespace(get=handles.get)
@@ -152,6 +153,8 @@ class FleetSim:
                 next_step += self._step(next_step)
             if now >= next_tick:
                 started = time.process_time()
+                if silent is not None and now >= silent[1]:
+                    pending = [(node, taken) for node, taken in pending if node != silent[0]]
                 for node, taken in pending:  # last tick's pings answered now
                     handles[f"n{node}"].steps = taken
                 answered.due = {("ping", node) for node, _ in pending}

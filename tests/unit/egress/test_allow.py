@@ -55,7 +55,11 @@ def test_a_self_managed_server_allows_its_own_host_and_the_hosts_the_user_lists(
         ("user@x.y", "not a host"),
         ("x.y:0", "port must be 1-65535"),
         ("x.y:http", "port must be 1-65535"),
-        ("*.com", "two labels"),
+        ("*.com", "public suffix"),
+        ("*.co.uk", "public suffix"),
+        ("*.amazonaws.com", "whole domain amazonaws.com"),
+        ("*.example.com", "whole domain example.com"),
+        ("x.y:²", "port must be 1-65535"),
         ("a*.x.y", "not a host"),
         ("[::1", "closing"),
     ],
@@ -67,7 +71,7 @@ def test_an_entry_that_is_not_a_host_or_host_and_port_is_refused(entry: str, err
 
 def test_an_entry_without_a_port_allows_https_only() -> None:
     assert parse_entry("minio.corp") == Endpoint("minio.corp", 443)
-    assert parse_entry("*.corp.example") == (".corp.example", 443)
+    assert parse_entry("*.s3.corp.example") == (".s3.corp.example", 443)
 
 
 RELAY = "http://relay:t@10.0.0.1:3128"

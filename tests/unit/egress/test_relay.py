@@ -79,7 +79,11 @@ def auth(token: Secret = TOKEN) -> str:
 
 
 def ask(relay: RelayThread, *lines: str, body: bytes = b"") -> socket.socket:
+    """Send a head (with the ``Host`` every HTTP/1.1 request carries, where ``lines`` has none)."""
     assert relay.address is not None
+    target = lines[0].split(" ")[1] if len(lines[0].split(" ")) == 3 else ""
+    if target and not any(line.lower().startswith("host:") for line in lines):
+        lines = (lines[0], "Host: " + target.removeprefix("http://").split("/")[0], *lines[1:])
     sock = socket.create_connection(relay.address, timeout=10)
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
     return sock
@@ -229,7 +233,7 @@ def test_a_client_past_max_connections_is_answered_503(upstreams: dict[str, Any]
     relay = start(upstreams, max_connections=2)
     try:
         held = [connect(relay, upstreams["echo"])[0] for _ in range(2)]
-        assert read_all(ask(relay, "CONNECT a:1 HTTP/1.1")).startswith(b"HTTP/1.1 503 ")
+        assert read_all(ask(relay, "CONNECT a:1 HTTP/1.1", auth())).startswith(b"HTTP/1.1 503 ")
         held[0].close()
         wait_until(lambda: relay.stats().open == 1, 10, "a connection to close")
         _, answer = connect(relay, upstreams["echo"])

@@ -61,3 +61,53 @@ def test_nccl_s_remote_error_is_a_peer_lost_and_its_abort_a_sigabrt() -> None:
         "terminate called after throwing an instance of 'c10::DistBackendError'\n"
     )
     assert (said.peer_lost, said.signal, said.by, said.watchdog) == (True, "SIGABRT", "NCCL, a peer lost", None)
+
+
+@pytest.mark.parametrize(
+    ("text", "by"),
+    [
+        # A GPU fault NCCL reports: the rank's own error, not a peer's (its watchdog still aborts).
+        (
+            "[rank3]:[E1206 ProcessGroupNCCL.cpp:1537] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group "
+            "watchdog thread terminated with exception: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO "
+            "for details), NCCL version 2.27.3\nFatal Python error: Aborted\n",
+            "an NCCL error",
+        ),
+        # An abort whose original reason is the rank's own error.
+        (
+            "NCCL communicator was aborted on rank 3. Original reason for failure was: NCCL error: "
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed\n",
+            "an NCCL error",
+        ),
+        # The heartbeat monitor: the watchdog itself hung on this rank (a CUDA call that never returned).
+        (
+            "[rank5]:[E1206 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID 0(default_pg) Rank 5] ProcessGroupNCCL's "
+            "watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives.\n"
+            "[rank5]:[F1206 ProcessGroupNCCL.cpp:1422] Terminating the process after attempting to dump debug info, "
+            "due to collective timeout or exception.\n",
+            "NCCL's heartbeat monitor (its watchdog hung on this rank)",
+        ),
+    ],
+)
+def test_a_ranks_own_nccl_error_or_hung_watchdog_is_its_own_not_a_peers(text: str, by: str) -> None:
+    words = read_last_words(text)
+    assert (words.by, words.peer_lost, words.watchdog) == (by, False, None)
+    assert words.lines  # the lines that say so are kept for the account
+
+
+def test_an_abort_for_a_remote_error_is_a_peer_lost() -> None:
+    words = read_last_words(
+        "NCCL communicator was aborted on rank 1. Original reason for failure was: NCCL error: remote process "
+        "exited or there was a network error, NCCL version 2.27.3\nncclRemoteError: A call failed possibly due to "
+        "a network error or a remote process exiting prematurely.\n"
+    )
+    assert words.peer_lost and words.by == "NCCL, a peer lost"
+
+
+def test_the_dump_signals_line_is_kept_as_evidence() -> None:
+    line = (
+        "[rank2]:[E1206 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank 2] Received a dump signal "
+        "due to a collective timeout from rank 1 and we will try our best to dump the debug info. Last enqueued "
+        "NCCL work: 1581, last completed NCCL work: 1580."
+    )
+    assert read_last_words(NCCL_NEW + line).lines[-1] == line[:300]

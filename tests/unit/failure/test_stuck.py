@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
+
 from ray_wandb_nodes._failure import (
     HangView,
     Kind,
@@ -270,3 +272,32 @@ def test_a_waiter_whose_group_ended_before_its_raise_is_placed_by_its_stop_recor
     facts = node_facts([*bare, *ended, stopped_record(1, 9)], range(4))
     verdict, _ = judged(places, gloo_poll((0, 2, 3), running=(1,)), facts)
     assert [(c.failure.kind, c.ranks) for c in verdict.causes] == [(Kind.STUCK, (1,))]
+
+
+def test_coalesced_point_to_point_work_is_not_compared_with_the_collectives_count() -> None:
+    """Batched sends and receives (a pipeline's) are NCCL's COALESCED work, on a counter of its own."""
+    places = [place(r) for r in range(4)]
+    tails = {r: nccl_tail_op(r, 400, "COALESCED") for r in (0, 2, 3)}
+    verdict, waited = judged(
+        places, died_poll((0, 2, 3), running=(1,)), nccl_facts(places, tails, [stopped_record(1, 50)])
+    )
+    assert waited is None and not any(c.failure.kind is Kind.STUCK for c in verdict.causes)
+
+
+def test_a_rank_behind_but_itself_waiting_in_another_collective_is_not_named_stuck() -> None:
+    """Rank 1 is behind the waiters' all_reduce #10 because it waits in a collective of another
+    group (a pipeline stage's): it is not the root, and nothing names it."""
+    places = [place(r) for r in range(4)]
+    stack = WAITER_TB.split("RuntimeError")[0]  # its training thread stood in distributed_c10d's all_reduce
+    blocked = RankRecord(1, PID + 1, RecordKind.STOPPED, 99, time.time(), traceback=stack, groups=(("0", 9),))
+    records = [waiter_record(0, 10), waiter_record(2, 10), waiter_record(3, 10), blocked]
+    verdict, _ = judged(places, gloo_poll((0, 2, 3), running=(1,)), node_facts(records, range(4)))
+    assert not any(c.failure.kind is Kind.STUCK for c in verdict.causes)
+
+
+@pytest.mark.parametrize("in_broadcast", [4, 3])
+def test_a_mismatch_with_no_clear_minority_names_no_rank(in_broadcast: int) -> None:
+    places = [place(r) for r in range(8)]
+    tails = {r: nccl_tail_op(r, 10, "BROADCAST" if r < in_broadcast else "ALLREDUCE") for r in range(8)}
+    verdict, waited = judged(places, died_poll(range(8)), nccl_facts(places, tails, []))
+    assert waited is None and not any(c.failure.kind is Kind.STUCK for c in verdict.causes)

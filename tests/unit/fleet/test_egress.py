@@ -38,6 +38,8 @@ class FakeRelay:
     def __init__(self, plan: RelayPlan) -> None:
         self.plan, self.started, self.answer, self.stopped = plan, False, None, False
         self.fail: Exception | None = None
+        self.died: str | None = None
+        self.final: RelayStats | None = None
 
     def start(self) -> None:
         self.started = True
@@ -48,9 +50,12 @@ class FakeRelay:
             raise self.fail
         return self.answer
 
+    def gone(self) -> str | None:
+        return self.died
+
     def stop(self, timeout_s: float) -> RelayStats | None:
         self.stopped = True
-        return None
+        return self.final
 
 
 class Primary:
@@ -203,3 +208,60 @@ def test_the_warning_names_each_node_and_what_it_found_and_the_option_that_fixes
     assert no_route_warning(RUN, failed, relay=True).endswith(
         "nor did they reach it through the relay (see each node's checks)"
     )
+
+
+def test_a_relay_that_dies_mid_run_has_its_writers_brought_in_at_the_end(target: SharedTarget) -> None:
+    said, pool = Said(), Pool()
+    relay = FakeRelay(RelayPlan(None))
+    relay.answer = ROUTE  # type: ignore[assignment]
+    fleet = FleetEgress(said, RelayPlan(None), relay=lambda p: relay)  # type: ignore[arg-type]
+    fleet.start()
+    fleet.poll(pool)  # type: ignore[arg-type]
+    hosted: list[tuple[str, str]] = []
+    a, b = handle(1), handle(2)
+    fleet.took([(a, RUN, found(Way.RELAY)), (b, RUN, found(Way.DIRECT))], {RUN: target}, lambda *k: hosted.append(k))
+    fleet.watch(pool, {RUN: target}, lambda *k: hosted.append(k))  # type: ignore[arg-type]
+    assert (said.lines, hosted, fleet.lost) == ([], [], None)  # a live relay: nothing happens
+
+    relay.died = "its actor died (ActorDiedError)"
+    fleet.watch(pool, {RUN: target}, lambda *k: hosted.append(k))  # type: ignore[arg-type]
+    fleet.watch(pool, {RUN: target}, lambda *k: hosted.append(k))  # type: ignore[arg-type]
+    assert hosted == [("n1", RUN)] and target.fallback is not None  # collected and synced at the end
+    assert pool.egress is not None and pool.egress.route is None  # joins from now: straight, else offline
+    primary: Any = target.primary
+    assert primary.configs[-1][CONFIG_KEY]["node-host-1-n1"] == "offline"
+    assert primary.configs[-1][CONFIG_KEY]["node-host-2-n2"] == "direct"
+    [line] = said.lines
+    assert "ended mid-run (its actor died (ActorDiedError))" in line and "node-host-1-n1" in line
+
+    fleet.took([(handle(3), RUN, found(Way.RELAY))], {RUN: target}, lambda *k: hosted.append(k))
+    assert hosted[-1] == ("n3", RUN)  # a join that went through it as it died: brought in too
+
+
+def test_the_hosts_the_relay_refused_the_run_s_writers_are_said_once_at_its_end() -> None:
+    said = Said()
+    relay = FakeRelay(RelayPlan(None))
+    relay.final = RelayStats(0, 1, 9, 1, 0, 0, 0, 0, {"NOT_ALLOWED": 7, "AUTH": 500},
+                             refused_hosts={"minio.corp:9000 (NOT_ALLOWED)": 7})  # fmt: skip
+    fleet = FleetEgress(said, RelayPlan(None), relay=lambda p: relay)  # type: ignore[arg-type]
+    fleet.start()
+    fleet.stop()
+    [line] = said.lines
+    assert "minio.corp:9000 (NOT_ALLOWED) x7" in line and "egress_hosts" in line and "AUTH" not in line
+
+    quiet, healthy = Said(), FakeRelay(RelayPlan(None))
+    healthy.final = RelayStats(0, 1, 9, 1, 0, 0, 0, 0, {"AUTH": 500})  # a co-tenant's, not the run's
+    fleet = FleetEgress(quiet, RelayPlan(None), relay=lambda p: healthy)  # type: ignore[arg-type]
+    fleet.start()
+    fleet.stop()
+    assert quiet.lines == []
+
+
+def test_egress_hosts_that_reach_any_bucket_are_named_in_a_warning() -> None:
+    for hosts, named in [((), False), (("minio.corp:9000",), False), (("*.s3.amazonaws.com",), True)]:
+        said = Said()
+        relay = FakeRelay(RelayPlan(None, hosts))
+        relay.allow = egress_module.RelayOnNode(None, hosts).allow  # type: ignore[attr-defined]
+        fleet = FleetEgress(said, RelayPlan(None, hosts), relay=lambda p, r=relay: r)  # type: ignore[misc]
+        fleet.start()
+        assert bool(said.lines) is named and (not named or "*.s3.amazonaws.com:443" in said.lines[0])

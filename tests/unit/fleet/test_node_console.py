@@ -137,3 +137,21 @@ def test_the_writers_finish_hands_the_last_lines_over_first_when_the_run_failed(
     assert seen[-1] == "<finish>" and seen.count("<finish>") == 1
     assert ("[rank 1] ValueError: bad shard 17" in seen) is sent, seen
     assert seen.index("[rank 0] the last line, exit 0") < seen.index("<finish>")  # rank 0's last, live
+
+
+def test_last_words_pushed_out_of_the_tail_are_found_further_back(tmp_path: Path, monkeypatch: Any) -> None:
+    from ray_wandb_nodes._failure import read_last_words
+    from ray_wandb_nodes._fleet import node_console
+
+    watchdog = (
+        "[rank4]:[E1206 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 4] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600067 milliseconds before timing out.\n"
+    )
+    dump = "".join(f'  File "/opt/lib/site-packages/x.py", line {i}, in thread_{i}\n' for i in range(4000))
+    (tmp_path / "worker-ab-01-4242.err").write_text(watchdog + dump)  # the crash dump after it: ~250 KB
+    monkeypatch.setattr(node_console._ray, "logs_dir", lambda: str(tmp_path))
+    words = read_last_words(node_console.last_words(4242))
+    assert words.by == "NCCL's watchdog" and words.watchdog is not None and words.watchdog.seq == 1580
+    (tmp_path / "worker-ab-01-4243.err").write_text(dump)  # a SIGKILL prints nothing: nothing found
+    assert not read_last_words(node_console.last_words(4243)).found

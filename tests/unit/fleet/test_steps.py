@@ -27,7 +27,9 @@ class Health:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[int, StepTotals], dict[int, RankAt], bool]] = []
 
-    def rank_steps(self, steps: Iterable[RankSteps], at: Mapping[int, RankAt], gpus: bool = True) -> None:
+    def rank_steps(
+        self, steps: Iterable[RankSteps], at: Mapping[int, RankAt], gpus: bool = True, attempt: str | None = None
+    ) -> None:
         self.calls.append(({s.rank: s.totals for s in steps}, dict(at), gpus))
 
 
@@ -169,3 +171,14 @@ def test_a_node_reads_its_ranks_between_pings_and_a_ping_carries_the_points_with
     finally:
         for beacon in beacons:
             beacon.close()
+
+
+def test_a_status_between_two_pings_keeps_the_last_ones_points_until_they_are_fed() -> None:
+    from ray_wandb_nodes._fleet.pool import merged_steps
+
+    t = totals()
+    first = {KEY: (RankSteps(0, t[0]), RankSteps(1, t[1]))}
+    refresh = {KEY: (RankSteps(0, t[2]),)}  # a hang's refresh asked the node's status: its points taken
+    merged = merged_steps(first, refresh)
+    assert merged[KEY][-1] == RankSteps(0, t[2]) and RankSteps(1, t[1]) in merged[KEY]
+    assert merged_steps(merged, {KEY: ()}) == {KEY: ()} and merged_steps({}, refresh) == refresh

@@ -73,6 +73,39 @@ def test_no_rank_is_judged_while_one_of_the_placement_is_not_read() -> None:
     assert rh.judged == 0 and rh.take_alerts() == [] and not rh.measured
 
 
+def test_a_rank_not_read_for_long_is_left_out_and_the_others_judged_without_slow_communication() -> None:
+    """Rank 2's node answers nothing from the start (its logger gone); the others' points keep
+    coming. Until UNREAD_S no window (it may be the one waited for); past it, the others are judged
+    (rank 1 slow on its input is named) and communication is not (the rank left out could be late)."""
+    from ray_wandb_nodes._health.ranks import UNREAD_S
+
+    rh = RankHealth(window_s=0.0)
+    world = World([Profile(), Profile(input=100.0), Profile(), Profile()], OFFSETS)
+    said = []
+    for t in range(0, int(UNREAD_S) + 100, 20):
+        world.run(15)
+        reads = world.reads()
+        del reads[2]
+        rh.read(reads, AT, float(t))
+        said += [(a.title, float(t)) for a in rh.take_alerts()]
+    assert [title for title, _ in said] == ["Slow rank: rank 1 on node-1"] and said[0][1] > UNREAD_S
+    assert rh.unread == {2}
+
+
+def test_another_attempt_on_the_same_placement_starts_its_ranks_series_again() -> None:
+    rh = RankHealth(window_s=0.0)
+    world = World([Profile()] * 4, OFFSETS)
+    for t in range(3):
+        world.run(15)
+        rh.read(world.reads(), AT, float(t), attempt="run.attempt-1")
+    judged = rh.judged
+    again = World([Profile()] * 4, OFFSETS)  # the next attempt's processes: their counts from 0
+    for t in range(3, 6):
+        again.run(15)
+        rh.read(again.reads(), AT, float(t), attempt="run.attempt-2")
+    assert judged >= 1 and rh.judged >= judged + 1  # judged anew at once, not after 45 steps more
+
+
 def test_a_new_placement_starts_the_windows_again_and_forgets_the_ranks_gone() -> None:
     rh = RankHealth(window_s=0.0)
     world = World([Profile(), Profile(), Profile(input=100.0), Profile()], OFFSETS)

@@ -30,3 +30,21 @@ def test_a_balanced_fleet_read_in_turn_is_judged_and_raises_nothing() -> None:
     rows = sim.health.rows()  # past the table's cap, one row counts the others
     assert {row[-1] for row in rows if isinstance(row[0], int)} == {"ok"}
     assert rows[-1][0] == f"({NODES * 8 - len(rows) + 1} more ranks, none slow)"
+
+
+def test_a_node_whose_logger_goes_silent_leaves_its_ranks_out_and_the_others_judged() -> None:
+    """Node 10's logger answers no ping from 20 s on (gone): after ranks_unread's 180 s its ranks
+    are left out, the slow rank on node 96 is still named, and slow communication is not judged
+    (the ranks left out could be the ones the others wait for)."""
+    slow = NODES * 8 // 2 + 3
+    sim = FleetSim(Job(slow_rank=slow, slow_from_s=SLOW_FROM_S), NODES)
+    out = sim.run(420, silent=(10, 20.0))
+    said = [(a.level, a.title) for _, a in out.alerts]
+    assert said == [("WARN", f"Slow rank: rank {slow} on node-{slow // 8}")], said
+    assert sim.health.unread == frozenset(range(80, 88))
+
+
+def test_a_silent_node_on_a_balanced_fleet_raises_nothing() -> None:
+    sim = FleetSim(Job(), NODES)
+    out = sim.run(420, silent=(10, 20.0))
+    assert out.alerts == [] and sim.health.unread == frozenset(range(80, 88))
