@@ -277,14 +277,14 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         2.60 call it before ending the workers): its ranks' console ends, every rank's last lines
         to the run when one of its polls held an error."""
         if self._run is not None:
-            self._run.attempt_ended(self._workers.failed)
+            self._run.attempt_ended(self._failures.failed)
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
         # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
         # are new, maybe on other nodes; Ray calls no worker-group hook for it.
         if self._run is not None or self._relay is not None:
-            self._workers.failed = False  # the failed replica's ranks ended with their processes (their console too)
+            self._failures.replaced()  # the failed replica's ranks ended with their processes (their console too)
             self._workers.placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
             self._placed()
             self._workers.setup(replica_group, self._setup_run_id())
@@ -308,9 +308,7 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         for the failure decision, and the attempt's ranks' last lines go to the run at its end); the
         ranks whose train function returned (not those that failed) are not judged for hangs, and
         are progress during one (inside a Tune trial, through the hand-off to the trial's run)."""
-        if self._run is not None and not self._workers.failed and _ray.poll_failed(worker_group_status):
-            self._workers.failed = True  # the controller decides on this poll: the attempt failed
-        self._failures.polled(worker_group_status, self._workers.group)
+        self._failures.polled(worker_group_status, self._workers.group)  # the first failing poll: the attempt failed
         if self._workers.hang_run and self._run is not None:
             self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
         elif self._workers.hang_run and self._relay is not None:

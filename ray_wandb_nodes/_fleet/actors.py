@@ -17,6 +17,15 @@ BUNDLE = {"memory": float(1 << 20)}
 
 PG_NAME_PREFIX = "ray_wandb_nodes"
 
+# How often Ray retries a call on a logger whose process died. A killed process comes back in its
+# bundle (``max_restarts=-1``) and the call runs there. A logger whose node is gone cannot come
+# back (its bundle is pinned to that node): a call in flight then fails (``ActorUnavailableError``)
+# once these retries are spent, about 5 s after the node went (Ray 2.60, a node removed from a
+# local cluster), where retries without end (-1) left it unanswered for as long as the run lasted.
+# A call made once Ray has the node dead waits for a restart; the pool's drop of the node's logger
+# (``kill``, on the fleet's next node listing) ends it at once.
+CALL_RETRIES = 2
+
 
 class RayActors:
     def __init__(self, warner: Any = None) -> None:
@@ -24,6 +33,7 @@ class RayActors:
         self._warner = warner
         self._prefix: str | None = None
         self._janitor: Any = None
+        self.failed_calls = 0  # calls whose logger died or stayed unreachable past CALL_RETRIES
 
     def group_prefix(self) -> str:
         """The name prefix of this pool's placement groups. Inside an actor (the Train
@@ -95,9 +105,10 @@ class RayActors:
         )
         actor = self._actor_cls.options(
             num_cpus=0,
-            # A killed logger process comes back in its bundle; calls in flight are retried.
+            # A killed logger process comes back in its bundle; calls in flight are retried there,
+            # a bounded number of times: a dead node's logger never comes back.
             max_restarts=-1,
-            max_task_retries=-1,
+            max_task_retries=CALL_RETRIES,
             scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0),
         ).remote()
         return actor, pg
@@ -126,7 +137,13 @@ class RayActors:
         return set(ready)
 
     def result(self, ref: Any) -> Any:
-        """The answer of a call that has answered; raises when the call or its actor failed."""
+        """The answer of a call that has answered; raises when the call or its actor failed (a
+        logger that died or stayed unreachable: counted in ``failed_calls``)."""
         import ray
+        from ray.exceptions import RayActorError
 
-        return ray.get(ref, timeout=0)
+        try:
+            return ray.get(ref, timeout=0)
+        except RayActorError:
+            self.failed_calls += 1
+            raise

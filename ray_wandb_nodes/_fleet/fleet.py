@@ -19,28 +19,8 @@ from typing import TYPE_CHECKING, Any
 from .. import _ray
 from .._gpu_ids import RankGpus
 from .._warn import Warner
+from . import commands as cmd
 from .actors import RayActors
-from .commands import (
-    AddRun,
-    AttemptEnded,
-    AttemptFailed,
-    AttemptRecovered,
-    AwaitWriters,
-    Checkpointed,
-    Command,
-    EndHealth,
-    Located,
-    LogArtifact,
-    LogRow,
-    Poll,
-    Prestart,
-    RankReport,
-    RanksFinished,
-    Retire,
-    RunReady,
-    SetNodes,
-    Shutdown,
-)
 from .egress import RelayPlan
 from .targets import RunProcess, RunTarget
 from .worker import LISTING_NODES, FleetWorker
@@ -84,7 +64,7 @@ class NodeFleet:
         W&B send through a relay on this node (started with the fleet's thread, stopped with it)."""
         self._warner = warner
         self._poll_s = poll_s
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[cmd.Command] = queue.SimpleQueue()
         self.worker = FleetWorker(
             init_timeout_s=init_timeout_s,
             warner=warner,
@@ -93,7 +73,7 @@ class NodeFleet:
             actors=actors,
             clock=clock,
             free_resources=free_resources,
-            wake=lambda: self._commands.put(Poll()),
+            wake=lambda: self._commands.put(cmd.Poll()),
             relay=relay,
         )
         self._stopped = threading.Event()
@@ -105,11 +85,11 @@ class NodeFleet:
             self._thread.start()
 
     def add_run(self, target: RunTarget) -> None:
-        self._commands.put(AddRun(target))
+        self._commands.put(cmd.AddRun(target))
 
     def run_ready(self, target: RunTarget) -> None:
         """``target``'s run exists (its primary created it): its node writers may join."""
-        self._commands.put(RunReady(target))
+        self._commands.put(cmd.RunReady(target))
 
     def set_run_nodes(
         self,
@@ -127,20 +107,20 @@ class NodeFleet:
         ``ranks``: the train ranks on each node, when known; ``rank_gpus``: each rank's GPU ids;
         ``attempt``: the key of the ranks' attempt (their folder on each node), when armed;
         ``pids``: each rank's process id (its console's files), when known."""
-        self._commands.put(SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt, pids))
+        self._commands.put(cmd.SetNodes(run_id, set(nodes), covered_node, target, ranks, rank_gpus, attempt, pids))
 
     def attempt_ended(self, run_id: str, failed: bool) -> None:
         """The run's attempt ended (its worker group shuts down), ``failed`` or not: its ranks' console ends."""
-        self._commands.put(AttemptEnded(run_id, failed))
+        self._commands.put(cmd.AttemptEnded(run_id, failed))
 
     def located(self, run_id: str, process: RunProcess, target: RunTarget | None = None) -> None:
         """The run's own process and its node (a Tune trial's): the node writer there reports its
         ``proc.*`` series; with ``target``, only while that target is the run's."""
-        self._commands.put(Located(run_id, process, target))
+        self._commands.put(cmd.Located(run_id, process, target))
 
     def end_health(self, run_id: str) -> None:
         """An abort: the run's node health ends now, without its last tables."""
-        self._commands.put(EndHealth(run_id))
+        self._commands.put(cmd.EndHealth(run_id))
 
     def prestart(
         self,
@@ -152,30 +132,30 @@ class NodeFleet:
     ) -> None:
         """Start loggers now on the nodes the job's ``workers`` (each asking ``per_worker``) can
         use, at most as many as it needs (see nodes.prestart_nodes and pool.prestart)."""
-        self._commands.put(Prestart(use_gpu, exclude, workers, per_worker))
+        self._commands.put(cmd.Prestart(use_gpu, exclude, workers, per_worker))
 
     def rank_report(
         self, run_id: str, metrics: list[dict[str, Any]], checkpoint: bool = False, at: float | None = None
     ) -> None:
         """Every rank's report (for the run's straggler rule by metric), with a checkpoint or not,
         made ``at`` (epoch seconds; now when not given)."""
-        self._commands.put(RankReport(run_id, metrics, time.time() if at is None else at, checkpoint))
+        self._commands.put(cmd.RankReport(run_id, metrics, time.time() if at is None else at, checkpoint))
 
     def ranks_finished(self, run_id: str, ranks: frozenset[int]) -> None:
         """The run's ranks whose train function returned (Train's poll), for its hang watch."""
-        self._commands.put(RanksFinished(run_id, ranks))
+        self._commands.put(cmd.RanksFinished(run_id, ranks))
 
     def checkpointed(self, run_id: str, reports: int) -> None:
         """The run's attempt reported a checkpoint with its ``reports``-th report (0: it started)."""
-        self._commands.put(Checkpointed(run_id, reports))
+        self._commands.put(cmd.Checkpointed(run_id, reports))
 
     def attempt_failed(self, run_id: str, failed: FailedAttempt) -> None:
         """The run's attempt failed: its failure is named in the run (decided on the fleet thread)."""
-        self._commands.put(AttemptFailed(run_id, failed))
+        self._commands.put(cmd.AttemptFailed(run_id, failed))
 
     def attempt_recovered(self, run_id: str, attempt: int) -> None:
         """The run's ``attempt`` reported after an earlier one failed."""
-        self._commands.put(AttemptRecovered(run_id, attempt))
+        self._commands.put(cmd.AttemptRecovered(run_id, attempt))
 
     def await_writers(self, run_ids: Iterable[str], timeout: float) -> bool:
         """Wait (at most ``timeout``) until every node writer the runs want has joined and taken
@@ -183,16 +163,16 @@ class NodeFleet:
         if self._stopped.is_set() or not self._thread.ident:  # no fleet thread: nothing will join
             return True
         done = threading.Event()
-        self._commands.put(AwaitWriters(list(run_ids), done))
+        self._commands.put(cmd.AwaitWriters(list(run_ids), done))
         return done.wait(timeout)
 
     def log_artifact(self, run_id: str, checkpoint: Any, name: str, aliases: list[str]) -> None:
         """A checkpoint artifact for a standalone run, logged by the actor hosting it."""
-        self._commands.put(LogArtifact(run_id, checkpoint, name, aliases))
+        self._commands.put(cmd.LogArtifact(run_id, checkpoint, name, aliases))
 
     def log(self, run_id: str, metrics: dict[str, Any]) -> None:
         """A history row for a standalone run, delivered to the actor hosting it (in order)."""
-        self._commands.put(LogRow(run_id, metrics))
+        self._commands.put(cmd.LogRow(run_id, metrics))
 
     def retire_run(
         self, run_id: str, timeout: float, then: Callable[[], None] | None = None, exit_code: int | None = None
@@ -207,7 +187,7 @@ class NodeFleet:
         done = threading.Event()
         if self._stopped.is_set():
             done.set()
-        self._commands.put(Retire(run_id, timeout, then, exit_code, done))
+        self._commands.put(cmd.Retire(run_id, timeout, then, exit_code, done))
         return done
 
     def shutdown(self, timeout: float, slack_s: float = 10.0) -> None:
@@ -215,7 +195,7 @@ class NodeFleet:
         group (bounded: ``timeout``, and ``slack_s`` more for a fleet thread inside a Ray call).
         A primary is its session's to finish, never the fleet's."""
         if self._thread.ident:
-            self._commands.put(Shutdown(timeout))
+            self._commands.put(cmd.Shutdown(timeout))
             if not self._stopped.wait(timeout + slack_s):
                 self._warner.warn("fleet:stuck", "node loggers did not stop in time; killing them")
         self.worker.pool.kill_all()
@@ -233,18 +213,18 @@ class NodeFleet:
                     self._poll_s, awaiting=bool(w.awaits), retiring=busy, relay=relay, egress=w.egress.holding
                 )
                 try:
-                    command: Command = self._commands.get(timeout=wait)
+                    command: cmd.Command = self._commands.get(timeout=wait)
                 except queue.Empty:
-                    command = Poll()
-                if isinstance(command, Shutdown):
+                    command = cmd.Poll()
+                if isinstance(command, cmd.Shutdown):
                     w.shutdown(command.timeout)
                     return
-                w.dirty |= relay and isinstance(command, Poll)  # a relay's nodes are read, not told
+                w.dirty |= relay and isinstance(command, cmd.Poll)  # a relay's nodes are read, not told
                 w.step(command)
         finally:
             self._stopped.set()
             w.release()
 
-    def step(self, command: Command) -> None:
+    def step(self, command: cmd.Command) -> None:
         """One turn of the fleet thread (``FleetWorker.step``); the benchmarks drive it so."""
         self.worker.step(command)

@@ -1,6 +1,7 @@
-"""One run's end, step by step: its writers finish (bounded), then the run's final judgement of
-its nodes (each finished writer's last summary), then its owner's ``then``, then its offline
-runs are brought over. The fleet thread advances every retirement on each tick."""
+"""One run's end, step by step: its writers finish and the console of the fleet's own node ends
+(each bounded), then the run's final judgement of its nodes (each finished writer's last summary),
+then its owner's ``then``, then its offline runs are brought over. The fleet thread advances
+every retirement on each tick."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .._health import NodeSummary
 from .._warn import Warner, describe
@@ -18,6 +19,12 @@ from .egress import sync_into
 from .plan import run_of
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget
+
+
+class ConsoleEnding(Protocol):
+    """A console tailer asked to finish (``_console.ConsoleTailer``)."""
+
+    def wait_finished(self, timeout: float) -> bool: ...
 
 
 @dataclass
@@ -32,6 +39,14 @@ class Retirement:
     collecting: bool = False
     # The run's final judgement, given each node's last summary (node id ->), before ``then``.
     judge: Callable[[dict[str, NodeSummary]], None] | None = None
+    # The console of the ranks on the fleet's own node, asked to end: its last lines reach the
+    # primary's queue before ``then`` (its ``wait_finished(0)``, asked on each step, never waited
+    # on), or ``console_until`` (monotonic) passes.
+    console: ConsoleEnding | None = None
+    console_until: float = 0.0
+
+    def _console_pending(self) -> bool:
+        return self.console is not None and time.monotonic() < self.console_until and not self.console.wait_finished(0)
 
     def wake_on_each_finish(self, wake: Callable[[], None]) -> None:
         """Call ``wake()`` (on a Ray thread) as each writer's finish returns, so that the fleet
@@ -50,7 +65,7 @@ class Retirement:
             return False
         answered = pool.answered(list(self.refs)) if self.refs else set()
         not_done = [ref for ref in self.refs if ref not in answered]
-        if not_done and time.monotonic() < self.deadline and not final:
+        if ((not_done and time.monotonic() < self.deadline) or self._console_pending()) and not final:
             return True
         last: dict[str, NodeSummary] = {}  # node id -> its writer's last summary of this run
         for ref in self.refs.keys() & answered:

@@ -301,27 +301,18 @@ class FleetWorker:
         self.egress.announce(self.pool, ending=run_id)  # nodes without a route found last: named before the end
         self.egress.forget(run_id)
         self.targets.pop(run_id, None)
-        how = self._console_first(how)
+        # The console of the ranks on the fleet's own node ends now; its last lines reach the
+        # primary's queue before the primary's finish (``then``), within the run's bound: a step of
+        # the retirement, never a wait of the fleet thread.
+        console = self._consoles.retire(run_id, failed=how.exit_code not in (None, 0), pool=self.pool)
         self._rows.drop(run_id)
         self._health.forget(run_id)
         retirement = retire(run_id, target, self.pool, self._collection, self.warner, how, judge)
+        if console is not None and how.then is not None:
+            retirement.console = console
+            retirement.console_until = time.monotonic() + min(how.timeout, CONSOLE_FINISH_S)
         self.retirements.append(retirement)
         retirement.wake_on_each_finish(self._wake)  # no poll's wait
-
-    def _console_first(self, how: Retire) -> Retire:
-        """The run's end: the console of the ranks on the fleet's own node is ended now, and its last
-        lines reach the primary's queue before the primary's finish (``then``), within the run's bound."""
-        tailer = self._consoles.retire(how.run_id, failed=how.exit_code not in (None, 0), pool=self.pool)
-        then = how.then
-        if tailer is None or then is None:
-            return how
-        until = time.monotonic() + min(how.timeout, CONSOLE_FINISH_S)
-
-        def console_then_primary() -> None:
-            tailer.wait_finished(max(0.0, until - time.monotonic()))
-            then()
-
-        return how._replace(then=console_then_primary)
 
     def check_retirements(self, final: bool = False) -> None:  # one step of every run's end
         self.retirements = advance_all(self.retirements, self.pool, self._collection, self.warner, final)

@@ -11,6 +11,7 @@ __all__ = [
     "primary_commands",
     "primary_index",
     "ray_hangs",
+    "run_files",
     "session",
     "train_failures",
     "train_run",

@@ -6,13 +6,13 @@ report. Each failure is one warning; training goes on."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Protocol
 
 from .._failure import FailureNotice
 from .._health import Alert, EventKind
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
+from .run_files import save_run_files
 
 
 def failure_alert(notice: FailureNotice, label: str) -> Alert:
@@ -40,14 +40,7 @@ def save_failure(run: Any, notice: FailureNotice, warner: Warner, index: Failure
     if not notice.files:
         return
     try:
-        folder = os.path.join(run.dir, notice.folder)
-        os.makedirs(folder, exist_ok=True)
-        for name, text in notice.files:
-            path = os.path.join(folder, name)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            if not offline:  # offline, wandb's folder keeps them and ``sync`` brings them
-                run.save(path, base_path=run.dir, policy="now")
+        save_run_files(run, notice.folder, notice.files, offline)
     except Exception as e:  # noqa: BLE001
         warner.warn(f"failure-files:{type(e).__name__}", f"a failure's files could not be saved ({describe(e)})")
 

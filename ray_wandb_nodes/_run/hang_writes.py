@@ -4,13 +4,13 @@ run's folder and sync with it. Each failure is one warning; training goes on."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .._hang import HANG_COLUMNS, HangNotice
 from .._health import Alert, EventKind
 from .._wandb.runs import health_table
 from .._warn import Warner, describe
+from .run_files import save_run_files
 
 
 def hang_alert(notice: HangNotice, label: str) -> Alert:
@@ -23,15 +23,7 @@ def save_hang(run: Any, notice: HangNotice, row: dict[str, Any], warner: Warner,
     if not notice.rows and not notice.files:
         return
     try:
-        folder = os.path.join(run.dir, notice.folder)
-        os.makedirs(folder, exist_ok=True)
-        for name, text in notice.files:
-            path = os.path.join(folder, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            if not offline:  # offline, wandb's folder keeps them and ``sync`` brings them
-                run.save(path, base_path=run.dir, policy="now")
+        save_run_files(run, notice.folder, notice.files, offline)
     except Exception as e:  # noqa: BLE001
         warner.warn(f"hang-files:{type(e).__name__}", f"a hang's stack files could not be saved ({describe(e)})")
     try:

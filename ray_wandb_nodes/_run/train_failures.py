@@ -48,11 +48,24 @@ class AttemptFailures:
         self.max_failures = max_failures  # FailureConfig.max_failures (-1: without limit)
         self.sink = sink
         self.attempt = 1  # the current attempt (1: the first)
-        self._poll: RayPoll | None = None  # the first poll with an error, this attempt
+        # The first poll with an error, this attempt: the one Ray decides on, and the one state of
+        # the attempt's failure (kept until its worker group, or its replaced replica group, ends).
+        self._poll: RayPoll | None = None
         self._recovering = False  # a retry started: its first report says it recovered
+
+    @property
+    def failed(self) -> bool:
+        """A poll of the current worker group held a rank's error (its ranks' last lines go to the
+        run as the attempt ends)."""
+        return self._poll is not None
 
     def new_group(self) -> None:
         """A worker group starts: its attempt has seen no failing poll yet."""
+        self._poll = None
+
+    def replaced(self) -> None:
+        """A failed replica group was replaced (Ray 2.56+): its ranks ended with their processes,
+        and the attempt goes on with no failing poll."""
         self._poll = None
 
     def polled(self, status: Any, worker_group: Any = None) -> None:
@@ -61,9 +74,10 @@ class AttemptFailures:
             self._poll = poll_of(status, worker_group)
 
     def decided(self, decision: Any, placements: Iterable[Placement], key: str | None) -> FailedAttempt | None:
-        """Ray's failure decision: the failed attempt (None: no rank failed, a start that did not
-        happen); a retry makes the next attempt the current one."""
-        poll, self._poll = self._poll, None
+        """Ray's failure decision on the failing poll (each is followed by a new worker group, a
+        replaced replica group or the run's end): the failed attempt (None: no rank failed, a
+        start that did not happen); a retry makes the next attempt the current one."""
+        poll = self._poll
         if poll is None:
             return None
         retrying = retries(decision)

@@ -36,12 +36,11 @@ class TrainWorkers:
         self._token = new_token()  # this job's (each copy of the callback a controller gets draws its own)
         self._groups = 0  # worker groups started so far
         self.attempt: str | None = None  # the key the current worker group's ranks arm in
-        self.failed = False  # a poll of the current worker group held a rank's error
         self.group: Any = None  # the current worker group (its pending polls: ``_ray.failures.poll_of``)
 
     def __getstate__(self) -> dict[str, Any]:  # runtime state never travels; a copy is another job
         return {"_warner": self._warner, "placements": {}, "watched_run": None, "hangs": False, "_token": new_token(),
-                "_groups": 0, "attempt": None, "group": None, "failed": False}  # fmt: skip
+                "_groups": 0, "attempt": None, "group": None}  # fmt: skip
 
     def watch(self, run_id: str | None, hangs: bool) -> None:
         """Watch the ranks for ``run_id`` (None: not at all); with ``hangs``, arm them for hangs too."""
@@ -54,7 +53,7 @@ class TrainWorkers:
 
     def new_group(self) -> None:
         """A worker group starts (a first start, or a restart): its ranks arm in a new attempt."""
-        self.attempt, self.failed = None, False
+        self.attempt = None
 
     def current(self) -> str | None:
         """The key the current worker group's ranks arm in (drawn at its first use); None: not watched."""

@@ -372,13 +372,15 @@ def test_a_killed_logger_process_comes_back_with_its_label(
 
 
 def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_restart(cluster: Any) -> None:
-    # A call in flight when the process dies is retried on the new one (max_task_retries=-1),
-    # so the controller may never see the old pid: the logger itself must say it restarted.
+    # A call in flight when the process dies is retried on the new one (max_task_retries, as the
+    # pool gives it), so the controller may never see the old pid: the logger itself must say it
+    # restarted.
     import ray
 
+    from ray_wandb_nodes._fleet.actors import CALL_RETRIES
     from ray_wandb_nodes._fleet.node_logger import logger_class
 
-    actor = logger_class().options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote()
+    actor = logger_class().options(num_cpus=0, max_restarts=1, max_task_retries=CALL_RETRIES).remote()
     try:
         first = ray.get(actor.status.remote(), timeout=60)
         assert first.restarted is False
@@ -388,6 +390,53 @@ def test_a_restarted_logger_says_so_even_when_its_first_status_comes_after_the_r
         assert second.restarted is True
     finally:
         ray.kill(actor, no_restart=True)
+
+
+def test_the_calls_on_a_dead_nodes_logger_fail_and_are_counted(cluster: Any) -> None:
+    # A logger whose node is gone cannot restart (its bundle is pinned there). With Ray's retries
+    # without end, a call in flight when the node went was never answered ("infinite retries
+    # remaining"); bounded, it fails, and the pool's seam counts it. A call made once Ray has the
+    # node dead waits for the actor's restart: the pool's drop of the node's logger (``kill``, on
+    # the fleet's next node listing) ends it at once. The actor is the pool's (``create``: its
+    # options, its placement group pinned to the node) with a method that holds a call in flight.
+    import ray
+    from ray.exceptions import RayActorError
+
+    from ray_wandb_nodes._fleet.actors import RayActors
+
+    class Holder:
+        def hold(self) -> None:
+            threading.Event().wait()
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    node = cluster.add_node(num_cpus=0)
+    actors = RayActors()
+    actors._actor_cls = ray.remote(Holder)  # the seam's class, as ``create`` would load NodeLogger
+    actor, pg = actors.create(node.node_id, unique("dead-node-logger"))
+    try:
+        ray.get(actor.pid.remote(), timeout=60)  # started, on its node
+        in_flight = actor.hold.remote()
+        cluster.remove_node(node, allow_graceful=False)
+        # A cap, not a margin: the call failed about 5 s after the node's end on a quiet machine
+        # (Ray 2.60); retried without end it never would. 120 s leaves room for two streams' load.
+        ready, _ = ray.wait([in_flight], timeout=120)
+        assert ready == [in_flight], "a dead node's logger call in flight is still retried"
+        with pytest.raises(RayActorError):
+            actors.result(in_flight)
+        assert actors.failed_calls == 1
+        wait_until(lambda: node.node_id not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}, 60, "the node's end")
+        queued = actor.pid.remote()  # waits for a restart that cannot come
+        actors.kill(actor, pg)  # what the pool does with a node that is gone
+        ready, _ = ray.wait([queued], timeout=60)  # at once: 60 s only bounds a failing test
+        assert ready == [queued], "a dropped logger's queued call is still waiting"
+        with pytest.raises(RayActorError):
+            actors.result(queued)
+        assert actors.failed_calls == 2
+    finally:
+        actors.kill(actor, pg)
+    assert_nothing_left()
 
 
 def test_a_logger_whose_writer_waits_on_wandb_still_answers_its_pings_evidence_and_ends(

@@ -252,11 +252,12 @@ def test_the_fleets_own_node_writes_through_the_primary_and_ends_before_its_fini
     then: list[list[str]] = []
     done = threading.Event()
     fleet.step(Retire(target.run_id, 30.0, lambda: then.append(primary.texts()), 1, done))
-    for _ in range(100):  # the fleet thread's turns (the end waits on the tailer's, at most FINISH_S)
-        if done.is_set():
-            break
+
+    def turn() -> bool:  # one of the fleet thread's turns: none waits on the tailer, each asks it
         clock.now += 0.2
         fleet.step(Poll())
-    assert done.is_set()
+        return done.is_set()
+
+    wait_until(turn, 30, "the run's end once the tailer's last lines are out")  # its thread, real time
     # The primary's finish (``then``) came after the failed run's last lines were on its queue.
     assert then and "1:rank 1 says hello" in then[0], then

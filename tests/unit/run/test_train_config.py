@@ -135,7 +135,7 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     run.hang_run, run._finished_ranks = "run-1", frozenset()
     run.fleet = SimpleNamespace(ranks_finished=lambda run_id, ranks: sent.append(RanksFinished(run_id, ranks)))  # type: ignore[assignment]
     hook = train.WandbNodesCallback.after_worker_group_poll_status
-    workers = SimpleNamespace(hang_run="run-1", group=None, failed=False)
+    workers = SimpleNamespace(hang_run="run-1", group=None)
     callback = SimpleNamespace(_workers=workers, _run=run, _relay=None, _warner=Warner(), _failures=AttemptFailures())
     for status in (poll(r0=(True, None), r1=(True, None)), poll(r0=(False, None), r1=(True, None))):
         hook(callback, status)

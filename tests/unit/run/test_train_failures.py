@@ -89,3 +89,26 @@ def test_the_failed_attempts_and_the_recovery_go_to_the_sink_in_order() -> None:
     failures.polled(poll(r0=raised("again"), r1=None))
     last = failures.decided(FailureDecision.RAISE, PLACES, key="k2")
     assert sent == [first, 2, last] and first is not None and last is not None
+
+
+def test_the_attempt_s_failure_is_one_state_from_its_failing_poll_to_its_group_s_end() -> None:
+    """What the worker group's shutdown hook reads (its ranks' last lines to the run) is the poll
+    Ray decided on: failed from that poll, through the decision, until the next group or the
+    replaced replica group; a healthy attempt never failed."""
+    failures = AttemptFailures(max_failures=2)
+    failures.new_group()
+    failures.polled(poll(r0=None, r1=None))
+    assert not failures.failed  # a healthy poll
+    failures.polled(poll(r0=None, r1=raised("bad shard 17")))
+    assert failures.failed
+    first = failures.decided(FailureDecision.RETRY, PLACES, key="k1")
+    assert failures.failed and first is not None  # the shutdown after the decision still sees it
+    failures.new_group()
+    assert not failures.failed
+    failures.polled(poll(r0=raised("replica"), r1=None))
+    second = failures.decided(FailureDecision.RETRY, PLACES, key="k2")
+    assert second is not None and second.poll is not None
+    assert [e.message for e in second.poll.errors] == ["replica"]
+    failures.replaced()  # a replica group replaced (Ray 2.56+): the attempt goes on
+    assert not failures.failed
+    assert failures.decided(FailureDecision.RAISE, PLACES, key="k3") is None  # no failing poll since
