@@ -184,6 +184,13 @@ class FleetEgress:
             if target is None:
                 continue
             labels += [label for _, label in writers.values()]
+            for node_id, (key, _) in writers.items():  # their finish must not wait on the dead relay
+                handle = pool.get(node_id)
+                if handle is not None:
+                    try:
+                        handle.actor.relay_lost.remote(key)  # a control call: answered beside a finish
+                    except Exception:  # noqa: BLE001 - its logger gone: its finish is bounded anyway
+                        pass
             self._collect(run_id, target, [(node_id, key) for node_id, (key, _) in writers.items()], hosted)
             self.ways[run_id].update({label: Way.OFFLINE for _, label in writers.values()})
             tell_ways(target, self.ways[run_id])

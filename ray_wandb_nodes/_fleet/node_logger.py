@@ -70,6 +70,10 @@ from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
 # on their uploads (the driver side bounds the whole finish anyway).
 BUILD_WAIT_S, WATCH_END_S = 300.0, 5.0
+# A writer whose relay died: its finish waits this long more, then goes on (what it logged is in
+# its transaction log on this node, which the run's end collects), not for wandb's client to give
+# up on the relay (minutes of retries).
+RELAY_LOST_FINISH_S = 5.0
 CONTROL, EVIDENCE = "control", "evidence"  # the concurrency groups of the calls that never wait on a writer
 EVIDENCE_THREADS = 4  # hang evidence asked by several runs at once (two jobs on one node)
 CONCURRENCY_GROUPS = {CONTROL: 1, EVIDENCE: EVIDENCE_THREADS}
@@ -98,6 +102,7 @@ class NodeLogger(OfflineRuns):
         self._watch = NodeWatch(root)
         self._consoles = NodeConsoles(self._said, self._writing, from_end=self._restarted)
         self._deaths = NodeDeaths(root, last_words=last_words)  # how the watched ranks end (kept past their files)
+        self._relay_lost: set[str] = set()  # writers whose relay died (see relay_lost)
         self._steps = NodeSteps(self._watch)  # the ranks' step totals as points between pings
         # Folders of this user that no live run watches and whose processes are all dead: left by
         # a logger that died, or a job that crashed (never a live job's: see folders.sweep_stale).
@@ -227,13 +232,7 @@ class NodeLogger(OfflineRuns):
             self._read(record)  # the newest samples, while wandb still keeps them
             if record.uploads is not None:  # the checkpoints still being built are logged first
                 record.uploads.drain(BUILD_WAIT_S)
-            try:
-                if record.role is Role.RUN and exit_code is not None:
-                    record.run.finish(exit_code=exit_code)
-                else:
-                    record.run.finish()
-            except Exception as e:  # noqa: BLE001
-                record.error = f"finish failed: {describe(e)}"
+            self._finish_run(record, exit_code)
             last = self._last_summary(record)
             if last is not None:
                 final[record.key] = last
@@ -242,6 +241,33 @@ class NodeLogger(OfflineRuns):
             if record.role is Role.OBSERVER:  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(record.key, record.label), ignore_errors=True)
         return self.status(final, ended=ended)
+
+    def _finish_run(self, record: HostedRun, exit_code: int | None) -> None:
+        """``record``'s wandb finish, on a thread of its own: waited for until it returns, or, once
+        the fleet says the writer's relay died (:meth:`relay_lost`), for RELAY_LOST_FINISH_S more."""
+        done = threading.Event()
+
+        def finish() -> None:
+            try:
+                if record.role is Role.RUN and exit_code is not None:
+                    record.run.finish(exit_code=exit_code)
+                else:
+                    record.run.finish()
+            except Exception as e:  # noqa: BLE001
+                record.error = f"finish failed: {describe(e)}"
+            finally:
+                done.set()
+
+        threading.Thread(target=finish, name="ray_wandb_nodes-finish", daemon=True).start()
+        while not done.wait(0.5):
+            if record.key in self._relay_lost:
+                done.wait(RELAY_LOST_FINISH_S)  # then on: its series are in its transaction log, collected
+                return
+
+    @in_group(CONTROL)
+    def relay_lost(self, key: str) -> None:
+        """The relay the writer ``key`` sent through died: its finish does not wait on it."""
+        self._relay_lost.add(key)
 
     def _read(self, record: HostedRun) -> None:
         try:

@@ -34,7 +34,7 @@ LINEAR = frozenset(
     {"steps", "intervals", "step_ns", "input_ns", "batches", "optimizer_ns", "passes", "busy_ns", "collective_ns"}
 )
 GAP_SHARE = 4  # a window is judged once every rank's points at its ends are at most span / 4 apart
-NODE_POINTS = 8  # points a rank a node's ping carries at most (spread over the steps since the last)
+NODE_POINTS = 16  # points a rank a node's ping carries at most (spread over the steps since the last)
 KEEP = 256  # points a rank the driver side keeps at most (thinned past it: see thin())
 _FIELDS = tuple(f.name for f in fields(StepTotals))
 _values = operator.attrgetter(*_FIELDS)  # a point's fields as a tuple, in order (a C call)
