@@ -6,12 +6,12 @@ token::
 
     python -m tests.support.relay_cotenant HOST PORT
 
-It sends ``REQUESTS`` requests, ``CONCURRENT`` at a time, each for a host of its own (every other
-one a valid name of random labels, the rest a single 8 KiB label), then opens ``SILENT`` sockets
-that never send a byte and holds them. It prints one JSON line once it holds them (``{"held": n,
-...}``: the answers' status lines by count), then waits for its stdin to close, closes them, and
-prints one more (``{"closed": n}``). Every host it asks for starts with ``MARK``, so a log line
-that carried one is found.
+A round: ``REQUESTS`` requests, ``CONCURRENT`` at a time, each for a host of its own (every other
+one a valid name of random labels, the rest a single 8 KiB label), then ``SILENT`` sockets opened
+that never send a byte, held until the relay closes each (it evicts them, or their head times
+out). It prints one JSON line a round (``{"held": n, "closed_by_relay": n, "answers": {status
+line: count}, ...}``), then reads a line from stdin: one more round, or at its end, exits. Every
+host it asks for starts with ``MARK``, so a log line that carried one is found.
 
 **The relay's process** (:func:`relay_process`): the relay actor's pid on the machine (the head
 has a PID namespace of its own: Ray's pid is the one inside it), its listening port (the process's
@@ -64,7 +64,19 @@ async def ask(host: str, port: int, target: str, answers: Counter[str]) -> None:
         writer.close()
 
 
-async def flood(host: str, port: int) -> None:
+async def let_go(reader: asyncio.StreamReader) -> bool:
+    """Whether the relay let go of this silent socket: closed it (evicted) or answered its head's
+    timeout (within its ``head_timeout_s``, 5 s, and a margin for a loaded machine)."""
+    try:
+        await asyncio.wait_for(reader.read(1), 60)
+        return True
+    except OSError:  # reset: closed all the same
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+async def one_round(host: str, port: int) -> dict[str, object]:
     answers: Counter[str] = Counter()
     queue = iter(range(REQUESTS))
 
@@ -73,18 +85,26 @@ async def flood(host: str, port: int) -> None:
             await ask(host, port, random_host(i), answers)
 
     await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
-    held: list[asyncio.StreamWriter] = []
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     failed: Counter[str] = Counter()
     for _ in range(SILENT):
         try:
-            held.append((await asyncio.open_connection(host, port))[1])
+            held.append(await asyncio.open_connection(host, port))
         except OSError as e:
             failed[type(e).__name__] += 1
-    print(json.dumps({"held": len(held), "answers": answers, "failed": failed}), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the test closes it
-    for writer in held:
+    closed = sum(await asyncio.gather(*(let_go(r) for r, _ in held)))
+    for _, writer in held:
         writer.close()
-    print(json.dumps({"closed": len(held)}), flush=True)
+    return {"held": len(held), "closed_by_relay": closed, "answers": answers, "failed": failed}
+
+
+async def flood(host: str, port: int) -> None:
+    """Rounds until stdin ends: each line on it asks for one more."""
+    loop = asyncio.get_running_loop()
+    while True:
+        print(json.dumps(await one_round(host, port)), flush=True)
+        if not await loop.run_in_executor(None, sys.stdin.readline):
+            return
 
 
 def main() -> None:
