@@ -132,8 +132,9 @@ class RelayProcess:
 
     def log(self, ray_folder: Path) -> str:
         """What the relay's worker process wrote to its stderr and stdout (Ray's worker files)."""
-        paths = sorted(ray_folder.glob(f"session_*/logs/worker-*-{self.ray_pid}.*"))
-        return "".join(p.read_text(errors="replace") for p in paths if p.suffix in (".err", ".out"))
+        paths = {p.resolve() for p in ray_folder.glob(f"session_*/logs/worker-*-{self.ray_pid}.*")}  # not twice:
+        # session_latest is a link to the session's folder
+        return "".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in (".err", ".out"))
 
 
 def relay_process(head_init: int, head_address: str) -> RelayProcess | None:
