@@ -14,10 +14,12 @@ good (the run fails).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +38,7 @@ from tests.support.cluster import node_labels, plugin_leftovers
 from tests.support.env import DUMMY_KEY, WANDB_TABLES
 from tests.support.hosts import Block, HostCluster, HostSpec
 from tests.support.nvml import Gpu
+from tests.support.relay_cotenant import MARK, REQUESTS, SILENT, RelayProcess, relay_process
 from tests.support.runs import assert_one_writer_per_label, run_of, unique, user_rows
 from tests.support.training import make_callback, trainer
 from tests.support.tune_runs import experiment_runs, sampled_markers
@@ -693,6 +696,175 @@ def rows_and_alerts(backend: WandbTestBackend, name: str) -> tuple[int, list[str
     """How many rows training reported to the run so far, and the titles of its alerts."""
     runs = [r for r in backend.runs.values() if r.display_name == name]
     return (len(user_rows(runs[0])), [a["title"] for a in runs[0].alerts]) if runs else (0, [])
+
+
+# A co-tenant floods the relay, then the relay dies ------------------------------------------------
+# One fit with egress="relay": host a without a route to W&B writes through the relay on the head.
+# A co-tenant on host b (a node of the run: the relay closes any other peer without a word, so the
+# flood must come from a node's address) floods it without the token; then the relay's process is
+# killed. The bounds of what the flood may cost the relay, each from the relay's own bounds:
+# - Memory. A relay that keeps nothing of a refused request reaches a plateau under a flood: its first
+#   one raises its peak (asyncio's objects for 6,000 sockets accepted in a burst, the allocator's
+#   arenas, which keep freed memory for reuse), and the same flood again finds that memory free.
+#   One that kept the least of each request (its 8 KiB host, of 1,500 a round: 12 MiB) would raise
+#   its peak by 24 MiB over two more rounds. The bound on those two: half of that, 12 MiB. (A relay
+#   in a process of its own, six floods on a quiet machine: its peak rose 0 to 3.8 MiB over any two
+#   after the first, its RSS between floods went up and down by up to 10 MiB: the bursts' arenas.)
+# - Its log: admit.LINES (10) refusal lines a minute (each a window from its first line), so at most
+#   10 x (whole minutes of the relay's life + 1); no host a co-tenant asked for (it has no token).
+RELAY_FLOOD_GROWTH_KIB, FLOOD_ROUNDS = 12 * 1024, 3
+
+
+def relayed_after(backend: WandbTestBackend, name: str, label: str, moment: float) -> bool:
+    """Whether the run has a sample of ``label``'s taken after ``moment`` (time.time())."""
+    runs = [r for r in backend.runs.values() if r.display_name == name]
+    return bool(runs) and any(t > moment for t in sample_times(runs[0], label))
+
+
+class Cotenant:
+    """``tests/support/relay_cotenant.py`` running inside ``host``: its JSON lines as they come."""
+
+    def __init__(self, host: Any, relay: RelayProcess) -> None:
+        argv = ["python", "-m", "tests.support.relay_cotenant", relay.host, str(relay.port)]
+        self.proc = subprocess.Popen(
+            host.command(argv), env=host.environment(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(json.loads(line))
+
+    def next(self) -> None:
+        """One more round."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("next\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        """Its sockets closed, its process ended (a failure too)."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(10)
+
+
+def relay_lost_warnings(hosts: HostCluster) -> list[str]:
+    """The relay's death warnings, each once (the controller's stderr and Ray Train's log file)."""
+    lines = [line for line in hosts.log_text().splitlines() if "without a route to W&B ended mid-run" in line]
+    return list(dict.fromkeys(line[line.index("ray_wandb_nodes:") :] for line in lines))
+
+
+def test_a_cotenant_flooding_the_relay_leaves_its_writer_live_and_the_relays_death_loses_nothing(
+    hosts: HostCluster, tmp_path: Path
+) -> None:
+    """Host a writes through the relay. A co-tenant on host b sends 3,000 requests without the
+    token, each for a host of its own, and holds 6,000 silent sockets; meanwhile a's tunnels are
+    cut (``ss -K``) so that its writer must open new ones through the flooded relay: its samples
+    still arrive, and the relay's memory and log stay within bounds derived from its own. Then
+    the relay's process is killed: the run goes on and ends, host a is named once, and its series,
+    sent before the death and kept on its node after it, are in the run at its end."""
+    name = unique("relay-flood")
+    a, b = hosts.hosts["a"], hosts.hosts["b"]
+    head_init = int((hosts.folder / "head.pid").read_text())
+    born = time.monotonic()  # before the relay starts: its life, for the log's bound
+    a.block(hosts.wandb_address, Block.NO_ROUTE)
+    with unblocked_after(hosts), egress_fit(hosts, tmp_path, name, egress="relay") as outcome:
+        thread = outcome["thread"]
+        labels = node_labels()
+        la, lb = labels[a.node_id], labels[b.node_id]
+        wait_until(lambda: sample_count(hosts.backend, name, la) >= 2 or not thread.is_alive(), 120, "a's samples")
+        assert thread.is_alive(), outcome
+        relay = wait_until(lambda: relay_process(head_init, hosts.head_address), 60, "the relay's process")
+        rss_before = relay.status("VmRSS")
+        flood_began = time.time()
+        cotenant = Cotenant(b, relay)
+        try:
+            peaks = []
+            for n in range(1, FLOOD_ROUNDS + 1):
+                wait_until(lambda n=n: len(cotenant.lines) >= n or cotenant.proc.poll() is not None, 300, f"flood {n}")
+                assert len(cotenant.lines) == n, (cotenant.lines, cotenant.proc.returncode)
+                peaks.append(relay.status("VmHWM"))  # the relay let go of every socket of this round
+                if n < FLOOD_ROUNDS:
+                    cotenant.next()
+                if n == 1:  # a's tunnels cut as the second flood begins: its writer opens new ones
+                    cut = time.time()
+                    subprocess.run(
+                        ["ss", "-K", "state", "established", "src", f"{relay.host}:{relay.port}", "dst", a.address],
+                        capture_output=True, check=False,
+                    )  # fmt: skip
+            wait_until(
+                lambda: relayed_after(hosts.backend, name, la, cut) or not thread.is_alive(),
+                120,
+                "a's samples taken after its tunnels were cut in the flood",
+            )
+            assert thread.is_alive(), outcome
+        finally:
+            cotenant.stop()
+        log = relay.log(hosts.folder / "ray")
+        lived_min = (time.monotonic() - born) / 60
+        # The relay's death: its process killed, as the OOM killer or a crash would.
+        killed = time.time()
+        os.kill(relay.pid, signal.SIGKILL)
+        warnings = wait_until(lambda: relay_lost_warnings(hosts) or not thread.is_alive(), 120, "the relay's death")
+        # The writer samples every SAMPLING_S and finishes only at the run's end: four more
+        # reports (0.5 s each) from here give it samples after the death, kept on its node.
+        stop_at(tmp_path, hosts.backend, name, 4)
+    result = outcome["result"]
+    assert not isinstance(result, BaseException) and result.error is None, result
+
+    # The floods: every request refused, every silent socket taken, then let go by the relay.
+    for flooded in cotenant.lines:
+        answers = flooded["answers"]
+        assert sum(answers.values()) == REQUESTS and flooded["held"] == flooded["closed_by_relay"] == SILENT, flooded
+        assert all(k.startswith(("HTTP/1.1 407 ", "HTTP/1.1 400 ", "HTTP/1.1 431 ")) for k in answers), answers
+    growth = peaks[-1] - peaks[0]
+    assert growth <= RELAY_FLOOD_GROWTH_KIB, f"the relay's peak grew {growth} KiB over {FLOOD_ROUNDS - 1} more floods"
+    refusals = [line for line in log.splitlines() if "relay: refused" in line]
+    assert 1 <= len(refusals) <= 10 * (int(lived_min) + 1), refusals
+    # A host asked for is shown escaped and cut to 64 characters: a line is "relay: refused " (15),
+    # the host quoted with its ellipsis (69), the reason (at most 20) and the count left out
+    # ("; N refusals before this one not logged": under 50), never the 8 KiB asked for.
+    assert [line for line in refusals if MARK in line] and max(map(len, refusals)) < 160, refusals
+
+    # The death: one warning naming a; the run ended, its config saying a wrote offline.
+    assert len(warnings) == 1 and la in warnings[0] and "brought into the run when it ends" in warnings[0], warnings
+    run = run_of(hosts.backend, name)
+    assert [c.exit_code for c in run.completes] == [0]
+    assert run.config["node_egress"]["value"][la] == "offline", run.config["node_egress"]
+    # a's series from two clients, both on the head: its writer's through the relay, and its
+    # offline run's sync at the end (with what was sent already); every other label from one.
+    writers = run.labels_by_client()
+    a_clients = [c for c, labels in writers.items() if la in labels]
+    assert 1 <= len(a_clients) <= 2, writers
+    assert set().union(*(hosts.backend.peers[c] for c in a_clients)) <= {hosts.head_address, hosts.wandb_address}
+    others = [label for labels in writers.values() for label in labels if label != la]
+    assert sorted(others) == sorted(set(others)), writers
+    assert not (tmp_path / "ray_wandb_nodes" / run.run_id).exists()  # synced: nothing left behind
+    a_times, b_times = sample_times(run, la), sample_times(run, lb)
+    # Nothing lost: a's series from before the flood to after the death, as dense as b's (which
+    # wrote straight the whole run, on the same loaded machine). What it had sent through the relay
+    # is synced again with the rest, at the same timestamps: counted once here.
+    twice = len(a_times) - len(set(a_times))
+    a_times = sorted(set(a_times))
+    assert a_times[0] < flood_began and any(t > killed for t in a_times), (a_times[:3], a_times[-3:], killed)
+    assert max(gaps(a_times)) <= max(gaps(b_times)) + SAMPLING_S, (max(gaps(a_times)), max(gaps(b_times)))
+    wait_until(lambda: plugin_leftovers() == ([], []), 30, "the plugin's actors to go")
+    print(
+        f"relay flood: {FLOOD_ROUNDS} rounds of {REQUESTS} refused ({dict(answers)}) and {SILENT} silent sockets; "
+        f"the relay's RSS {rss_before / 1024:.1f} MiB before, its peak after each round "
+        f"{', '.join(f'{p / 1024:.1f}' for p in peaks)} MiB; {len(refusals)} refusal lines in {lived_min:.1f} min; "
+        f"a's {len(a_times)} samples ({twice} of them twice, from {len(a_clients)} clients), b's {len(b_times)}"
+    )
 
 
 @pytest.mark.slow  # the last of the module: host a stays cut off
