@@ -12,6 +12,7 @@ of a run whose nodes without a route to W&B wrote offline.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -25,9 +26,24 @@ from .writers import Role
 _TAIL_LINES = 5
 
 
+@functools.cache
+def _skips_online() -> bool:
+    """Whether this wandb's ``beta sync`` skips a run folder written online unless told not to
+    (``--no-skip-online``: wandb 0.31; 0.28 has no such option and syncs every folder given)."""
+    try:
+        from wandb.cli.beta import sync
+
+        return any(getattr(p, "name", "") == "skip_online" for p in sync.params)
+    except Exception:  # noqa: BLE001 - an older or changed CLI: no option to give
+        return False
+
+
 def sync_command(path: str, run_id: str, project: str | None, entity: str | None) -> list[str]:
-    """The command that uploads the offline run folder ``path`` into the run ``run_id``."""
+    """The command that uploads the offline run folder ``path`` into the run ``run_id`` (a folder
+    written online too: a relayed writer whose relay died, collected from its node)."""
     cmd = [sys.executable, "-m", "wandb", "beta", "sync", "--id", run_id]
+    if _skips_online():
+        cmd.append("--no-skip-online")
     if project:
         cmd += ["--project", project]
     if entity:
