@@ -137,3 +137,17 @@ def test_the_writers_finish_hands_the_last_lines_over_first_when_the_run_failed(
     assert seen[-1] == "<finish>" and seen.count("<finish>") == 1
     assert ("[rank 1] ValueError: bad shard 17" in seen) is sent, seen
     assert seen.index("[rank 0] the last line, exit 0") < seen.index("<finish>")  # rank 0's last, live
+
+
+def test_a_node_whose_ray_writes_no_log_files_says_so_and_reads_no_console() -> None:
+    from bench.fleet_scale import Quiet
+    from ray_wandb_nodes._fleet.node_console import ray_logs
+
+    warner = Quiet()
+    assert ray_logs(lambda: "/tmp/ray/session_latest/logs", warner, "this node") == "/tmp/ray/session_latest/logs"  # type: ignore[arg-type]
+    assert warner.said == []  # a folder: nothing to say
+    assert ray_logs(lambda: None, warner, "the Train controller's node") is None  # type: ignore[arg-type]
+    assert warner.said == [
+        "the Train controller's node has no Ray log folder (RAY_LOG_TO_STDERR=1 writes no files): its ranks' "
+        "console is not in the run"
+    ]
