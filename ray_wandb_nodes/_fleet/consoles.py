@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import _ray
 from .._config.values import ConsoleMode
 from .._console import ConsolePlan, ConsoleTailer, RankProcess, dead_allowance, plan_console
 from .._failure import FailedAttempt, Shape, shape_of
 from .._warn import Warner, describe
+from .node_console import ray_logs
 from .pool import LoggerHandle, LoggerPool
 from .targets import RunTarget, SharedTarget
 from .wire import ConsoleEnd, ConsoleRanks
@@ -142,13 +142,8 @@ class FleetConsoles:
     def _start_local(self, target: RunTarget, ranks: ConsoleRanks) -> ConsoleTailer | None:
         if not isinstance(target, SharedTarget):
             return None
-        logs = (self._logs_dir or _ray.logs_dir)()
+        logs = ray_logs(self._logs_dir, self._warner, "the Train controller's node")
         if logs is None:
-            self._warner.warn(
-                "console:no-logs",
-                "the Train controller's node has no Ray log folder (RAY_LOG_TO_STDERR=1 writes no files): "
-                "the console of its ranks is not in the run",
-            )
             return None
         tailer = ConsoleTailer(ranks.plan, logs, target.primary.console_lines, warner=self._warner).start()
         self._local[target.run_id] = tailer

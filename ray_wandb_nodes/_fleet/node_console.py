@@ -32,6 +32,18 @@ SEARCH_BYTES = 4 << 20  # of each of a dead worker's files, where its tail holds
 MAX_SAID = 40  # lines from further back
 
 
+def ray_logs(logs_dir: Callable[[], str | None] | None, warner: Warner, node: str) -> str | None:
+    """The Ray log folder the ranks' console is read from (``logs_dir``, else this node's own);
+    None, with one warning naming ``node``, where Ray writes none."""
+    logs = (logs_dir or _ray.logs_dir)()
+    if logs is None:
+        warner.warn(
+            "console:no-logs",
+            f"{node} has no Ray log folder (RAY_LOG_TO_STDERR=1 writes no files): its ranks' console is not in the run",
+        )
+    return logs
+
+
 def last_words(pid: int) -> str:
     """The tail of worker ``pid``'s log files on this node ("" where there are none): what a rank
     that died without a record printed last (``_failure.NodeDeaths`` reads it once, as it finds
@@ -119,13 +131,8 @@ class NodeConsoles:
             tailer = self._tailers.get(ranks.run_id)
         if tailer is not None:
             return tailer
-        logs = (self._logs_dir or _ray.logs_dir)()
+        logs = ray_logs(self._logs_dir, self._warner, "this node")
         if logs is None:
-            self._warner.warn(
-                "console:no-logs",
-                "this node's Ray log folder is not known (RAY_LOG_TO_STDERR=1 writes no files): "
-                "its ranks' console is not in the run",
-            )
             return None
         sink = RunConsole(run, lock=self._writing)
         tailer = ConsoleTailer(ranks.plan, logs, sink, warner=self._warner, from_end=self._from_end).start()

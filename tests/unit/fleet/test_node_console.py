@@ -155,3 +155,17 @@ def test_last_words_pushed_out_of_the_tail_are_found_further_back(tmp_path: Path
     assert words.by == "NCCL's watchdog" and words.watchdog is not None and words.watchdog.seq == 1580
     (tmp_path / "worker-ab-01-4243.err").write_text(dump)  # a SIGKILL prints nothing: nothing found
     assert not read_last_words(node_console.last_words(4243)).found
+
+
+def test_a_node_whose_ray_writes_no_log_files_says_so_and_reads_no_console() -> None:
+    from bench.fleet_scale import Quiet
+    from ray_wandb_nodes._fleet.node_console import ray_logs
+
+    warner = Quiet()
+    assert ray_logs(lambda: "/tmp/ray/session_latest/logs", warner, "this node") == "/tmp/ray/session_latest/logs"  # type: ignore[arg-type]
+    assert warner.said == []  # a folder: nothing to say
+    assert ray_logs(lambda: None, warner, "the Train controller's node") is None  # type: ignore[arg-type]
+    assert warner.said == [
+        "the Train controller's node has no Ray log folder (RAY_LOG_TO_STDERR=1 writes no files): its ranks' "
+        "console is not in the run"
+    ]

@@ -15,6 +15,7 @@ import pytest
 from ray_wandb_nodes import _ray, train
 from ray_wandb_nodes._config.values import ConsoleMode, Strategy
 from ray_wandb_nodes._fleet.commands import AttemptEnded, SetNodes
+from ray_wandb_nodes._run.train_failures import AttemptFailures
 from ray_wandb_nodes._run.train_run import console_mode
 from ray_wandb_nodes._run.train_workers import TrainWorkers
 from ray_wandb_nodes._warn import Warner
@@ -63,6 +64,7 @@ def callback() -> tuple[Any, Run]:
     run = Run()
     cb = object.__new__(train.WandbNodesCallback)  # no Ray: only what the hooks reach
     cb._run, cb._relay, cb._warner, cb._workers = run, None, Warner(), TrainWorkers(Warner())
+    cb._failures = AttemptFailures()  # the attempt's failure: its one state on the controller
     return cb, run
 
 
