@@ -213,7 +213,10 @@ def test_the_slow_rank_is_named_with_its_node_and_cause_and_a_balanced_job_names
     assert first[INPUT_RANK]["state"] == "slow" and {first[r]["state"] for r in others} == {"ok"}, tables[0]
     assert first[INPUT_RANK]["input_ms"] >= SLOW_S * 1e3 and first[INPUT_RANK]["lateness_ms"] >= SLOW_S * 1e3 / 2
     last = {row["rank"]: row for row in tables[-1]}
-    assert last[FORWARD_RANK]["state"] == "slow" and last[FORWARD_RANK]["compute_ms"] >= SLOW_S * 1e3
+    # Its compute in the last table: the window's mean, whose ends are interpolated between the
+    # points its node read (known to a quarter of the window: _steps.marks.GAP_SHARE), so up to
+    # that share of a window's steps may be the ones before the slowdown: at least 3/4 of SLOW_S.
+    assert last[FORWARD_RANK]["state"] == "slow" and last[FORWARD_RANK]["compute_ms"] >= SLOW_S * 1e3 * 3 / 4
     keys = set().union(*run.history)
     assert {"ranks/lateness_ms", "ranks/input_wait_ms", "ranks/slow"} <= keys
     assert run.completes and run.completes[-1].exit_code == 0

@@ -90,6 +90,9 @@ class Pool:
     def joining(self, run_id: str) -> bool:
         return run_id in self.out
 
+    def get(self, node_id: str) -> None:
+        return None  # no logger handle: a relay's death tells none (see egress.watch)
+
 
 @pytest.fixture
 def target(tmp_path: Path) -> SharedTarget:
