@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
 from .region import RankSteps, Sources, StepTotals
@@ -45,12 +45,12 @@ _STEPS_AT = _FIELDS.index("steps")
 def at_step(points: Sequence[StepTotals], step: int) -> tuple[StepTotals, int] | None:
     """A rank's totals at ``step`` from its ``points`` (in step order), with the gap in steps
     between the two points it lies between (0 where a point is at ``step``); None outside them."""
-    i = bisect.bisect_left(points, step, key=lambda p: p.steps)
-    if i < len(points) and points[i].steps == step:
-        return points[i], 0
-    if i == 0 or i == len(points):
+    found = _bracket(points, step)
+    if found is None:
         return None
-    lo, hi = points[i - 1], points[i]
+    lo, hi = points[found[0]], points[found[1]]
+    if lo is hi:
+        return lo, 0
     share = (step - lo.steps) / (hi.steps - lo.steps)
     values, his = list(_values(lo)), _values(hi)
     for k in _LINEAR_AT:
@@ -100,10 +100,6 @@ class StepMarks:
     def forget(self, rank: int) -> None:
         self._ranks.pop(rank, None)
 
-    def read_ranks(self) -> set[int]:
-        """The ranks with points."""
-        return {rank for rank, kept in self._ranks.items() if kept.points}
-
     def latest(self, rank: int) -> StepTotals | None:
         kept = self._ranks.get(rank)
         return kept.points[-1] if kept is not None else None
@@ -147,14 +143,22 @@ class StepMarks:
         return windows
 
 
-def _gap(points: Sequence[StepTotals], step: int) -> float:
-    """The gap in steps between the two points ``step`` lies between (0 at a point)."""
+def _bracket(points: Sequence[StepTotals], step: int) -> tuple[int, int] | None:
+    """The indices of the two points ``step`` lies between (the same one twice where a point is at
+    ``step``); None outside the points."""
     i = bisect.bisect_left(points, step, key=lambda p: p.steps)
     if i < len(points) and points[i].steps == step:
-        return 0
+        return i, i
     if i == 0 or i == len(points):
-        return float("inf")
-    return points[i].steps - points[i - 1].steps
+        return None
+    return i - 1, i
+
+
+def _gap(points: Sequence[StepTotals], step: int) -> float:
+    """The gap in steps between the two points ``step`` lies between (0 at a point; infinite
+    outside them)."""
+    found = _bracket(points, step)
+    return float("inf") if found is None else points[found[1]].steps - points[found[0]].steps
 
 
 def _restarted(points: Sequence[StepTotals], totals: StepTotals) -> bool:
@@ -178,11 +182,10 @@ class NodePoints:
             self._points[(key, rank)] = (pid, [totals])
             return
         points = held[1]
-        if totals.steps > points[-1].steps or totals != points[-1]:
-            if totals.steps == points[-1].steps:
-                points[-1] = totals
-            else:
-                points.append(totals)
+        if totals.steps == points[-1].steps:
+            points[-1] = totals  # read again: the same step (published again with DDP's timers read)
+        else:
+            points.append(totals)
             if len(points) > 4 * self.per_take:
                 thin(points)
 
@@ -224,8 +227,3 @@ def spread(points: Sequence[StepTotals], n: int) -> list[StepTotals]:
         if not picked or best.steps > picked[-1].steps:
             picked.append(best)
     return picked
-
-
-def merge_reads(reads: Mapping[int, StepTotals]) -> list[RankSteps]:
-    """The latest totals of ranks read (rank -> totals) as points (no process known)."""
-    return [RankSteps(rank, totals) for rank, totals in reads.items()]

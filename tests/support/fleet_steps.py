@@ -83,7 +83,7 @@ class FleetSim:
         self.job, self.nodes, self.ranks = job, nodes, ranks
         self.world = nodes * ranks
         self.rng = np.random.default_rng(seed)
-        self.totals = np.zeros((self.world, 11), dtype=np.int64)  # see _columns
+        self.totals = np.zeros((self.world, 10), dtype=np.int64)  # StepTotals' fields from steps to comm_ns (_read)
         self.steps = 0
         self.health = RankHealth(window_s=120.0)
         self.points = [NodePoints() for _ in range(nodes)]
