@@ -4,6 +4,7 @@ observer key), and the pieces a record holds (its checkpoint uploads, the warnin
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ from .._health import ReadProblem, SummaryReader
 from .._wandb.metrics import Stepper
 from .._wandb.uploads import ArtifactUploads, Upload
 from .._wandb.writers import Role, WriterSpec
-from .._warn import Warner
+from .._warn import Warner, describe
 
 EARLY_ROWS = 10_000  # rows kept for a writer not added yet (a restarted actor gets its writers back later)
 
@@ -82,3 +83,33 @@ class HostedRun:
         """What kept its samples from being read, its reader's and its own."""
         own = (self.read_error,) if self.read_error is not None else ()
         return (*self.reader.read_problems(), *own)
+
+
+# A writer whose relay died: its finish waits this long more, then goes on (what it logged is in
+# its transaction log on its node, which the run's end collects), not for wandb's client to give
+# up on the relay (minutes of retries).
+RELAY_LOST_FINISH_S = 5.0
+
+
+def finish_hosted(record: HostedRun, exit_code: int | None, given_up: Callable[[], bool]) -> None:
+    """``record``'s wandb finish (with ``exit_code`` where the writer is its own run), on a thread
+    of its own: waited for until it returns, or, once ``given_up()`` says the writer's relay died,
+    for RELAY_LOST_FINISH_S more. A failed finish is the record's error."""
+    run, done = record.run, threading.Event()
+
+    def finish() -> None:
+        try:
+            if record.role is Role.RUN and exit_code is not None:
+                run.finish(exit_code=exit_code)
+            else:
+                run.finish()
+        except Exception as e:  # noqa: BLE001
+            record.error = f"finish failed: {describe(e)}"
+        finally:
+            done.set()
+
+    threading.Thread(target=finish, name="ray_wandb_nodes-finish", daemon=True).start()
+    while not done.wait(0.5):
+        if given_up():
+            done.wait(RELAY_LOST_FINISH_S)  # then on: its series are in its transaction log, collected
+            return

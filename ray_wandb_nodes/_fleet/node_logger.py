@@ -61,7 +61,7 @@ from .._wandb.runs import init_writer
 from .._wandb.writers import Role, WriterSpec, node_dir
 from .._warn import describe
 from ..offline import index as _index
-from .hosted import EARLY_ROWS, Collected, HostedRun, node_uploads
+from .hosted import EARLY_ROWS, Collected, HostedRun, finish_hosted, node_uploads
 from .node_console import NodeConsoles, last_words
 from .node_offline import OfflineRuns
 from .node_steps import NodeSteps
@@ -70,10 +70,6 @@ from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 # How long a writer's finish waits for its checkpoints still being built, then for wandb's answer
 # on their uploads (the driver side bounds the whole finish anyway).
 BUILD_WAIT_S, WATCH_END_S = 300.0, 5.0
-# A writer whose relay died: its finish waits this long more, then goes on (what it logged is in
-# its transaction log on this node, which the run's end collects), not for wandb's client to give
-# up on the relay (minutes of retries).
-RELAY_LOST_FINISH_S = 5.0
 CONTROL, EVIDENCE = "control", "evidence"  # the concurrency groups of the calls that never wait on a writer
 EVIDENCE_THREADS = 4  # hang evidence asked by several runs at once (two jobs on one node)
 CONCURRENCY_GROUPS = {CONTROL: 1, EVIDENCE: EVIDENCE_THREADS}
@@ -232,7 +228,7 @@ class NodeLogger(OfflineRuns):
             self._read(record)  # the newest samples, while wandb still keeps them
             if record.uploads is not None:  # the checkpoints still being built are logged first
                 record.uploads.drain(BUILD_WAIT_S)
-            self._finish_run(record, exit_code)
+            finish_hosted(record, exit_code, given_up=functools.partial(self._relay_lost.__contains__, record.key))
             last = self._last_summary(record)
             if last is not None:
                 final[record.key] = last
@@ -241,28 +237,6 @@ class NodeLogger(OfflineRuns):
             if record.role is Role.OBSERVER:  # its samples were for the table only
                 shutil.rmtree(_index.node_local_dir(record.key, record.label), ignore_errors=True)
         return self.status(final, ended=ended)
-
-    def _finish_run(self, record: HostedRun, exit_code: int | None) -> None:
-        """``record``'s wandb finish, on a thread of its own: waited for until it returns, or, once
-        the fleet says the writer's relay died (:meth:`relay_lost`), for RELAY_LOST_FINISH_S more."""
-        done = threading.Event()
-
-        def finish() -> None:
-            try:
-                if record.role is Role.RUN and exit_code is not None:
-                    record.run.finish(exit_code=exit_code)
-                else:
-                    record.run.finish()
-            except Exception as e:  # noqa: BLE001
-                record.error = f"finish failed: {describe(e)}"
-            finally:
-                done.set()
-
-        threading.Thread(target=finish, name="ray_wandb_nodes-finish", daemon=True).start()
-        while not done.wait(0.5):
-            if record.key in self._relay_lost:
-                done.wait(RELAY_LOST_FINISH_S)  # then on: its series are in its transaction log, collected
-                return
 
     @in_group(CONTROL)
     def relay_lost(self, key: str) -> None:

@@ -29,7 +29,7 @@ from .._warn import Warner, describe
 from .actors import BUNDLE, PG_NAME_PREFIX, RayActors
 from .nodes import NodeInfo
 from .plan import run_of
-from .wire import ConsoleRanks, LoggerStatus
+from .wire import ConsoleRanks, LoggerStatus, merged_steps
 
 __all__ = ["BUNDLE", "JOIN_GRACE_S", "PG_NAME_PREFIX", "PING_BATCH", "LoggerHandle", "LoggerPool"]
 
@@ -128,16 +128,6 @@ class _PingTurn:
                 held.ping, held.pinged = held.actor.status.remote(), now
                 held.ping_runs = frozenset(held.runs - joining(held))
                 self._in_flight[node_id] = held
-
-
-def merged_steps(
-    before: Mapping[str, tuple[RankSteps, ...]], brought: Mapping[str, tuple[RankSteps, ...]]
-) -> dict[str, tuple[RankSteps, ...]]:
-    """A status's step points after the last status's of the same attempts: a node's points are
-    taken by whichever status asks (a hang's refresh between two pings too), so the last ones are
-    kept until the fleet has fed them (``steps.feed_steps`` feeds a point once: those already fed
-    are passed over), at most as many again as the new."""
-    return {key: (before.get(key, ())[-len(points) :] if points else ()) + points for key, points in brought.items()}
 
 
 class LoggerPool:

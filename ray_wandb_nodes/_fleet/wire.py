@@ -96,3 +96,13 @@ class ConsoleEnd:
     run_id: str
     failed: bool
     dead: tuple[tuple[int, int], ...] = ()
+
+
+def merged_steps(
+    before: Mapping[str, tuple[RankSteps, ...]], brought: Mapping[str, tuple[RankSteps, ...]]
+) -> dict[str, tuple[RankSteps, ...]]:
+    """A status's step points after the last status's of the same attempts: a node's points are
+    taken by whichever status asks (a hang's refresh between two pings too), so the last ones are
+    kept until the fleet has fed them (``steps.feed_steps`` feeds a point once: those already fed
+    are passed over), at most as many again as the new."""
+    return {key: (before.get(key, ())[-len(points) :] if points else ()) + points for key, points in brought.items()}

@@ -174,7 +174,7 @@ def test_a_node_reads_its_ranks_between_pings_and_a_ping_carries_the_points_with
 
 
 def test_a_status_between_two_pings_keeps_the_last_ones_points_until_they_are_fed() -> None:
-    from ray_wandb_nodes._fleet.pool import merged_steps
+    from ray_wandb_nodes._fleet.wire import merged_steps
 
     t = totals()
     first = {KEY: (RankSteps(0, t[0]), RankSteps(1, t[1]))}
