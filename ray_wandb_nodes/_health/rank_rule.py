@@ -11,12 +11,17 @@ rank, and the two rules must agree on it for one slow rank to be one alert.
 
 Ranks flagged in one sample with one cause are one alert (``Slow ranks: ranks 4-7 on node-b``);
 ranks on several nodes, one alert that counts them. When every rank waits long and none is
-late, communication itself is slow: one alert of its own, with its own episode.
+late, communication itself is slow: one alert of its own, with its own episode. Slow against the
+job's own pace: the median rank's wait must reach :data:`COMM_GROWTH` times the least it was in a
+window of the run. A job whose collectives take a large share of every step from its first window
+(FSDP, tensor parallelism, a small model on a large fleet) is that job's design, not a link gone
+bad: the first window sets the pace and is never judged.
 """
 
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +31,7 @@ from .alerts import Alert
 from .kinds import EventKind
 from .rule import NodeStreak, advance
 
+COMM_GROWTH = 2.0  # communication is slow once the median wait doubles the job's own pace
 LIST_LIMIT = 40  # ranks listed in a grouped alert; past it, counted
 TITLE_MAX = 63  # W&B's limit on an alert title: under 64 characters
 
@@ -79,6 +85,7 @@ class RankRule:
         self._ranks: dict[int, _Episode] = {}
         self._comm = NodeStreak()
         self._comm_said: CommFinding | None = None
+        self.comm_pace_s: float | None = None  # the least median wait of a window: the job's own pace
         self.latest: Attribution | None = None
 
     def judge(
@@ -130,12 +137,15 @@ class RankRule:
     def _judge_comm(self, attribution: Attribution, now: float) -> Alert | None:
         if attribution.basis != "wait":
             return None  # no wait measured: communication is not judged
-        comm = attribution.communication
-        if not advance(self._comm, comm is not None, 1, now, now, self.window_s, self.min_samples):
+        comm, pace = attribution.communication, self.comm_pace_s
+        slower = comm is not None and pace is not None and comm.wait_s >= COMM_GROWTH * pace
+        median = statistics.median((w.wait_s or 0.0) for w in attribution.windows)  # a late rank only raises it
+        self.comm_pace_s = median if pace is None else min(pace, median)
+        if not advance(self._comm, slower, 1, now, now, self.window_s, self.min_samples):
             return None
-        if self._comm.flagged and comm is not None:
+        if self._comm.flagged and comm is not None and pace is not None:
             self._comm_said = comm
-            return _comm_alert(comm, attribution.step_s)
+            return _comm_alert(comm, attribution.step_s, pace)
         self._comm_said = None
         return Alert(
             "Slow communication recovered",
@@ -214,11 +224,12 @@ def _recovered_alert(recovered: list[tuple[int, RankFinding, float | None]], pla
     return _alert(f"{noun}: {who}", "\n".join(lines), "INFO", ranks, places, EventKind.SLOW_RANK, recovered=True)
 
 
-def _comm_alert(comm: CommFinding, step_s: float) -> Alert:
+def _comm_alert(comm: CommFinding, step_s: float, pace_s: float) -> Alert:
     text = (
         f"Every rank waits in its collectives: at least {_ms(comm.least_wait_s)} of a {_ms(step_s)} step "
-        f"({_pct(comm.share)}), the median rank {_ms(comm.wait_s)}, and no rank arrives late. Communication "
-        "itself is slow: a link or a switch, or collectives too large for the network."
+        f"({_pct(comm.share)}), the median rank {_ms(comm.wait_s)} ({comm.wait_s / pace_s:.1f} times the "
+        f"{_ms(pace_s)} it waited at its best), and no rank arrives late. Communication itself became slow: "
+        "a link or a switch, or traffic sharing the network."
     )
     return Alert("Slow communication", text, "WARN", "", EventKind.SLOW_COMMUNICATION)
 

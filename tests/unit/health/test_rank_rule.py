@@ -134,12 +134,22 @@ def test_two_causes_at_once_are_two_alerts() -> None:
 
 def test_every_rank_waiting_long_with_none_late_is_one_slow_communication_alert_and_its_recovery() -> None:
     rule = RankRule(window_s=WINDOW_S)
-    slow = feed(rule, job(comm=60.0), 0, 600)
-    assert [(t, a.title, a.level) for t, a in slow] == [(WINDOW_S, "Slow communication", "WARN")]
+    assert feed(rule, job(comm=4.0), 0, 300) == []  # the job's own pace: 4 ms a step in its collectives
+    slow = feed(rule, job(comm=60.0), 330, 930)
+    assert [(t, a.title, a.level) for t, a in slow] == [(330 + WINDOW_S, "Slow communication", "WARN")]
     assert slow[0][1].kind is EventKind.SLOW_COMMUNICATION
     assert "no rank arrives late" in slow[0][1].text
-    back = feed(rule, job(), 630, 1000)
+    assert "(15.0 times the 4.0 ms it waited at its best)" in slow[0][1].text
+    back = feed(rule, job(comm=4.0), 960, 1300)
     assert [(a.title, a.level) for _, a in back] == [("Slow communication recovered", "INFO")]
+
+
+def test_collectives_that_take_most_of_every_step_from_the_first_window_are_the_job_s_pace_not_an_alert() -> None:
+    """FSDP on a slow network, a small model on a large fleet: the share is the job's design."""
+    rule = RankRule(window_s=WINDOW_S)
+    assert attribute(job(comm=60.0), rule.threshold).communication is not None  # past the share of a step
+    assert feed(rule, job(comm=60.0), 0, 3600) == []
+    assert feed(rule, job(comm=100.0), 3630, 7200) == []  # under twice its pace: no alert either
 
 
 def test_the_threshold_is_the_share_of_each_step_the_job_may_lose() -> None:
