@@ -215,19 +215,24 @@ class OfflineCollection:
         """A node's offline run, here now, into the online run (before the job's deadline); what
         could not be synced stays here, and one warning gives the command."""
         assert job.sync is not None
+        cut: list[tuple[str, int]] = []  # its logs that ended inside a record, and the bytes cut
         if self._syncs.acquire(timeout=max(0.0, job.deadline - time.monotonic())):
             try:
-                error = sync_folder(job.sync, dest, job.deadline, label=node.label)
+                error = sync_folder(
+                    job.sync, dest, job.deadline, label=node.label, on_cut=lambda log, n: cut.append((log, n))
+                )
             finally:
                 self._syncs.release()
         else:
             error = "no time was left to sync it"
+        ended_inside = {"cut_bytes": sum(n for _, n in cut)} if cut else {}
         if error is None:
             job.synced.add(node.label)
-            self._set_writer(job.index, node, job.role, state="synced")
+            self._set_writer(job.index, node, job.role, state="synced", **ended_inside)
             shutil.rmtree(dest, ignore_errors=True)
             return
-        self._set_writer(job.index, node, job.role, state="collected", path=job.index.relative(dest), error=error)
+        fields = {"path": job.index.relative(dest), "error": error, **ended_inside}
+        self._set_writer(job.index, node, job.role, state="collected", **fields)
         self._warner.warn(
             f"offline-sync:{job.run_id}:{node.node_id}",
             f"the series of {node.label} (no route to W&B) were brought to {job.index.folder} but not synced into "

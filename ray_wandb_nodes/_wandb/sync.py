@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .._config.secrets import Secret
+from .txlog import TransactionLogError, cut_to_whole_records
 from .writers import Role
 
 _TAIL_LINES = 5
@@ -107,10 +108,15 @@ def sync_folder(
     environ: Mapping[str, str] | None = None,
     label: str | None = None,
     runner: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    on_cut: Callable[[str, int], None] | None = None,
 ) -> str | None:
     """Upload every offline run under ``folder`` into ``into``'s run, one after another, before
     ``deadline`` (monotonic), as the writer ``label``'s; None when all went up (wandb's
-    ``.synced`` mark beside each file), else what failed, in a line."""
+    ``.synced`` mark beside each file), else what failed, in a line.
+
+    A transaction log that ends inside a record (its writer's process ended before it wrote its
+    last block out: a relayed writer whose relay died, a node lost) is cut after its last whole
+    record first, as wandb's sync refuses the file otherwise; ``on_cut(path, bytes)`` is told."""
     runs = offline_runs(folder)
     if not runs:
         return f"no offline run in {folder}"
@@ -118,6 +124,13 @@ def sync_folder(
     for path in runs:
         if _synced(path):
             continue
+        for log in (os.path.join(path, n) for n in os.listdir(path) if n.endswith(".wandb")):
+            try:
+                cut = cut_to_whole_records(log)
+            except (OSError, TransactionLogError):
+                continue  # damaged before its end, or unreadable: wandb's sync says what it can
+            if cut and on_cut is not None:
+                on_cut(log, cut)
         left = deadline - time.monotonic()
         if left <= 0:
             return "no time was left to sync it"

@@ -15,6 +15,7 @@ every problem is a :class:`TransactionLogError` that names the file and the byte
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from collections import Counter
@@ -330,3 +331,50 @@ def _update_config(config: dict[str, Any], record: Any) -> None:
             config[key] = _value(item.value_json)
     for item in record.remove:
         config.pop(_item_key(item), None)
+
+
+def whole_records_end(path: str) -> int:
+    """The byte offset just past the last whole record of the log at ``path``: its size, unless
+    it ends inside a record (a writer whose process ended before it wrote its last block out:
+    the rest of that record was never written). Raises :class:`TransactionLogError` on a
+    damaged byte before that."""
+    with open(path, "rb") as f:
+        _check_header(f.read(CHUNK_HEADER), path)
+        f.seek(0)
+        data = f.read()
+    end = pos = CHUNK_HEADER
+    inside = False  # a FIRST chunk read, its LAST not yet
+    while pos + CHUNK_HEADER <= len(data):
+        room = BLOCK_SIZE - pos % BLOCK_SIZE
+        if room < CHUNK_HEADER:  # a block's zero trailer
+            pos += room
+            continue
+        crc, length, ctype = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
+        if crc == 0 and length == 0 and ctype == 0:
+            pos += room  # zero padding up to the block's end
+            continue
+        if ctype not in (FULL, FIRST, MIDDLE, LAST) or length > room - CHUNK_HEADER:
+            raise TransactionLogError(path, pos, f"unknown chunk type {ctype} or length {length}")
+        if pos + CHUNK_HEADER + length > len(data):
+            return end  # the file ends inside this chunk
+        payload = data[pos + CHUNK_HEADER : pos + CHUNK_HEADER + length]
+        if zlib.crc32(payload, zlib.crc32(bytes([ctype]))) & 0xFFFFFFFF != crc:
+            raise TransactionLogError(path, pos, "checksum mismatch")
+        pos += CHUNK_HEADER + length
+        inside = ctype in (FIRST, MIDDLE)
+        if not inside:
+            end = pos
+    tail = data[pos:]
+    return end if inside or any(tail) else len(data)  # a chunk's first bytes, or zeros after the last
+
+
+def cut_to_whole_records(path: str) -> int:
+    """Cut the log at ``path`` after its last whole record, where it ends inside one (nothing
+    can read the bytes of a record whose rest was never written; wandb's sync refuses the file
+    while they are there): the bytes cut, 0 where it ended whole."""
+    end = whole_records_end(path)
+    size = os.path.getsize(path)
+    if end >= size:
+        return 0
+    os.truncate(path, end)
+    return size - end

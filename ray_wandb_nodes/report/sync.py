@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wandb.sync import sync_command, sync_environment
-from .._wandb.txlog import read_run
+from .._wandb.txlog import TransactionLogError, cut_to_whole_records, read_run
 from .._wandb.writers import Role
 from .walk import absent_writers, find_run_folders, identify, wandb_files
 
@@ -111,6 +111,8 @@ def sync(
             out(f"skip  {what}  (its primary did not sync)")
             failures += 1
             continue
+        if step.error and not dry_run and _cut_unfinished(step, out):
+            step.error = None
         if step.error:
             out(f"note  {step.label}: {step.error}; wandb sync uploads what precedes the damage")
         if dry_run:
@@ -126,3 +128,18 @@ def sync(
             if step.role is Role.PRIMARY:
                 failed_runs.add(step.run_id)
     return 1 if failures else 0
+
+
+def _cut_unfinished(step: SyncStep, out: Callable[[str], None]) -> bool:
+    """``step``'s log cut after its last whole record where it ends inside one (wandb's sync
+    refuses such a file): True where it was cut."""
+    try:
+        cut = cut_to_whole_records(step.file)
+    except (OSError, TransactionLogError):
+        return False  # damaged before its end: wandb's sync uploads what precedes the damage
+    if cut:
+        out(
+            f"note  {step.label}: its log ended inside a record (its writer's process ended before writing it "
+            f"out): the last {cut} bytes cut, every whole record before them is synced"
+        )
+    return cut > 0

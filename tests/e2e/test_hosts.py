@@ -764,12 +764,6 @@ def relay_lost_warnings(hosts: HostCluster) -> list[str]:
     return list(dict.fromkeys(line[line.index("ray_wandb_nodes:") :] for line in lines))
 
 
-@pytest.mark.xfail(
-    reason="the relay's death: the relayed writer's folder is collected and synced, but its fallback folder "
-    "is left with an error recorded for a sync that exited 0 (issue 45 stays open on it); the flood's checks "
-    "before it pass",
-    strict=False,
-)
 def test_a_cotenant_flooding_the_relay_leaves_its_writer_live_and_the_relays_death_loses_nothing(
     hosts: HostCluster, tmp_path: Path
 ) -> None:
@@ -855,7 +849,8 @@ def test_a_cotenant_flooding_the_relay_leaves_its_writer_live_and_the_relays_dea
     assert set().union(*(hosts.backend.peers[c] for c in a_clients)) <= {hosts.head_address, hosts.wandb_address}
     others = [label for labels in writers.values() for label in labels if label != la]
     assert sorted(others) == sorted(set(others)), writers
-    assert not (tmp_path / "ray_wandb_nodes" / run.run_id).exists()  # synced: nothing left behind
+    left = tmp_path / "ray_wandb_nodes" / run.run_id
+    assert not left.exists(), (left / "index.json").read_text()  # synced: nothing left behind
     a_times, b_times = sample_times(run, la), sample_times(run, lb)
     # Nothing lost: a's series from before the flood to after the death, as dense as b's (which
     # wrote straight the whole run, on the same loaded machine). What it had sent through the relay

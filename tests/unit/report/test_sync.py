@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes._wandb.txlog import read_run
+from ray_wandb_nodes._wandb.txlog import BLOCK_SIZE, read_run
 from tests.support.offline import console_text, copy_folder, offline_run
 from tests.support.wandb_backend import WandbTestBackend
+from tests.unit.wandb.test_txlog import chunk_offsets
 
 __all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 
@@ -83,3 +84,31 @@ def test_reader_stats_equal_what_wandb_itself_uploads_from_the_same_files(
         # setting of the process that syncs, not in the records).
         nodes = sorted(label for label in offline_run["files"] if label != "node-primary-aaaaaa")
         assert sorted((x.label, x.text) for x in run.console()) == [(label, console_text(label)) for label in nodes]
+
+
+def test_a_log_that_ends_inside_a_record_is_cut_after_its_last_whole_one_and_synced(
+    offline_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer's process ended before it wrote its last block out (wandb-core writes its log a
+    whole 32 KiB block at a time: a relayed writer whose relay died, a node lost): wandb's sync
+    refuses the file ("the file ends with an incomplete record"). Cut after its last whole record,
+    every record before it goes up."""
+    folder = copy_folder(offline_run, tmp_path)
+    label = "node-primary-aaaaaa"  # its log spans blocks: a record runs over the first block's end
+    path = next(folder.glob("primary/**/run-*.wandb"))
+    data = path.read_bytes()
+    first = next(o for o in chunk_offsets(data) if o < BLOCK_SIZE and data[o + 6] == 2)  # a FIRST chunk
+    path.write_bytes(data[:BLOCK_SIZE])  # the first block alone, as a killed wandb-core leaves it
+    whole = read_run(str(path), strict=False)
+    assert whole.error is not None and "truncated record" in str(whole.error) and whole.error.offset == first
+    with WandbTestBackend() as backend:
+        monkeypatch.setenv("WANDB_BASE_URL", backend.base_url)
+        capsys.readouterr()
+        assert cli.main(["sync", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert f"note  {label}: its log ended inside a record" in out and f"the last {BLOCK_SIZE - first} bytes" in out
+        assert "wandb sync uploads what precedes the damage" not in out
+        (run,) = backend.runs.values()
+        assert path.stat().st_size == first and read_run(str(path)).error is None
+        got = [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
+        assert got == [{k: v for k, v in row.items() if not k.startswith("_")} for row in whole.history]

@@ -11,12 +11,16 @@ from typing import Any
 
 from ray_wandb_nodes._config.secrets import Secret
 from ray_wandb_nodes._wandb.sync import SyncInto, offline_runs, sync_command, sync_environment, sync_folder
+from ray_wandb_nodes._wandb.txlog import BLOCK_SIZE, read_run
 from ray_wandb_nodes._wandb.writers import Role
+from tests.support.offline import offline_run
+
+__all__ = ["offline_run"]  # the shared fixture, imported for pytest to find
 
 INTO = SyncInto("r1", Role.NODE, "proj", "team", "https://wandb.corp", Secret("k" * 40))
 
 
-def offline_run(folder: Path, name: str, synced: bool = False) -> Path:
+def offline_folder(folder: Path, name: str, synced: bool = False) -> Path:
     run = folder / "wandb" / name
     run.mkdir(parents=True)
     (run / f"run-{name}.wandb").write_bytes(b"x")
@@ -58,8 +62,8 @@ def test_each_role_is_synced_as_shared_mode_wrote_it() -> None:
 
 
 def test_a_nodes_runs_go_into_the_run_with_its_host_and_key_once_each(tmp_path: Path) -> None:
-    offline_run(tmp_path, "offline-run-2")
-    offline_run(tmp_path, "offline-run-1", synced=True)  # went up before: not again
+    offline_folder(tmp_path, "offline-run-2")
+    offline_folder(tmp_path, "offline-run-1", synced=True)  # went up before: not again
     (tmp_path / "wandb" / "latest-run").symlink_to(tmp_path / "wandb" / "offline-run-2")
     assert [Path(p).name for p in offline_runs(str(tmp_path))] == ["offline-run-1", "offline-run-2"]
     runner = Runner()
@@ -80,7 +84,7 @@ def test_a_nodes_runs_go_into_the_run_with_its_host_and_key_once_each(tmp_path: 
 
 def test_what_failed_is_said_in_one_line_and_nothing_waits_past_the_deadline(tmp_path: Path) -> None:
     assert sync_folder(INTO, str(tmp_path), time.monotonic() + 30, runner=Runner()) == f"no offline run in {tmp_path}"
-    offline_run(tmp_path, "offline-run-1")
+    offline_folder(tmp_path, "offline-run-1")
     failed = sync_folder(INTO, str(tmp_path), time.monotonic() + 30, environ={}, runner=Runner(code=1, mark=False))
     assert failed == "wandb sync exited 1: line 1 | error: 403 Forbidden"
     late = Runner(raises=subprocess.TimeoutExpired("wandb", 3))
@@ -96,3 +100,23 @@ def test_what_failed_is_said_in_one_line_and_nothing_waits_past_the_deadline(tmp
     assert sync_folder(INTO, str(tmp_path), time.monotonic() + 3, environ={}, runner=missing) == (
         "wandb sync could not start (No such file or directory)"
     )
+
+
+def test_a_log_that_ends_inside_a_record_is_cut_before_its_sync_and_the_cut_told(
+    offline_run: dict[str, Any], tmp_path: Path
+) -> None:
+    run = tmp_path / "wandb" / "run-20261206_000000-r1"  # an online writer's folder, its relay dead
+    run.mkdir(parents=True)
+    data = offline_run["files"]["node-primary-aaaaaa"].read_bytes()
+    (run / "run-r1.wandb").write_bytes(data[:BLOCK_SIZE])  # its last block never written out
+    told: list[tuple[str, int]] = []
+    runner = Runner()
+    assert (
+        sync_folder(
+            INTO, str(tmp_path), time.monotonic() + 30, environ={}, runner=runner, on_cut=lambda *a: told.append(a)
+        )
+        is None
+    )
+    ((log, cut),) = told
+    assert log == str(run / "run-r1.wandb") and cut == BLOCK_SIZE - (run / "run-r1.wandb").stat().st_size > 0
+    assert read_run(log).error is None and len(runner.calls) == 1

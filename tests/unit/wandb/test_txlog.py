@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from ray_wandb_nodes import cli
-from ray_wandb_nodes._wandb.txlog import BLOCK_SIZE, TransactionLogError, read_run
+from ray_wandb_nodes._wandb.txlog import (
+    BLOCK_SIZE,
+    TransactionLogError,
+    cut_to_whole_records,
+    read_run,
+    whole_records_end,
+)
 from ray_wandb_nodes.report.summary import load
 from tests.support.offline import copy_folder, offline_run
 
@@ -114,3 +120,29 @@ def test_zero_padding_inside_a_record_is_an_error(offline_run: dict[str, Any], t
     path.write_bytes(bytes(data))
     with pytest.raises(TransactionLogError, match=f"zero padding inside a record at byte offset {after}"):
         read_run(str(path))
+
+
+def test_a_log_is_whole_up_to_its_last_whole_record(offline_run: dict[str, Any], tmp_path: Path) -> None:
+    """A finished log is whole to its end; one whose writer ended inside a record (its last block
+    never written, or a chunk cut short) ends after the record before; a zero trailer after a
+    whole record is not cut; damage before the end is an error, never a cut."""
+    data = offline_run["files"]["node-primary-aaaaaa"].read_bytes()
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(data)
+    assert whole_records_end(str(path)) == len(data) and cut_to_whole_records(str(path)) == 0
+    offsets = chunk_offsets(data)
+    first = next(o for o in offsets if o < BLOCK_SIZE and data[o + 6] == 2)  # runs over the first block's end
+    path.write_bytes(data[:BLOCK_SIZE])
+    assert whole_records_end(str(path)) == first
+    assert cut_to_whole_records(str(path)) == BLOCK_SIZE - first and path.stat().st_size == first
+    assert read_run(str(path)).error is None and cut_to_whole_records(str(path)) == 0
+    full = next(o for o in offsets if data[o + 6] == 1)  # a FULL chunk: cut 3 bytes into its payload
+    path.write_bytes(data[: full + 10])
+    assert whole_records_end(str(path)) == full
+    path.write_bytes(data[:full] + bytes(3))  # zeros after a whole record: nothing to cut
+    assert whole_records_end(str(path)) == full + 3
+    damaged = bytearray(data)
+    damaged[full + 9] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(TransactionLogError, match=f"checksum mismatch at byte offset {full}"):
+        cut_to_whole_records(str(path))
