@@ -5,7 +5,9 @@ function) decides, through the ``pool`` (logger actors, placement groups, joins,
 offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself
 (``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``egress`` the
 run's relay and the nodes without a route to W&B, ``watches`` says which ranks' folders each one
-watches, ``hangs`` and ``failures`` name a run's hangs and failed attempts, ``janitor`` removes
+watches, ``hangs`` and ``failures`` name a run's hangs and failed attempts (a hang's readings in
+``hang_reads``, its nodes asked in ``hang_nodes``, its evidence round in ``hang_round``, its ranks
+ended in ``hang_ends``, its view for the failure rule in ``hang_views``), ``janitor`` removes
 placement groups a dead controller left, ``nodes`` reads Ray's node list.
 """
 
