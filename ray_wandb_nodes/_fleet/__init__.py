@@ -2,7 +2,8 @@
 
 ``fleet`` (the command queue, its one thread; ``worker``: the order of each turn and of a run's
 end) carries out what ``plan`` (a pure function) decides, through the ``pool`` (logger actors,
-placement groups, joins, health) and the offline ``collect``-ion; ``targets`` are the runs' wishes
+placement groups, joins, health: each logger's ``handle``, its ``joins``, ``pings`` in turn and
+statuses taken in, ``intake``) and the offline ``collect``-ion; ``targets`` are the runs' wishes
 (``target_commands``: what each command changes in them); ``node_logger`` is the actor itself
 (``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``egress`` the
 run's relay and the nodes without a route to W&B, ``watches`` says which ranks' folders each one
