@@ -147,29 +147,18 @@ class HangWatch:
         if not self.rounds.due(self.setting, key, self.clock()):
             return
         before = {p.rank: counts_of(p) for p in watched}
-        with gc_paused():  # the evidence is freed inside it, when _judge returns
-            hang = self._judge(target, pool, {p.rank: (p, readings[p.rank].node) for p in watched}, before, ask)
+        round_ = EvidenceRound(
+            self.setting, self.on_hang, self.pg_timeout_s, self.episode + 1, self.checkpoint_reports, self.restarted
+        )
+        with gc_paused():  # the evidence is freed inside it, when the round returns
+            ranks = {p.rank: (p, readings[p.rank].node) for p in watched}
+            hang = round_.run(target, pool, ranks, before, ask or self.ask or ask_loggers)
+        self.judged = round_.judged  # the processes judged: what an end may end
         if hang is None:  # progress since the suspicion, or nothing fresh to prove it: not a word
             self.rounds.missed(key, self.clock())
             return
         self.rounds.confirmed()
         self._raise(target, pool, hang, warner, deliver)
-
-    def _judge(
-        self,
-        target: WatchedRun,
-        pool: LoggerPool,
-        ranks: Mapping[int, tuple[RankProgress, str]],
-        before: Mapping[int, Counts],
-        ask: Ask | None,
-    ) -> Judged | None:
-        """The evidence round (``hang_round.py``); the processes it judged kept: what an end may end."""
-        round_ = EvidenceRound(
-            self.setting, self.on_hang, self.pg_timeout_s, self.episode + 1, self.checkpoint_reports, self.restarted
-        )
-        hang = round_.run(target, pool, ranks, before, ask or self.ask or ask_loggers)
-        self.judged = round_.judged
-        return hang
 
     def _raise(
         self,
