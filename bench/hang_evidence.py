@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from ray_wandb_nodes._fleet.hang_nodes import evidence
-from ray_wandb_nodes._fleet.hangs import HangWatch, gc_paused
+from ray_wandb_nodes._fleet.hang_round import gc_paused
+from ray_wandb_nodes._fleet.hangs import HangWatch
 from ray_wandb_nodes._hang import (
     HangNotice,
     HangTimeout,

@@ -22,8 +22,9 @@ from .._warn import Warner
 from . import commands as cmd
 from .actors import RayActors
 from .egress import RelayPlan
+from .listing import LISTING_NODES
 from .targets import RunProcess, RunTarget
-from .worker import LISTING_NODES, FleetWorker
+from .worker import FleetWorker
 
 if TYPE_CHECKING:
     from .._failure import FailedAttempt

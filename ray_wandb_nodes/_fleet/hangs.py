@@ -2,68 +2,45 @@
 it, and off the beacons of the controller's own node), the policy applied, every rank's evidence
 taken at once when fresh readings prove one past its limit (``_hang/confirm.py``), the verdict
 handed to the run's primary, and the end of the episode when progress resumes or the run ends.
-Runs on the fleet thread, after each health check."""
+Runs on the fleet thread, after each health check.
+
+:class:`HangWatch` holds the order of things and the episode; its jobs are each a module's: the
+readings (``hang_reads.py``), the nodes asked (``hang_nodes.py``), the evidence round
+(``hang_round.py``), the attempt's ranks ended (``hang_ends.py``) and the views kept for the
+failure rule (``hang_views.py``)."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .._config.values import OnHang
 from .._failure import HangView
 from .._hang import (
     Counts,
-    EndAnswer,
     HangNotice,
     HangTimeout,
     Place,
-    RankProcess,
     RankProgress,
     Rounds,
     counts_of,
-    describe_place,
-    end_ranks,
     ended_notice,
-    hang_notice,
     job_hung,
-    judge,
-    place_of,
-    progress_of,
-    read_slots,
     resumed_notice,
-    run_dir,
-    still_hung,
     suspicion_key,
 )
-from .._warn import Warner, describe
-from .hang_nodes import Ask, Refreshes, ask_loggers, evidence
+from .._warn import Warner
+from .hang_ends import end_hung_ranks
+from .hang_nodes import Ask, Refreshes, ask_loggers
+from .hang_reads import Reading, node_ages, read_progress
+from .hang_round import EvidenceRound, Judged, gc_paused
+from .hang_views import AttemptViews
 
 if TYPE_CHECKING:
     from .pool import LoggerPool
     from .watched import WatchedRun
-
-VIEWS_KEPT = 8  # attempts whose last hang's judgement is kept for their failure
-END_TIMEOUT_S = 10.0  # every node's answer to an end (a control call: answered while its writers are busy)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic collector held off while a hang's evidence is unpickled, judged and
-    written: 1,000 nodes' answers are millions of new objects, and each full collection they
-    set off walks the whole heap (check() to the notice at 8,000 ranks: 3.1 s with it, 0.6 s
-    without; ``bench/hang_evidence.py``). The evidence is freed (by reference counts) before
-    the collector is back, so that its first collection does not walk it either."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def poll_s(setting: HangTimeout, default_s: float) -> float:
@@ -72,29 +49,6 @@ def poll_s(setting: HangTimeout, default_s: float) -> float:
     if setting.seconds is None:
         return default_s
     return min(default_s, max(0.25, setting.seconds / 16))
-
-
-class Reading(NamedTuple):
-    """One rank's progress as its node last read it, the node, and how long ago that was (a
-    ping's readings are as old as the ping; the controller's own node is read now)."""
-
-    progress: RankProgress
-    node: str
-    read_age_s: float = 0.0
-
-    def now(self) -> RankProgress:
-        """The reading aged to now: what it says if the rank has not moved since."""
-        return aged((self.progress,), self.read_age_s)[0]
-
-
-class Judged(NamedTuple):
-    """An evidence round that confirmed its suspicion: the hang's notice and what the watch keeps."""
-
-    notice: HangNotice
-    sentence: str
-    counts: dict[int, Counts]
-    place: Place | None
-    repeat_of: int | None  # the hang that ended the attempt before at the same place
 
 
 @dataclass(frozen=True)
@@ -147,12 +101,12 @@ class HangWatch:
     judged: dict[int, RankProgress] = field(default_factory=dict)
     # What each attempt's last hang said (by attempt key): the failure rule's judgement of who the
     # others waited for, where that attempt then fails (``_failure.stuck``). The last few only.
-    views: dict[str, HangView] = field(default_factory=dict)
+    views: AttemptViews = field(default_factory=AttemptViews)
     viewed: str = ""  # the attempt whose view the open hang set (dropped when progress resumes)
 
     def view(self, key: str | None) -> HangView | None:
         """What the last hang of the attempt ``key`` said of who stopped and who waits (None: none)."""
-        return self.views.get(key) if key is not None else None
+        return self.views.view(key)
 
     def check(
         self,
@@ -174,10 +128,7 @@ class HangWatch:
             return
         now = {rank: reading.now() for rank, reading in readings.items()}
         if target.health is not None:  # the nodes table's last progress of each node
-            ages: dict[str, float] = {}
-            for rank, p in now.items():
-                ages[readings[rank].node] = max(ages.get(readings[rank].node, 0.0), p.age_s)
-            target.health.progress(ages)
+            target.health.progress(node_ages(readings, now))
         if self.open:
             self._follow(now, deliver)
             return
@@ -196,48 +147,18 @@ class HangWatch:
         if not self.rounds.due(self.setting, key, self.clock()):
             return
         before = {p.rank: counts_of(p) for p in watched}
-        with gc_paused():  # the evidence is freed inside it, when _judge returns
-            hang = self._judge(target, pool, {p.rank: (p, readings[p.rank].node) for p in watched}, before, ask)
+        round_ = EvidenceRound(
+            self.setting, self.on_hang, self.pg_timeout_s, self.episode + 1, self.checkpoint_reports, self.restarted
+        )
+        with gc_paused():  # the evidence is freed inside it, when the round returns
+            ranks = {p.rank: (p, readings[p.rank].node) for p in watched}
+            hang = round_.run(target, pool, ranks, before, ask or self.ask or ask_loggers)
+        self.judged = round_.judged  # the processes judged: what an end may end
         if hang is None:  # progress since the suspicion, or nothing fresh to prove it: not a word
             self.rounds.missed(key, self.clock())
             return
         self.rounds.confirmed()
         self._raise(target, pool, hang, warner, deliver)
-
-    def _judge(
-        self,
-        target: WatchedRun,
-        pool: LoggerPool,
-        ranks: Mapping[int, tuple[RankProgress, str]],
-        before: Mapping[int, Counts],
-        ask: Ask | None,
-    ) -> Judged | None:
-        """The evidence round: every rank read again with its evidence; the hang's notice when the
-        fresh readings still show no progress past the limit, else None (the evidence dropped on return)."""
-        started = time.monotonic()
-        facts = evidence(target, pool, ranks, ask or self.ask or ask_loggers)
-        # The processes judged: what an end may end (the fresh reading where a node answered).
-        self.judged = {f.progress.rank: f.progress for f in facts}
-        fresh = [f.progress for f in facts if f.evidence is not None]
-        unanswered = [f.progress for f in facts if f.evidence is None]
-        if not still_hung(self.setting, fresh, unanswered, before, self.pg_timeout_s):
-            return None
-        silent = sorted({f.node for f in facts if f.evidence is None})
-        taken = f"Evidence: {len(facts)} ranks, asked at once, in {time.monotonic() - started:.1f} s" + (
-            f"; no answer from {', '.join(silent)}." if silent else "."
-        )
-        verdict = judge(facts)
-        place = place_of(verdict, self.checkpoint_reports)
-        repeat_of = self.restarted.get(place) if self.on_hang.ends_attempt and place is not None else None
-        repeat = ""
-        if repeat_of is not None and place is not None:
-            repeat = (
-                f"The attempt before this one stopped at the same place in hang {repeat_of}, which ended it: "
-                f"{describe_place(place)}. This attempt is not ended: on_hang='restart' ends one attempt a place."
-            )
-        notice = hang_notice(verdict, facts, self.episode + 1, self.on_hang, taken=taken, repeat=repeat)
-        counts = {f.progress.rank: counts_of(f.progress) for f in facts}
-        return Judged(notice, verdict.sentence, counts, place, repeat_of)
 
     def _raise(
         self,
@@ -250,9 +171,8 @@ class HangWatch:
         self.episode += 1
         self.open, self.counts, self.stopped, self.raised_at = True, hang.counts, hang.notice.stopped, self.clock()
         if target.attempt is not None:
-            self.views[target.attempt], self.viewed = hang_view(hang.notice), target.attempt
-            while len(self.views) > VIEWS_KEPT:
-                self.views.pop(next(iter(self.views)))
+            self.views.keep(target.attempt, hang.notice)
+            self.viewed = target.attempt
         warner.warn(f"hang:{target.run_id}:{self.episode}", f"training hangs: {hang.sentence}")
         deliver(hang.notice)
         self.ended = self.on_hang.ends_attempt and hang.repeat_of is None
@@ -274,7 +194,7 @@ class HangWatch:
         moved, finished = self._moved(now)
         if moved or finished:
             self.open, self.closed_at = False, self.clock()
-            self.views.pop(self.viewed, None)  # progress again: a later failure is not this hang's
+            self.views.drop(self.viewed)  # progress again: a later failure is not this hang's
             deliver(resumed_notice(self.episode, moved, self.clock() - self.raised_at, finished))
 
     def _moved(self, now: Mapping[int, RankProgress]) -> tuple[list[int], list[int]]:
@@ -309,106 +229,21 @@ class HangWatch:
     def progress(self, target: WatchedRun, pool: LoggerPool) -> dict[int, Reading]:
         """The run's ranks as last read (rank -> its reading), placed ranks of its current attempt
         only (their folder: ``target.attempt``; none before its ranks are armed)."""
-        out: dict[int, Reading] = {}
-        key = target.attempt
-        if key is None:
-            return out
-        for node_id, ranks in (self.ranks if self.ranks is not None else target.ranks).items():
-            read_age_s = 0.0
-            if node_id == target.covered_node:
-                now = time.monotonic_ns()
-                seen: tuple[RankProgress, ...] = tuple(progress_of(s, now) for s in read_slots(run_dir(key)))
-            else:
-                handle = pool.get(node_id)
-                seen = handle.progress.get(key, ()) if handle else ()
-                read_age_s = self.clock() - handle.progress_at if handle else 0.0
-            for progress in seen:
-                if progress.rank in ranks:
-                    out[progress.rank] = Reading(progress, node_id, max(0.0, read_age_s))
-        return out
+        return read_progress(self._placed(target), target, pool, self.clock)
+
+    def _placed(self, target: WatchedRun) -> dict[str, tuple[int, ...]]:
+        return self.ranks if self.ranks is not None else target.ranks
 
     def end_attempt(
         self, target: WatchedRun, pool: LoggerPool, ranks: tuple[int, ...], why: str, warner: Warner
     ) -> None:
         """``on_hang="restart"``: end the stopped ranks (``why`` is the error they raise), so that
-        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run).
-
-        Each node is told the attempt (its folder) and each rank's process as it was judged (pid
-        and start time): it ends those and refuses anything else, so an end that arrives late
-        (past ``END_TIMEOUT_S``, when this stops waiting) never ends a later attempt's ranks or
-        another job's. Every node is asked at once."""
-        key = target.attempt
-        if key is None:  # no ranks armed, none judged (progress() found none)
-            return
-        named: dict[str, list[RankProcess]] = {}
-        for node_id, placed in (self.ranks if self.ranks is not None else target.ranks).items():
-            mine = [self.judged[r] for r in placed if r in ranks and r in self.judged]
-            if mine:
-                named[node_id] = [RankProcess(p.rank, p.pid, p.proc_start) for p in mine]
-        pending: dict[Any, tuple[str, list[RankProcess]]] = {}
-        for node_id, processes in named.items():
-            try:
-                if node_id == target.covered_node:
-                    _refused(end_ranks(key, processes, why), node_id, warner)
-                elif (handle := pool.get(node_id)) is not None:
-                    pending[handle.actor.end_ranks.remote(key, processes, why)] = (node_id, processes)
-            except Exception as e:  # noqa: BLE001
-                warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
-        _await_ends(pending, warner)
+        Ray Train's failure handling restarts the attempt from its last checkpoint (or ends the run):
+        each rank's process as it was judged, and no other (``hang_ends.py``)."""
+        if not end_hung_ranks(target, pool, self._placed(target), self.judged, ranks, why, warner):
+            return  # no ranks armed, none judged (progress() found none)
         warner.warn(
             f"hang-restart:{target.run_id}:{self.episode}",
             f"hang {self.episode}: ended rank(s) {', '.join(map(str, ranks))} (on_hang='restart'); Ray Train's "
             "FailureConfig decides whether the attempt restarts from its last checkpoint",
         )
-
-
-def _ranks(processes: list[RankProcess]) -> str:
-    return ", ".join(str(p.rank) for p in processes)
-
-
-def _refused(answer: EndAnswer, node_id: str, warner: Warner) -> None:
-    if answer.refused:
-        warner.warn(
-            f"hang-end-refused:{node_id}:{answer.refused}",
-            f"hung rank(s) {', '.join(map(str, answer.refused))} were not ended: their process is no longer "
-            "the one judged (it ended, or the attempt did)",
-        )
-
-
-def _await_ends(pending: dict[Any, tuple[str, list[RankProcess]]], warner: Warner) -> None:
-    """Every node's answer to its end, waited for together (bounded: ``END_TIMEOUT_S``)."""
-    if not pending:
-        return
-    import ray
-
-    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=END_TIMEOUT_S)
-    for ref, (node_id, processes) in pending.items():
-        try:
-            if ref not in ready:
-                raise TimeoutError(f"no answer in {END_TIMEOUT_S:.0f} s")
-            _refused(ray.get(ref), node_id, warner)
-        except Exception as e:  # noqa: BLE001
-            warner.warn(f"hang-end:{node_id}", f"could not end the hung ranks {_ranks(processes)} ({describe(e)})")
-
-
-def hang_view(notice: HangNotice) -> HangView:
-    """A hang's judgement as the failure rule takes it: who stopped, where, and who waits in which collective."""
-    rows = {r.rank: r for r in notice.rows}
-    waits = [r for r in notice.rows if r.state == "waits" and r.collective and r.collective != "report"]
-    first = waits[0] if waits else None
-    return HangView(
-        stopped=notice.stopped,
-        where={rank: r.where for rank, r in rows.items() if rank in notice.stopped and r.where},
-        steps={rank: r.last_step for rank, r in rows.items()},
-        collective=first.collective if first else "",
-        seq=first.seq if first else None,
-        group=first.group if first else "",
-        episode=notice.episode,
-    )
-
-
-def aged(ranks: tuple[RankProgress, ...], since_s: float) -> tuple[RankProgress, ...]:
-    """``ranks`` as read ``since_s`` ago, aged by that much (a ping's ages are as old as the ping)."""
-    if since_s <= 0:
-        return ranks
-    return tuple(replace(r, age_s=r.age_s + since_s, phase_age_s=r.phase_age_s + since_s) for r in ranks)

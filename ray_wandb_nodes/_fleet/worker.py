@@ -14,49 +14,46 @@ from collections.abc import Callable
 from typing import Any
 
 from .._config.values import NodeSelection
-from .._health import NodeEnd, NodeSummary
+from .._health import NodeSummary
 from .._wandb.writers import Role, WriterSpec
 from .._warn import Warner, describe
 from .actors import RayActors
 from .collect import OfflineCollection
 from .commands import (
     REPLANS,
-    AddRun,
     AttemptEnded,
     AttemptFailed,
-    AttemptRecovered,
     AwaitWriters,
-    Checkpointed,
     Command,
-    EndHealth,
-    Located,
     LogArtifact,
     LogRow,
     Prestart,
-    RankReport,
-    RanksFinished,
     Retire,
-    RunReady,
-    SetNodes,
 )
 from .consoles import FleetConsoles
 from .egress import FleetEgress, RelayPlan
-from .health import FleetHealth, judge_final, rank_report, stragglers
+from .health import FleetHealth, judge_final, stragglers
+from .listing import END_LISTING_S, NodeListing
 from .node_console import FINISH_S as CONSOLE_FINISH_S
-from .nodes import NodeInfo, alive_nodes, candidate_nodes, ended_nodes, prestart_nodes
+from .nodes import NodeInfo
 from .plan import plan, run_of
 from .pool import LoggerPool
 from .ready import Awaits
 from .retire import Retirement, advance_all, retire
 from .rows import RowRouter
+from .target_commands import TARGET_COMMANDS, apply_to_targets
 from .targets import RunTarget, SharedTarget, StandaloneTarget, early_nodes, relayed_nodes, writer_spec
 from .watches import FleetWatches
 
-LISTING_NODES = 1000  # past this many nodes, the node listing slows down in proportion
-END_LISTING_S = 2.0  # a run's end reads the node listing afresh, waiting this long at most
-
 
 class FleetWorker:
+    """The order of a fleet thread's turn (``step``) and of a run's end (``_start_retirement``);
+    each job is a part's own: the node listing (``listing.NodeListing``), the commands' changes to
+    the runs' targets (``target_commands``), the plan (``plan``) carried out on the logger pool
+    (``pool.LoggerPool``), the relay (``egress.FleetEgress``), the folders and consoles each logger
+    follows (``watches``, ``consoles``), node health (``health``), each run's failures and hangs
+    (``failures``, ``hangs``), the offline collection (``collect``) and the retirements (``retire``)."""
+
     def __init__(
         self,
         *,
@@ -72,11 +69,7 @@ class FleetWorker:
     ) -> None:
         self.warner = warner
         self._wake = wake  # a turn of the fleet thread now, not at the next poll
-        self._poll_s = poll_s
-        self._list_nodes = list_nodes
-        self._free_resources = free_resources
-        self._clock = clock
-        self._listed_at: float | None = None
+        self.listing = NodeListing(poll_s=poll_s, list_nodes=list_nodes, free_resources=free_resources, clock=clock)
         self.dirty = True  # something the plan reads changed since it last ran
         self.targets: dict[str, RunTarget] = {}
         self.retirements: list[Retirement] = []
@@ -88,8 +81,6 @@ class FleetWorker:
         self._consoles = FleetConsoles(warner)  # whose console each logger follows into each run
         self._collection = OfflineCollection(warner)
         self.egress = FleetEgress(warner, relay)  # the relay, and the nodes without a route to W&B
-        self._alive: dict[str, NodeInfo] = {}
-        self._ended: dict[str, NodeEnd] = {}  # the listing's dead nodes, how each ended (node health's lost or left)
 
     @property
     def failing(self) -> bool:
@@ -119,69 +110,29 @@ class FleetWorker:
             self._consoles.sync(self.targets, self.pool, replanned)  # after the plan: after the writers' joins
             self._check_health()
             self._check_failures()
-            self.awaits.check(self.targets, self.pool, self._alive)
+            self.awaits.check(self.targets, self.pool, self.listing.alive)
             self.check_retirements()
         except Exception as e:  # noqa: BLE001 - the fleet must outlive any one failure
             self.warner.warn(f"fleet:{type(e).__name__}", f"node loggers could not be updated ({describe(e)})")
 
     def apply(self, command: Command) -> None:
         self.dirty |= isinstance(command, REPLANS)
-        if isinstance(command, AddRun):
-            self.targets[command.target.run_id] = command.target
-        elif isinstance(command, RunReady):
-            if self.targets.get(command.target.run_id) is command.target:
-                command.target.ready = True
-        elif isinstance(command, SetNodes):
-            target = self.targets.get(command.run_id)
-            if target is not None and (command.only is None or command.only is target):
-                target.nodes, target.covered_node = command.nodes, command.covered
-                if command.ranks is not None:
-                    target.ranks = command.ranks
-                if command.rank_gpus is not None:
-                    target.rank_gpus = command.rank_gpus
-                if command.attempt is not None:
-                    target.attempt = command.attempt
-                if command.pids is not None:
-                    target.pids = command.pids
-        elif isinstance(command, AttemptEnded):
+        if isinstance(command, AttemptEnded):
             target = self.targets.get(command.run_id)
             hangs = target.hangs if isinstance(target, SharedTarget) else None
             stopped = hangs.stopped if hangs is not None and hangs.open else ()  # the ranks others waited for
             self._consoles.end_attempt(command.run_id, command.failed, self.pool, stopped)
-        elif isinstance(command, Located):
-            target = self.targets.get(command.run_id)
-            if isinstance(target, SharedTarget) and (command.only is None or command.only is target):
-                target.process = command.process
-        elif isinstance(command, EndHealth):
-            target = self.targets.get(command.run_id)
-            if isinstance(target, SharedTarget):
-                target.health = None
-                target.wants_report.clear()
-        elif isinstance(command, RankReport):
-            rank_report(self.targets.get(command.run_id), command.metrics, command.at, command.checkpoint)
-        elif isinstance(command, (RanksFinished, Checkpointed)):
-            target = self.targets.get(command.run_id)
-            if isinstance(target, SharedTarget) and target.hangs is not None:
-                if isinstance(command, RanksFinished):
-                    target.hangs.finished = command.ranks
-                else:
-                    target.hangs.checkpoint_reports = command.reports
-        elif isinstance(command, (AttemptFailed, AttemptRecovered)):
-            if isinstance(command, AttemptFailed):  # its dead ranks' last lines first, as it ends
-                self._consoles.attempt_failed(command.run_id, command.failed)
-            target = self.targets.get(command.run_id)
-            if isinstance(target, SharedTarget) and target.failures is not None:
-                if isinstance(command, AttemptFailed):
-                    target.failures.failed(command.failed)
-                else:
-                    target.failures.recovered(command.attempt)
+        elif isinstance(command, AttemptFailed):  # its dead ranks' last lines first, as it ends
+            self._consoles.attempt_failed(command.run_id, command.failed)
+        if isinstance(command, TARGET_COMMANDS):
+            apply_to_targets(self.targets, command)
         elif isinstance(command, Retire):
             self._start_retirement(command)
         elif isinstance(command, AwaitWriters):
             self.awaits.add(command.run_ids, command.done)
         elif isinstance(command, Prestart):
             self._refresh_nodes()
-            self.pool.prestart(self._prestart_nodes(command))
+            self.pool.prestart(self.listing.prestart_nodes(command))
         elif isinstance(command, (LogRow, LogArtifact)):  # a standalone run's row or checkpoint, to its writer's logger
             target = self.targets.get(command.run_id)
             if isinstance(target, StandaloneTarget):
@@ -196,32 +147,10 @@ class FleetWorker:
         self.egress.announce(self.pool)
 
     def _refresh_nodes(self, now_s: float | None = None) -> None:
-        """Re-read the alive nodes (one GCS call) once a poll, past 1,000 nodes once per poll and
-        1,000 nodes (5,000: every 15 s); a change re-plans. Between listings a lost node shows as
-        its logger's failed ping, and Train's worker-group hooks tell the nodes a run uses.
-        ``now_s``: read now, waiting at most that long (a run's end)."""
-        now = self._clock()
-        every = self._poll_s * max(1.0, len(self._alive) / LISTING_NODES)
-        due = self._listed_at is None or now - self._listed_at >= every or now_s is not None
-        if (not self.targets and not self.pool) or not due:
-            return
-        self._listed_at = now
-        records = self._list_nodes() if now_s is None else bounded(self._list_nodes, now_s)
-        if records is None:  # the listing did not answer in time: the last one stands
-            return
-        alive = alive_nodes(records, self._alive)
-        if alive.keys() != self._alive.keys():  # else the same object stays: nothing downstream redoes work
+        """The alive nodes re-read when due (``NodeListing.refresh``; ``now_s``: now, waiting at
+        most that long), while a run or a logger needs them; a change re-plans."""
+        if (self.targets or self.pool) and self.listing.refresh(now_s):
             self.dirty = True
-            self._alive, self._ended = alive, ended_nodes(records)
-
-    def _prestart_nodes(self, ask: Prestart) -> list[NodeInfo]:
-        """The nodes to start loggers on ahead: where the job's workers fit now (each node's free
-        resources, its totals when those cannot be read), no more nodes than the job needs."""
-        if ask.workers is None or ask.workers < 1:  # unknown: every node that could host a worker
-            return candidate_nodes(self._alive, use_gpu=ask.use_gpu, exclude=ask.exclude)
-        free = self._free_resources() or {n: {"CPU": i.cpus, "GPU": i.gpus} for n, i in self._alive.items()}
-        asks = ask.per_worker or ({"GPU": 1.0} if ask.use_gpu else {"CPU": 1.0})
-        return prestart_nodes(self._alive, free, workers=ask.workers, per_worker=asks, exclude=ask.exclude)
 
     def _spec_for(self, key: str, node: NodeInfo) -> WriterSpec | None:  # of writer `key` on `node`
         return writer_spec(self.targets, key, node)
@@ -229,7 +158,7 @@ class FleetWorker:
     def _carry_out_plan(self) -> None:
         if not self.targets and not self.pool:
             return
-        alive = self._alive
+        alive = self.listing.alive
         kinds = {n: i.kind for n, i in alive.items()}
         wants = [t.wants(relayed_nodes(t, self.warner), kinds, stragglers(t)) for t in self.targets.values() if t.ready]
         step = plan(self.pool.runs_by_node(), wants, alive, self._collection.collecting)
@@ -262,7 +191,7 @@ class FleetWorker:
     def _check_health(self, only: str | None = None) -> None:
         """Feed each shared run's node health (what changed) and publish what it says (``only``: one run)."""
         health = self._health
-        self.dirty |= health.check(self.targets, self.pool, self._alive, only=only, ended=self._ended)
+        self.dirty |= health.check(self.targets, self.pool, self.listing.alive, only=only, ended=self.listing.ended)
 
     def _check_failures(self, only: SharedTarget | None = None, final: bool = False) -> None:
         """Tell each shared run's failures that are due (``only``: one run, at its end: ``final``)."""
@@ -272,7 +201,7 @@ class FleetWorker:
             try:
                 local = self._watches.local_facts(target.primary)
                 failures, hangs = target.failures, target.hangs
-                failures.step(target, self.pool, self.warner, local, self._alive, final=final, hangs=hangs)
+                failures.step(target, self.pool, self.warner, local, self.listing.alive, final=final, hangs=hangs)
             except Exception as e:  # noqa: BLE001 - the run goes on, and ends
                 self.warner.warn(f"failure:{target.run_id}", f"a failure could not be named in the run ({describe(e)})")
 
@@ -336,8 +265,8 @@ class FleetWorker:
         the nodes as Ray says then: a node Ray marked dead while they finished (a host killed: its
         ranks' failure ends the run before Ray knows the node dead) is the run's loss, named in it."""
         self._refresh_nodes(now_s=END_LISTING_S)
-        if target.health is not None and self._alive:
-            target.health.alive(self._alive, ended=self._ended)
+        if target.health is not None and self.listing.alive:
+            target.health.alive(self.listing.alive, ended=self.listing.ended)
         judge_final(target, self.warner, last)
 
     def release(self) -> None:
@@ -345,23 +274,6 @@ class FleetWorker:
         self.awaits.release_all()
         for r in self.retirements:
             r.writers_done.set()
-
-
-def bounded(call: Callable[[], Any], timeout_s: float) -> Any:
-    """``call()``'s answer, or None when it takes longer than ``timeout_s`` (it goes on, on a
-    daemon thread, and its answer is dropped) or raises."""
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(call())
-        except Exception:  # noqa: BLE001 - no answer: the caller keeps what it had
-            pass
-
-    thread = threading.Thread(target=run, name="ray_wandb_nodes-bounded", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return box[0] if box else None
 
 
 def close_hangs(target: SharedTarget, pool: LoggerPool, warner: Warner) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._flight import as_int, entry_group, entry_op, load_dump
+
 DEFAULT_BUFFER = 2000
 _FR_SINCE = (2, 8)
 
@@ -166,13 +168,6 @@ def dump_flight_recorder() -> str | None:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def _int(value: Any, default: int = -1) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
 def _ranks(text: Any) -> tuple[int, ...]:
     """``"[0, 1, 2]"`` (pg_config's form) as ranks; () for anything else."""
     if isinstance(text, list):
@@ -197,18 +192,11 @@ def parse_flight_recorder(text: str) -> FlightRecord:
     entries map one to the other; a status whose group has no entry left in the ring is dropped.
     ``pg_config`` gives each group's ranks where the backend records them (NCCL; gloo, torch 2.13,
     records one group named ``""``, left out)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"not a flight-recorder dump: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"not a flight-recorder dump: a JSON {type(data).__name__}")
+    data = load_dump(text)
     names: dict[str, tuple[str, str]] = {}  # the recorder's pg_id -> (name, description)
     raw = []
     for entry in data.get("entries") or []:
-        pg = entry.get("process_group") or [entry.get("pg_id", "")]
-        name = str(pg[0]) if pg else str(entry.get("pg_id", ""))
-        desc = str(pg[1]) if len(pg) > 1 else ""
+        name, desc = entry_group(entry)
         names.setdefault(str(entry.get("pg_id", name)), (name, desc))
         raw.append((entry, name))
     config: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -222,9 +210,9 @@ def parse_flight_recorder(text: str) -> FlightRecord:
         name, desc = names[str(pg_id)]
         groups[name] = PgStatus(
             name,
-            _int(status.get("last_enqueued_collective")),
-            _int(status.get("last_started_collective")),
-            _int(status.get("last_completed_collective")),
+            as_int(status.get("last_enqueued_collective")),
+            as_int(status.get("last_started_collective")),
+            as_int(status.get("last_completed_collective")),
             desc,
             config.get(name, ("", ()))[1],
         )
@@ -232,15 +220,14 @@ def parse_flight_recorder(text: str) -> FlightRecord:
         groups.setdefault(name, PgStatus(name, -1, -1, -1, desc, ranks))
     collectives = []
     for entry, name in raw:
-        seq = _int(entry.get("collective_seq_id"))
+        seq = as_int(entry.get("collective_seq_id"))
         p2p = bool(entry.get("is_p2p"))
         status = groups.get(name)
         # gloo leaves ``state`` at ``scheduled`` and marks a completed entry ``retired``; its
         # status's last completed can lag one behind
         done = bool(entry.get("retired")) or (not p2p and status is not None and seq <= status.last_completed)
         state = "completed" if done or entry.get("state") == "completed" else str(entry.get("state") or "scheduled")
-        op = str(entry.get("profiling_name") or "?").rsplit(":", 1)[-1]
-        collectives.append(Collective(seq, op, state, name, _int(entry.get("record_id")), p2p))
+        collectives.append(Collective(seq, entry_op(entry), state, name, as_int(entry.get("record_id")), p2p))
     collectives.sort(key=lambda c: (c.pg, c.seq, c.record))
     return FlightRecord(tuple(collectives), tuple(groups[k] for k in sorted(groups)))
 
@@ -262,15 +249,14 @@ def trim_dump(text: str, tail: int = FLIGHT_TAIL) -> str:
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         return text if len(text) <= _UNPARSED_MAX else text[:_UNPARSED_MAX]
-    completed = {str(pg): _int(s.get("last_completed_collective")) for pg, s in (data.get("pg_status") or {}).items()}
+    completed = {str(pg): as_int(s.get("last_completed_collective")) for pg, s in (data.get("pg_status") or {}).items()}
     by_group: dict[str, list[tuple[int, int]]] = {}
     keep: set[int] = set()
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             continue
-        pg = entry.get("process_group") or [entry.get("pg_id", "")]
-        pg_id = str(pg[0]) if pg else str(entry.get("pg_id", ""))
-        seq = _int(entry.get("collective_seq_id"))
+        pg_id = entry_group(entry)[0]
+        seq = as_int(entry.get("collective_seq_id"))
         finished = pg_id in completed and seq <= completed[pg_id]
         done = bool(entry.get("retired")) or entry.get("state") == "completed" or finished
         if not done:

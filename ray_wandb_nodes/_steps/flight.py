@@ -18,9 +18,10 @@ it: these durations exist where the user turned it on.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .._flight import entry_group, entry_op, entry_seq, load_dump
 
 
 @dataclass(frozen=True)
@@ -45,24 +46,15 @@ class CollectiveWait:
 def timed_collectives(text: str) -> list[TimedCollective]:
     """The completed collectives of a recorder dump (JSON text) that carry a duration; none for
     a gloo process group, or where timing is off. A ``ValueError`` for text that is not a dump."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"not a flight-recorder dump: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"not a flight-recorder dump: a JSON {type(data).__name__}")
     out = []
-    for entry in data.get("entries") or []:
+    for entry in load_dump(text).get("entries") or []:
         duration = entry.get("duration_ms")
         if not isinstance(duration, (int, float)) or duration < 0 or entry.get("state") != "completed":
             continue
-        pg = entry.get("process_group") or [entry.get("pg_id", "")]
-        op = str(entry.get("profiling_name") or "?").rsplit(":", 1)[-1]
-        try:
-            seq = int(entry.get("collective_seq_id"))
-        except (TypeError, ValueError):
+        seq = entry_seq(entry)
+        if seq is None:
             continue
-        out.append(TimedCollective(str(pg[0]), seq, op, float(duration) / 1e3))
+        out.append(TimedCollective(entry_group(entry)[0], seq, entry_op(entry), float(duration) / 1e3))
     return out
 
 

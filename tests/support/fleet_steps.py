@@ -1,7 +1,7 @@
 """A fleet's slow-rank path at scale, simulated on one time axis: a synchronous job of ``nodes`` x
 ``ranks`` ranks stepping together (numpy: every rank's parts a step, with noise), each node's
 reads of its ranks every ``node_steps.READ_S`` kept as points (the real ``NodePoints``), the
-fleet's real ping turn (``pool._PingTurn``: at most ``PING_BATCH`` pings a tick of ``POLL_S``, each
+fleet's real ping turn (``pings.PingTurn``: at most ``PING_BATCH`` pings a tick of ``POLL_S``, each
 answered the next tick with the points its node took when asked), the real ``feed_steps`` every
 tick into the real ``RankHealth`` (the windows by step and the rank rule).
 
@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ray_wandb_nodes._fleet.node_steps import READ_S
-from ray_wandb_nodes._fleet.pool import LoggerHandle, _PingTurn
+from ray_wandb_nodes._fleet.pings import PingTurn
+from ray_wandb_nodes._fleet.pool import LoggerHandle
 from ray_wandb_nodes._fleet.steps import feed_steps
 from ray_wandb_nodes._health import RankAt
 from ray_wandb_nodes._health.alerts import Alert
@@ -128,7 +129,7 @@ class FleetSim:
         out = Outcome()
         asked: list[int] = []
         answered = _Answered()
-        turn = _PingTurn(POLL_S)
+        turn = PingTurn(POLL_S)
         handles = {
             f"n{n}": LoggerHandle(
                 node=SimpleNamespace(label=f"node-{n}"), actor=_Actor(n, asked), pg=None, runs={"run"}

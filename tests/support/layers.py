@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_wandb/",),  # the writer kit
     ("_config/",),  # the options and their values
     ("_ray/", "offline/"),  # Ray's internals; offline run folders
-    ("_gpu_ids.py", "_mask.py", "_stats.py", "_warn.py"),  # the leaves: GPU ids, secrets masked, statistics, warnings
+    # the leaves: the flight recorder's dump read, GPU ids, secrets masked, statistics, warnings
+    ("_flight.py", "_gpu_ids.py", "_mask.py", "_stats.py", "_warn.py"),
 )
 
 

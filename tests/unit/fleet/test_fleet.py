@@ -269,7 +269,7 @@ def test_a_node_that_dies_while_the_run_s_writers_finish_is_named_in_its_final_j
             sim.fail(dead)
         return records
 
-    fleet.worker._list_nodes = listing
+    fleet.worker.listing.list_nodes = listing
     done = threading.Event()
     fleet.step(Retire(target.run_id, 5.0, None, 0, done))
     for _ in range(50):  # the writers finish (no poll's listing due: the clock stands still)

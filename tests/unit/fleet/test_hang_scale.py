@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from bench.hang_scale import RANKS, simulate
-from ray_wandb_nodes._fleet import pool
+from ray_wandb_nodes._fleet import pings
 
 NODES, LIMIT_S, STEP_S = 64, 30.0, 5.0
 
 
 @pytest.fixture(autouse=True)
 def pings_as_at_1000_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "PING_BATCH", 4)
+    monkeypatch.setattr(pings, "PING_BATCH", 4)
 
 
 def test_a_healthy_job_whose_pings_are_older_than_the_limit_raises_no_hang() -> None:
