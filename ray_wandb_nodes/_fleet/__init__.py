@@ -3,10 +3,11 @@
 ``fleet`` (the command queue, its one thread, retiring runs) carries out what ``plan`` (a pure
 function) decides, through the ``pool`` (logger actors, placement groups, joins, health) and the
 offline ``collect``-ion; ``targets`` are the runs' wishes; ``node_logger`` is the actor itself
-(``hosted``: its record of each writer; ``node_offline``: its offline-run calls), ``egress`` the
-run's relay and the nodes without a route to W&B, ``watches`` says which ranks' folders each one
-watches, ``hangs`` and ``failures`` name a run's hangs and failed attempts, ``janitor`` removes
-placement groups a dead controller left, ``nodes`` reads Ray's node list.
+(``hosted``: its record of each writer; ``node_samples``: their summaries read; ``node_offline``:
+its offline-run calls), ``egress`` the run's relay and the nodes without a route to W&B,
+``watches`` says which ranks' folders each one watches, ``hangs`` and ``failures`` name a run's
+hangs and failed attempts, ``janitor`` removes placement groups a dead controller left, ``nodes``
+reads Ray's node list.
 """
 
 from .failures import FailureWatch
