@@ -6,25 +6,20 @@ the worker placement; the public
 ``UserCallback`` has neither. It must not also subclass ``UserCallback``: Train routes
 such objects only through its user-callback handler and never calls their other hooks.
 
-Every hook runs on the Train controller actor's event loop. Hooks only hand data to the
-run session's background threads, and no exception leaves them: a raise in a Train hook
-fails the whole run.
+Every hook runs on the Train controller actor's event loop. Hooks only translate Ray's call into
+one on the ``TrainController`` (``_run/train_controller.py``), which hands data to the run
+session's background threads, and no exception leaves them: a raise in a Train hook fails the
+whole run.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _ray
 from ._config.setup import configure
-from ._ray.failures import max_failures
-from ._run import handoff as _handoff
-from ._run.train_failures import AttemptFailures
-from ._run.train_run import TrainRun
-from ._run.train_workers import TrainWorkers
-from ._run.trial_relay import TrialRelay
+from ._run.train_controller import TrainController
 from ._warn import Warner, describe, guarded
 
 # Train V2's callback classes of this Ray (``(object,)`` on a Ray without them: then building the
@@ -157,14 +152,9 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
     ) -> None:
         _ray.check_ray(train=True)
         self.options, self._env = configure("train", locals())  # the arguments above, by the table
-        self._driver_cwd = os.getcwd()
         self._warner = Warner()
-        self._run: TrainRun | None = None
-        # Built inside a Tune trial: maybe that trial's W&B run is the run (see _handoff).
-        self._tune_trial_id = _ray.current_trial_id() if self.options.mode.logs else None
-        self._relay: TrialRelay | None = None  # inside a trial whose run is the run (see _handoff)
-        self._workers = TrainWorkers(self._warner)  # where the ranks run, and the attempt they arm in
-        self._failures = AttemptFailures()  # the current attempt's failure, as Train's hooks show it
+        # What the hooks do, in order, with the run they write to (its own, or a Tune trial's).
+        self._controller = TrainController(self.options, self._env, self._warner, driver_cwd=os.getcwd())
 
     def __repr__(self) -> str:
         o = self.options
@@ -173,134 +163,71 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
             f"nodes={o.nodes.value!r})"
         )
 
-    def __getstate__(self) -> dict[str, Any]:  # runtime state never travels
-        return {**self.__dict__, "_run": None, "_relay": None}
-
     @property
     def run_id(self) -> str | None:
         """The W&B run id (the group's base id for the node and all strategies), once started."""
-        return self._run.base_id if self._run else None
+        return self._controller.run_id
 
     # ControllerCallback --------------------------------------------------------------------
     @guarded("after_controller_start")
     def after_controller_start(self, train_run_context: TrainRunContext) -> None:
-        if not self.options.mode.logs or self._run is not None or self._relay is not None:
-            return
-        mark = _handoff.trial_mark(self._tune_trial_id) if self._tune_trial_id else None
-        if self._tune_trial_id and mark:
-            # Inside a trial that WandbNodesTuneCallback logs: the trial's run is the run;
-            # this callback only tells it where the train workers are, and how to watch them.
-            self._relay = TrialRelay(self._tune_trial_id, self._warner)
-            hangs = self._relay.hangs(mark, self.options, train_run_context) is not None
-            self._workers.watch(mark.run_id or None, hangs)
-            self._failures = AttemptFailures(max_failures(train_run_context), sink=self._relay)
-            return
-        import ray
-
-        self._run = TrainRun(
-            self.options,
-            self._env,
-            self._warner,
-            start=_ray.train_start(train_run_context),
-            node_id=ray.get_runtime_context().get_node_id(),
-            hostname=socket.gethostname(),
-            driver_cwd=self._driver_cwd,
-        )
-        self._workers.watch(self._run.watch_run, hangs=self._run.hang_run is not None)
-        self._failures = AttemptFailures(max_failures(train_run_context), sink=self._run)
+        self._controller.start(train_run_context)
 
     @guarded("after_controller_finish")
     def after_controller_finish(self, result: Result) -> None:
-        if self._run is not None:
-            self._run.finish(exit_code=1 if _ray.result_failed(result) else 0, timeout=self.options.finish_timeout_s)
+        self._controller.finish(result)
 
     @guarded("before_controller_abort")
     def before_controller_abort(self) -> None:
-        self._abort()
+        self._controller.abort()
 
     @guarded("after_controller_state_update")
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         # Up to Ray 2.54 an abort fires no abort hook, only this update to the aborted state;
         # from 2.55 both fire (the abort hook first), and the run ends once.
         if _ray.is_aborted(current_state):
-            self._abort()
+            self._controller.abort()
 
     @guarded("before_controller_execute_failure_decision")
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         """Ray decided what a failure does (retry or raise): the failed attempt goes to the run, named
         there from what the failing poll said and what each node saw (on the fleet thread)."""
-        self._failures.decided(failure_decision, self._workers.placements.values(), self._workers.attempt)
-
-    def _abort(self) -> None:
-        # The controller exits right after an abort: finish fast, as failed.
-        if self._run is not None:
-            self._run.abort()
+        self._controller.failure_decided(failure_decision)
 
     # WorkerGroupCallback and, from Ray 2.56, ReplicaGroupCallback -------------------------------
     @guarded("before_worker_group_start")
     def before_worker_group_start(self, worker_group_context: Any) -> None:
         """A worker group starts (its first, or a restart; a replaced replica group is no new group
         and calls no such hook, Ray 2.47 to 2.60): its ranks arm in an attempt of their own."""
-        self._workers.new_group()
-        self._failures.new_group()
+        self._controller.group_starts()
 
     def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
         """The earliest moment the workers' nodes are known (their actors exist; the train
         function has not started): the ranks are armed and the node writers start joining now."""
         try:
-            self._workers.arm(workers)  # ahead of Train's own calls there, the process group's included
-            if self._run is not None or self._relay is not None:
-                # every rank of a worker group, or (2.56+) the ranks of a replaced replica group
-                self._workers.placements.update((p.rank, p) for p in _ray.placements_of(workers))
-                self._placed()
+            self._controller.workers_known(workers)
         except Exception as e:  # noqa: BLE001 - a raise here fails the run
             self._warner.warn(f"hook:before_init_train_context:{type(e).__name__}", describe(e))
         return {}  # no train-context arguments of ours
 
     @guarded("after_worker_group_start")
     def after_worker_group_start(self, worker_group: WorkerGroup) -> None:
-        if self._run is not None or self._relay is not None:
-            placements = {p.rank: p for p in _ray.worker_placements(worker_group)}
-            if placements != self._workers.placements:  # before_init_train_context told the fleet already
-                self._workers.placements = placements
-                self._placed()
-        if self._run is not None:
-            # Right before Ray launches the train function: hold it (bounded) until every node writer
-            # has joined and sampled, so the set-up inside the function is seen on every node.
-            self._run.await_writers()
-        if self._run is not None or self._relay is not None:  # last: a rank's hang clock starts with its train function
-            self._workers.setup(worker_group, self._setup_run_id())
+        """Right before Ray launches the train function: the fleet told of any placement it missed, the
+        launch held (bounded) until every node writer has joined, then each worker's set-up."""
+        self._controller.group_started(worker_group)
 
     @guarded("before_worker_group_shutdown")
     def before_worker_group_shutdown(self, worker_group: WorkerGroup) -> None:
         """The worker group's attempt ends (a restart, the end of training, a failure; Ray 2.50 to
         2.60 call it before ending the workers): its ranks' console ends, every rank's last lines
         to the run when one of its polls held an error."""
-        if self._run is not None:
-            self._run.attempt_ended(self._failures.failed)
+        self._controller.group_ends()
 
     @guarded("after_replica_group_start")
     def after_replica_group_start(self, replica_group: Any) -> None:
         # A replica group replaced (Ray 2.56+, TorchFT-style fault tolerance): only its workers
         # are new, maybe on other nodes; Ray calls no worker-group hook for it.
-        if self._run is not None or self._relay is not None:
-            self._failures.replaced()  # the failed replica's ranks ended with their processes (their console too)
-            self._workers.placements.update((p.rank, p) for p in _ray.worker_placements(replica_group))
-            self._placed()
-            self._workers.setup(replica_group, self._setup_run_id())
-
-    def _setup_run_id(self) -> str | None:
-        """The run a worker's set-up names (its frameworks' runs quieted for it)."""
-        return self.run_id or (self._relay.trial_id if self._relay is not None else None)
-
-    def _placed(self) -> None:
-        w = self._workers
-        placements = [w.placements[rank] for rank in sorted(w.placements)]
-        if self._relay is not None:
-            self._relay.placed(placements, w.attempt)
-            return
-        assert self._run is not None
-        self._run.workers_placed(placements, attempt=w.attempt)
+        self._controller.replica_group_started(replica_group)
 
     @guarded("after_worker_group_poll_status")
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
@@ -308,17 +235,9 @@ class WandbNodesCallback(*_BASES):  # type: ignore[misc]
         for the failure decision, and the attempt's ranks' last lines go to the run at its end); the
         ranks whose train function returned (not those that failed) are not judged for hangs, and
         are progress during one (inside a Tune trial, through the hand-off to the trial's run)."""
-        self._failures.polled(worker_group_status, self._workers.group)  # the first failing poll: the attempt failed
-        if self._workers.hang_run and self._run is not None:
-            self._run.ranks_finished(_ray.finished_ranks(worker_group_status))
-        elif self._workers.hang_run and self._relay is not None:
-            self._relay.finished(_ray.finished_ranks(worker_group_status))
+        self._controller.polled(worker_group_status)
 
     # ReportCallback --------------------------------------------------------------------------
     @guarded("after_report")
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
-        self._failures.reported()  # after a retry, its first report: the attempt recovered
-        if self._run is not None and metrics:
-            self._run.report(metrics, _ray.report_checkpoint(training_report))
-        elif self._relay is not None:
-            self._relay.reported(_ray.report_checkpoint(training_report) is not None)
+        self._controller.reported(training_report, metrics)

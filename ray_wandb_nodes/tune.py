@@ -12,15 +12,12 @@ every trial on it. Hooks hand work to background threads and never raise into Tu
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ray.tune import Callback
 
 from . import _ray
-from ._config.options import invalid
-from ._config.secrets import capture_env
-from ._config.setup import configure, default_base_url
+from ._config.setup import configure, key_recaptured, without_key
 from ._config.values import Mode
 from ._run.session import SharedSession
 from ._run.tune_run import TuneRuns
@@ -126,9 +123,6 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         **wandb_init_kwargs: Any,
     ) -> None:
         _ray.check_ray(train=False)
-        for owned, why in (("id", "each trial's run id is its trial id"), ("name", "each run is named for its trial")):
-            if owned in wandb_init_kwargs:
-                raise invalid(owned, wandb_init_kwargs[owned], f"not accepted by the Tune callback: {why}")
         self.options, self._env = configure("tune", locals())  # the arguments above, by the table
         self.video_kwargs = dict(self.options.video_kwargs)
         self.image_kwargs = dict(self.options.image_kwargs)
@@ -154,7 +148,7 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         # Tune pickles its callbacks into the experiment folder (tuner.pkl): the key stays
         # out of it and is captured again where the experiment is restored.
         state = self.__dict__.copy()
-        state.update(_runs=None, _env=replace(self._env, api_key=None))
+        state.update(_runs=None, _env=without_key(self._env))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -162,11 +156,9 @@ class WandbNodesTuneCallback(Callback):  # type: ignore[misc]
         self.__dict__.setdefault("_runs", None)
         if self._env.api_key is None and self.options.mode is Mode.ONLINE:
             try:
-                found = capture_env(os.environ, api_key_file=self._api_key_file, default_base_url=default_base_url())
+                self._env = key_recaptured(self._env, self._api_key_file)
             except ValueError as e:
                 self._warner.warn("restore-key", f"no W&B API key after restore ({e})")
-                return
-            self._env = replace(self._env, api_key=found.api_key, api_key_source=found.api_key_source)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WandbNodesTuneCallback:
         # A copy in memory (Tune copies its run config) keeps the key; a pickle does not.

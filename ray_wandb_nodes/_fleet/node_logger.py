@@ -9,7 +9,7 @@ exit code. The actor takes no CPU (``num_cpus=0``) and sits in a placement-group
 a little memory. It reports failures as data (``status()``) instead of dying, so one bad
 node is one warning on the driver side, never a dead run. ``status()`` also carries the
 node's latest summary of each writer (see ``_health``): a thread of the actor reads them off
-wandb's kept samples every sampling interval, so a ping never waits on wandb. Each writer has
+wandb's kept samples every sampling interval (``node_samples``), so a ping never waits on wandb. Each writer has
 its own (a Tune trial's writer samples its own trial's processes), and each says its age on
 this node's clock.
 
@@ -54,7 +54,7 @@ from .. import _ray
 from .._egress import Way, WriterEgress, find_way, for_way, online
 from .._failure import SETTLE_S, NodeDeaths, NodeFacts
 from .._hang import EndAnswer, NodeWatch, RankAnswers, RankProcess, RankProgress, end_ranks, rank_evidence
-from .._health import Degradation, NodeSummary, ReadProblem, aged
+from .._health import NodeSummary
 from .._wandb.artifacts import checkpoint_artifact
 from .._wandb.metrics import Stepper
 from .._wandb.runs import init_writer
@@ -64,6 +64,7 @@ from ..offline import index as _index
 from .hosted import EARLY_ROWS, Collected, HostedRun, finish_hosted, node_uploads
 from .node_console import NodeConsoles, last_words
 from .node_offline import OfflineRuns
+from .node_samples import NodeSamples, taken
 from .node_steps import NodeSteps
 from .wire import ConsoleEnd, ConsoleRanks, LoggerStatus
 
@@ -90,9 +91,7 @@ class NodeLogger(OfflineRuns):
         self._hosted: dict[str, HostedRun] = {}
         self._warm_error: str | None = None
         self._restarted = _ray.was_restarted()
-        self._sample_s = 15.0
-        self._reading = threading.Lock()  # one read of a writer's samples at a time (the sampler's, a finish's)
-        self._sampler: threading.Thread | None = None
+        self._samples = NodeSamples(self._joined)  # each writer's summary, read on a thread of its own
         self._said = Collected()
         self._writing = threading.Lock()  # a run's rows (the writer calls) and artifacts (their own), one at a time
         self._watch = NodeWatch(root)
@@ -139,29 +138,19 @@ class NodeLogger(OfflineRuns):
             for row in early:
                 self.log(spec.run_id, row)
             self._consoles.joined(spec.run_id, run)
-            self._start_sampler(float(spec.settings.get("x_stats_sampling_interval") or 15.0))
+            self._samples.start(float(spec.settings.get("x_stats_sampling_interval") or 15.0))
         except Exception as e:  # noqa: BLE001 - reported through status()
             with self._lock:
                 record.error = describe(e)
         return self.status()
 
-    def _start_sampler(self, interval_s: float) -> None:
-        self._sample_s = min(self._sample_s, max(0.5, interval_s))
-        if self._sampler is None:
-            self._sampler = threading.Thread(target=self._sample, name="ray_wandb_nodes-summary", daemon=True)
-            self._sampler.start()
-
-    def _sample(self) -> None:
-        stop = threading.Event()
-        while not stop.wait(self._sample_s):
-            self.read_samples()
+    def _joined(self) -> list[HostedRun]:
+        with self._lock:
+            return [r for r in self._hosted.values() if r.run is not None]
 
     def read_samples(self) -> None:
         """Read every writer's kept samples into its own summary."""
-        with self._lock:
-            joined = [r for r in self._hosted.values() if r.run is not None]
-        for record in joined:
-            self._read(record)
+        self._samples.read_all()
 
     def warm(self) -> None:
         """Start wandb's service in this process ahead of any writer (a logger started before the
@@ -225,11 +214,11 @@ class NodeLogger(OfflineRuns):
             self._consoles.finish(record.key, failed=exit_code not in (None, 0))  # the ranks' last lines first
             if record.run is None:
                 continue
-            self._read(record)  # the newest samples, while wandb still keeps them
+            self._samples.read(record)  # the newest samples, while wandb still keeps them
             if record.uploads is not None:  # the checkpoints still being built are logged first
                 record.uploads.drain(BUILD_WAIT_S)
             finish_hosted(record, exit_code, given_up=functools.partial(self._relay_lost.__contains__, record.key))
-            last = self._last_summary(record)
+            last = self._samples.last(record)
             if last is not None:
                 final[record.key] = last
             if record.uploads is not None:  # the finish waited for the uploads: say which W&B did not commit
@@ -242,22 +231,6 @@ class NodeLogger(OfflineRuns):
     def relay_lost(self, key: str) -> None:
         """The relay the writer ``key`` sent through died: its finish does not wait on it."""
         self._relay_lost.add(key)
-
-    def _read(self, record: HostedRun) -> None:
-        try:
-            with self._reading:
-                record.reader.read(record.run)
-        except Exception as e:  # noqa: BLE001 - one writer's failed read never stops the others' or its finish
-            record.read_error = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
-
-    def _last_summary(self, record: HostedRun) -> NodeSummary | None:
-        """A finished writer's last summary: the rest of its transaction log read (see finish)."""
-        try:
-            with self._reading:
-                return aged(record.reader.final(record.run))
-        except Exception as e:  # noqa: BLE001
-            record.read_error = ReadProblem(Degradation.SAMPLES_UNREADABLE, type(e).__name__, describe(e))
-            return None
 
     # control calls (a thread of their own: answered while a writer call runs) ------------------
     @in_group(CONTROL)
@@ -299,12 +272,7 @@ class NodeLogger(OfflineRuns):
         if hosted is None:
             with self._lock:
                 hosted = list(self._hosted.values())
-        out = {}
-        for record in hosted:
-            summary = aged(record.reader.take(), now)
-            if summary:
-                out[record.key] = summary
-        return out
+        return taken(hosted, now)
 
     # hangs: the train ranks of this node, read off their beacons --------------------------------
     def _read_watched(self) -> dict[str, tuple[tuple[RankProgress, bytes], ...]]:

@@ -6,7 +6,8 @@
 ``ranks`` (with ``rank_rule`` and ``rank_table``) the ranks' steps; ``monitor`` holds one run's
 nodes and ranks and says, tick by tick, which alerts to raise (grouped by cause and held against
 flapping by ``alert_groups``, the node and GPU alerts a slow rank explains held back by
-``claims``) and what the tables (``table``) hold; ``alerts`` and ``degradation`` write the words.
+``claims``) and what the tables (``table``, paced by ``node_tables``) hold; ``alerts`` and
+``degradation`` write the words.
 The names below are what other packages use.
 """
 

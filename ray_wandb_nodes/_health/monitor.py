@@ -3,7 +3,8 @@ of them tick by tick. Plain data in, plain data out; no Ray, no wandb.
 
 The fleet feeds it on its thread (nodes, summaries, which nodes are alive, rank reports) and
 calls :meth:`HealthMonitor.tick`, which says which alerts to raise, whether the straggler count
-changed, which warnings a degraded node needs, and, every ``table_every_s``, the tables' rows.
+changed, which warnings a degraded node needs, and, every ``table_every_s``, the tables' rows
+(``node_tables``: their pace and what their rows need besides the nodes).
 Nodes are judged against each other by ``node_judge`` (the straggler rules), each GPU on its own
 against the job's others by ``gpus`` (slow, idle, memory errors, lost); ``table`` writes the
 rows, ``alerts`` the words. A node that leaves the cluster with the run's ranks on it is lost.
@@ -33,8 +34,9 @@ from .gpus import GpuHealth
 from .kinds import Degradation, EventKind, NodeEnd, NodeState
 from .messages import NodeSummary
 from .node_judge import NodeJudge, lost_when_gone
+from .node_tables import NodeTables
 from .ranks import HISTORY_EVERY_S, RankAt, RankHealth
-from .table import COLUMNS, GPU_COLUMNS, node_order, node_row
+from .table import COLUMNS, GPU_COLUMNS
 from .tracked import TrackedNode
 
 TABLE_EVERY_S = 60.0
@@ -92,10 +94,7 @@ class HealthMonitor:
         self._events: list[tuple[str, Alert]] = []  # (node id, its alert), said at the next tick
         self._judge = NodeJudge(o.metric, o.mode, o.threshold, o.window_s)
         self._stragglers = 0
-        self._observed: set[str] = set()
-        self._progress: dict[str, tuple[float, float]] = {}  # node -> (its ranks' oldest progress age, when noted)
-        self._table_at: float | None = None
-        self._tabled = False  # a table logged yet (the first alert brings one at once)
+        self._tables = NodeTables(o.table_every_s)
         self._hold = FlapHold(o.hold_s)
         self.raised: list[Alert] = []
         self.gpus = GpuHealth(o.threshold, o.window_s, whole_nodes=o.compare_all)
@@ -114,7 +113,7 @@ class HealthMonitor:
         observed (past the run's writer cap: their series are not in the run); nodes that left
         stay in the table; ``rank_gpus``: each rank's GPU ids as Ray names them. Returns the
         nodes new to it."""
-        self._observed = set(observed)
+        self._tables.observed = set(observed)
         new = set()
         for node_id, (label, hostname) in nodes.items():
             node = self._nodes.get(node_id)
@@ -236,41 +235,20 @@ class HealthMonitor:
         count = len(self.straggler_nodes())
         if count != self._stragglers:
             self._stragglers = out.stragglers = count
-        if self._table_at is None:
-            self._table_at = now  # the first table one interval in (or at the end)
-        # Due every table_every_s and at the end; the first alert brings the first table at once
-        # (a W&B table is a new artifact version each time: never more often than table_every_s).
-        if final or (out.alerts and not self._tabled) or now - self._table_at >= self.options.table_every_s:
-            self._table_at, self._tabled = now, True
+        if self._tables.due(now, final, alerted=bool(out.alerts)):
             out.table, out.gpu_table, out.stragglers = self.table(now), self.gpu_table(), count
             out.rank_table = self.ranks.rows() if self.ranks.measured else None
         return out
 
     def progress(self, ages: dict[str, float]) -> None:
         """Each node's oldest seconds since a rank's progress (hang detection reads the beacons)."""
-        now = self._clock()
-        self._progress = {node: (age, now) for node, age in ages.items()}
-
-    def _progress_age(self, node_id: str, now: float) -> float | None:
-        noted = self._progress.get(node_id)
-        return noted[0] + max(0.0, now - noted[1]) if noted else None
+        self._tables.progress(ages, self._clock())
 
     # what it holds --------------------------------------------------------------------------------
     def table(self, now: float | None = None) -> list[list[Any]]:
         """The ``nodes`` table's rows now."""
         now = self._clock() if now is None else now
-        return [
-            node_row(
-                node,
-                observed=node.node_id in self._observed,
-                age=node.age(now),
-                value=self._judge.value(node, self.gpus)[1],
-                median=self._judge.median(node.node_id),
-                gpus_not_ok=self.gpus.not_ok(node.node_id),
-                progress_age=self._progress_age(node.node_id, now),
-            )
-            for node in node_order(self._nodes.values())
-        ]
+        return self._tables.rows(self._nodes.values(), self._judge, self.gpus, now)
 
     def gpu_table(self) -> list[list[Any]] | None:
         """The ``gpus`` table's rows now (None: no GPU seen)."""

@@ -13,6 +13,7 @@ __all__ = [
     "ray_hangs",
     "run_files",
     "session",
+    "train_controller",
     "train_failures",
     "train_run",
     "train_workers",

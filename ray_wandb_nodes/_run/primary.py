@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from .._config.values import RankMetrics
 from .._console import ConsoleLine
@@ -34,8 +34,6 @@ from .._wandb.uploads import ArtifactUploads
 from .._wandb.writers import WriterSpec, offline_index
 from .._warn import Warner, describe
 from ..offline.index import OfflineIndex
-from .failure_writes import failure_alert, save_failure
-from .hang_writes import hang_alert, save_hang
 from .primary_commands import (
     Finish,
     LogArtifact,
@@ -227,39 +225,18 @@ class PrimaryWriter:
             self._done.set()
 
     def _handle(self, command: PrimaryCommand) -> None:
-        """Carry out one command, by its type (a :class:`Finish` here, inside ``_log_built``,
-        is one that came after the first: nothing to do)."""
+        """Carry out one command: an artifact through the uploads, the others by ``RunWrites.apply``
+        (a :class:`Finish` here, inside ``_log_built``, is one that came after the first: nothing to do)."""
         writes = self._writes
         if writes is None:  # no run (not created, or not yet): nothing is written
             self._dropped += isinstance(command, LogReport)
             if isinstance(command, LogArtifact):
                 self._uploads.settled(command.upload)
             return
-        if isinstance(command, LogReport):
-            writes.report(command.metrics)
-        elif isinstance(command, UpdateConfig):
-            writes.config(command.config)
-        elif isinstance(command, LogArtifact):
+        if isinstance(command, LogArtifact):  # the uploads' own: their thread waits on it
             self._uploads.log(writes.run, command.artifact, command.upload)
-        elif isinstance(command, RaiseAlert):
-            writes.alert(command.alert)
-        elif isinstance(command, LogHealth):
-            writes.health(command.stragglers, command.table, command.gpu_table)
-        elif isinstance(command, WriteConsole):
-            writes.console(command.lines)
-        elif isinstance(command, LogRanks):
-            writes.ranks(command.history, command.table)
-        elif isinstance(command, RecordHang):
-            writes.alert(hang_alert(command.notice, self.spec.label))
-            offline = self._offline is not None
-            save_hang(writes.run, command.notice, writes.step_row(), self._warner, offline=offline)
-        elif isinstance(command, RecordFailure):
-            writes.alert(failure_alert(command.notice, self.spec.label))
-            save_failure(writes.run, command.notice, self._warner, self._offline)
-        elif isinstance(command, Finish):
-            pass
-        else:
-            _unknown(command)
+        elif not isinstance(command, Finish):
+            writes.apply(command)
 
     def _init(self) -> None:
         started = time.monotonic()
@@ -313,9 +290,3 @@ class PrimaryWriter:
             self._uploads.finished(_WATCH_END_S)
         if self._offline is not None:
             self._offline.finished(exit_code)
-
-
-def _unknown(command: NoReturn) -> NoReturn:
-    """A command no branch of ``_handle`` answers: mypy proves there is none (a new command type
-    needs its branch), and a value of another type fails here, never silently."""
-    raise TypeError(f"the primary writer has no answer to {command!r}")

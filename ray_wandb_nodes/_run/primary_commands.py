@@ -88,6 +88,8 @@ class Finish(NamedTuple):
     exit_code: int
 
 
+# What goes into the run as it is (``RunWrites.apply``); the writer answers the others itself.
+RunCommand = LogReport | UpdateConfig | RaiseAlert | RecordHang | RecordFailure | WriteConsole | LogHealth | LogRanks
 PrimaryCommand = (
     LogReport
     | UpdateConfig

@@ -1,11 +1,12 @@
 """What the primary's writer thread writes into its run once the run exists (``RunWrites``):
 rows from reports at the step metric, the config, alerts (offline: into the folder's index), the
-ranks' console and the node and rank tables. Each failure is one warning and a count."""
+ranks' console, the node and rank tables, hangs and failures; each queued command to its write
+(``apply``). Each failure is one warning and a count."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .._console import ConsoleLine, RunConsole
 from .._health import (
@@ -19,6 +20,19 @@ from .._wandb.metrics import RowBuilder, Stepper
 from .._wandb.runs import health_table
 from .._wandb.writers import WriterSpec
 from .._warn import Warner, describe, warn_skipped
+from .failure_writes import failure_alert, save_failure
+from .hang_writes import hang_alert, save_hang
+from .primary_commands import (
+    LogHealth,
+    LogRanks,
+    LogReport,
+    RaiseAlert,
+    RecordFailure,
+    RecordHang,
+    RunCommand,
+    UpdateConfig,
+    WriteConsole,
+)
 from .primary_index import PrimaryIndex
 
 
@@ -31,6 +45,7 @@ class RunWrites:
         self, run: Any, spec: WriterSpec, rows: RowBuilder, warner: Warner, offline: PrimaryIndex | None
     ) -> None:
         self.run = run
+        self._label = spec.label
         self._rows = rows
         self._warner = warner
         self._offline = offline
@@ -39,6 +54,30 @@ class RunWrites:
         self._console: RunConsole | None = None  # the ranks' console of this node, once it has lines
         self.logged = 0
         self.dropped = 0
+
+    def apply(self, command: RunCommand) -> None:
+        """Write what ``command`` says, by its type (the writer answers ``LogArtifact`` and ``Finish``
+        itself: they are the uploads' and the run's end)."""
+        if isinstance(command, LogReport):
+            self.report(command.metrics)
+        elif isinstance(command, UpdateConfig):
+            self.config(command.config)
+        elif isinstance(command, RaiseAlert):
+            self.alert(command.alert)
+        elif isinstance(command, LogHealth):
+            self.health(command.stragglers, command.table, command.gpu_table)
+        elif isinstance(command, WriteConsole):
+            self.console(command.lines)
+        elif isinstance(command, LogRanks):
+            self.ranks(command.history, command.table)
+        elif isinstance(command, RecordHang):
+            self.alert(hang_alert(command.notice, self._label))
+            save_hang(self.run, command.notice, self.step_row(), self._warner, offline=self._offline is not None)
+        elif isinstance(command, RecordFailure):
+            self.alert(failure_alert(command.notice, self._label))
+            save_failure(self.run, command.notice, self._warner, self._offline)
+        else:
+            _unknown(command)
 
     def report(self, metrics: Any) -> None:
         """One report (a dict, or all ranks' dicts) as one row at the step metric, and its config."""
@@ -114,3 +153,9 @@ class RunWrites:
             self.run.log(row)
         except Exception as e:  # noqa: BLE001
             self._warner.warn(f"ranks-table:{type(e).__name__}", f"the ranks table could not be logged ({describe(e)})")
+
+
+def _unknown(command: NoReturn) -> NoReturn:
+    """A command no branch of ``RunWrites.apply`` answers: mypy proves there is none (a new command
+    type needs its branch, here or in the writer), and a value of another type fails here, never silently."""
+    raise TypeError(f"the primary writer has no answer to {command!r}")

@@ -330,7 +330,7 @@ def test_callback_pickles_with_its_options_and_captured_env(monkeypatch: pytest.
     assert clone._env == cb._env
     assert clone._env.entity == "team" and clone._env.base_url == "http://127.0.0.1:1"
     assert clone._env.api_key is not None and clone._env.api_key.reveal() == "q" * 40
-    assert clone._run is None
+    assert clone._controller.run is None
 
 
 def test_repr_never_shows_the_key() -> None:

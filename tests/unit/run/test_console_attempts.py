@@ -15,6 +15,7 @@ import pytest
 from ray_wandb_nodes import _ray, train
 from ray_wandb_nodes._config.values import ConsoleMode, Strategy
 from ray_wandb_nodes._fleet.commands import AttemptEnded, SetNodes
+from ray_wandb_nodes._run.train_controller import TrainController
 from ray_wandb_nodes._run.train_failures import AttemptFailures
 from ray_wandb_nodes._run.train_run import console_mode
 from ray_wandb_nodes._run.train_workers import TrainWorkers
@@ -63,8 +64,10 @@ class Run:
 def callback() -> tuple[Any, Run]:
     run = Run()
     cb = object.__new__(train.WandbNodesCallback)  # no Ray: only what the hooks reach
-    cb._run, cb._relay, cb._warner, cb._workers = run, None, Warner(), TrainWorkers(Warner())
-    cb._failures = AttemptFailures()  # the attempt's failure: its one state on the controller
+    cb._warner = Warner()
+    cb._controller = controller = object.__new__(TrainController)
+    controller.run, controller.relay, controller.workers = run, None, TrainWorkers(Warner())
+    controller.failures = AttemptFailures()  # the attempt's failure: its one state on the controller
     return cb, run
 
 
@@ -85,7 +88,7 @@ def test_an_attempt_ends_failed_only_after_a_poll_with_an_error() -> None:
 def test_a_replaced_replica_group_starts_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     cb, run = callback()
     monkeypatch.setattr(train._ray, "worker_placements", lambda group: [])
-    monkeypatch.setattr(cb._workers, "setup", lambda group, run_id: None)
+    monkeypatch.setattr(cb._controller.workers, "setup", lambda group, run_id: None)
     cb.before_worker_group_start(None)
     cb.after_worker_group_poll_status(poll(r0=(True, None), r1=(False, RuntimeError("replica lost"))))
     cb.after_replica_group_start(None)  # Ray replaced the failed replica: the others train on

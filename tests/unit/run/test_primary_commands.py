@@ -30,6 +30,7 @@ from ray_wandb_nodes._run.primary_commands import (
     UpdateConfig,
     WriteConsole,
 )
+from ray_wandb_nodes._run.run_writes import RunWrites
 from ray_wandb_nodes._warn import Warner
 from tests.support.wait import wait_until
 
@@ -147,6 +148,6 @@ def test_without_a_run_reports_are_counted_dropped_and_artifacts_settled(monkeyp
 
 def test_a_value_that_is_no_command_is_refused_by_name() -> None:
     primary = PrimaryWriter(_spec(), warner=Warner())
-    primary._writes = object()  # type: ignore[assignment]  # a run exists
+    primary._writes = object.__new__(RunWrites)  # a run exists
     with pytest.raises(TypeError, match="no answer to 'log'"):
         primary._handle("log")  # type: ignore[arg-type]  # the untyped queue's old kind

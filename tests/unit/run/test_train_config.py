@@ -121,10 +121,10 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     import threading
     from types import SimpleNamespace
 
-    from ray_wandb_nodes import train
     from ray_wandb_nodes._fleet.commands import RanksFinished
     from ray_wandb_nodes._run import handoff as _handoff
     from ray_wandb_nodes._run import trial_relay as _trial_relay
+    from ray_wandb_nodes._run.train_controller import TrainController
     from ray_wandb_nodes._run.train_failures import AttemptFailures
     from ray_wandb_nodes._run.train_run import TrainRun
     from ray_wandb_nodes._warn import Warner
@@ -134,9 +134,9 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     run = object.__new__(TrainRun)  # no Ray: only what the hook reaches
     run.hang_run, run._finished_ranks = "run-1", frozenset()
     run.fleet = SimpleNamespace(ranks_finished=lambda run_id, ranks: sent.append(RanksFinished(run_id, ranks)))  # type: ignore[assignment]
-    hook = train.WandbNodesCallback.after_worker_group_poll_status
+    hook = TrainController.polled  # what the callback's after_worker_group_poll_status calls
     workers = SimpleNamespace(hang_run="run-1", group=None)
-    callback = SimpleNamespace(_workers=workers, _run=run, _relay=None, _warner=Warner(), _failures=AttemptFailures())
+    callback = SimpleNamespace(workers=workers, run=run, relay=None, failures=AttemptFailures())
     for status in (poll(r0=(True, None), r1=(True, None)), poll(r0=(False, None), r1=(True, None))):
         hook(callback, status)
         hook(callback, status)
@@ -173,11 +173,10 @@ def test_the_poll_hook_tells_the_run_or_the_trial_which_ranks_finished_as_they_c
     assert relay.hangs(_handoff.TrialMark("trial-run"), options, None) == "trial-run"
     relay.placed([], None)
     callback = SimpleNamespace(
-        _workers=SimpleNamespace(hang_run="trial-run", group=None),
-        _run=None,
-        _relay=relay,
-        _warner=Warner(),
-        _failures=AttemptFailures(),
+        workers=SimpleNamespace(hang_run="trial-run", group=None),
+        run=None,
+        relay=relay,
+        failures=AttemptFailures(),
     )
     relay.reported(checkpoint=False)
     relay.reported(checkpoint=True)
