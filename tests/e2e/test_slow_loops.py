@@ -11,6 +11,10 @@ one step):
   forward); slowed: rank 1's input (its ``collate_fn``);
 - ``accum``: DDP with gradient accumulation of ``ACCUMULATE`` (the other micro-batches under
   ``no_sync()``); slowed: rank 1's compute, in every micro-batch;
+- ``lightning``: Lightning's ``Trainer`` inside Ray Train (Ray's ``RayDDPStrategy``,
+  ``RayLightningEnvironment`` and ``prepare_trainer``; Lightning's fit loop, its data fetcher and
+  its DDP, accumulating ``LIGHTNING_ACCUMULATE`` batches a step); slowed: rank 1's
+  ``training_step``, in every micro-batch;
 - ``hf``: the Hugging Face ``Trainer`` (``prepare_trainer``; Accelerate's own data loader and
   DDP); slowed: rank 1's ``data_collator``.
 
@@ -51,8 +55,9 @@ ACCUMULATE = 4
 WINDOW_S = 1.0  # straggler_window_s: the rank rule's window
 HANG_TIMEOUT_S = 12.0  # armed ranks (the step anatomy rides the hang beacon), polled every 0.75 s
 SAMPLING_S = 1.0  # the rank history keys (one a judgement) at most this often
-KINDS = ("fsdp2", "ddp_bn", "accum", "hf")
-CAUSE = {"fsdp2": "compute", "ddp_bn": "input", "accum": "compute", "hf": "input"}
+KINDS = ("fsdp2", "ddp_bn", "accum", "lightning", "hf")  # an input kind last: the last ranks table is its
+CAUSE = {"fsdp2": "compute", "ddp_bn": "input", "accum": "compute", "hf": "input", "lightning": "compute"}
+LIGHTNING_ACCUMULATE = 2  # Lightning's accumulate_grad_batches: its own no_sync() path
 PHASES = (*(f"{kind}:{part}" for kind in KINDS for part in ("balanced", "slow")), "stop")
 BALANCED_JUDGEMENTS = 3  # the rule's judgements of a kind's balanced phase (after any recovery)
 # Ceilings, none expected to be reached: the fit's start (hosts' raylets, two ranks importing torch
@@ -187,9 +192,46 @@ def slow_loops(config: dict[str, Any]) -> None:
         made = Trainer(model=Tiny(), args=args, train_dataset=Rows(), data_collator=collator, callbacks=[Phases()])
         prepare_trainer(made).train()
 
+    def lightning_kind() -> None:
+        import lightning
+        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
+
+        class Tiny(lightning.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = body(LIGHTNING_ACCUMULATE)
+
+            def training_step(self, batch: Any, batch_idx: int) -> Any:
+                return self.body(batch).pow(2).mean()
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=0.001)
+
+        class Phases(lightning.Callback):
+            def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+                trainer.should_stop = bool(agree()) and not within("lightning")
+
+        made = lightning.Trainer(
+            max_steps=10**6,
+            accumulate_grad_batches=LIGHTNING_ACCUMULATE,
+            devices="auto",
+            accelerator="cpu",
+            strategy=RayDDPStrategy(),
+            plugins=[RayLightningEnvironment()],
+            callbacks=[Phases()],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            logger=False,
+        )
+        loader = DataLoader(Items(), batch_size=4, collate_fn=functools.partial(collate, micro=LIGHTNING_ACCUMULATE))
+        prepare_trainer(made).fit(Tiny(), train_dataloaders=loader)
+
     for kind in KINDS:
         if kind == "hf":
             hf_kind()
+        elif kind == "lightning":
+            lightning_kind()
         else:
             torch_kind(kind)
 
