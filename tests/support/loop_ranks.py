@@ -8,7 +8,8 @@ over a model with BatchNorm (its buffers broadcast at every forward, DDP's defau
 DDP stepping once every :data:`ACCUMULATE` micro-batches, the others under ``no_sync()``;
 ``fsdp2`` a model sharded with ``fully_shard``; ``ddp_count`` a DDP whose loop all-reduces between
 the fetch and the pass (as the Hugging Face ``Trainer`` all-gathers each batch's token count);
-``lightning`` the model in Lightning's ``Trainer`` (its loops, its DDP strategy);
+``lightning`` the model in Lightning's ``Trainer`` (its loops, its DDP strategy), ``lightning_accum``
+the same accumulating :data:`ACCUMULATE` batches a step;
 a kind ending in ``_compiled`` the same model under ``torch.compile`` (dynamo, with its eager
 backend: no C++ build). Every pass computes for :data:`PASS_S` (a sleep inside the forward: the
 host's clock cannot tell it from compute), the slow rank :data:`SLOW_S` more in its input (each
@@ -60,8 +61,9 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
 
     recorder = arm_steps(bytearray(256))
     torch.manual_seed(0)
-    if kind == "lightning":
-        reads = lightning_case(Busy(), DataLoader(Batches(), batch_size=None), recorder)
+    if kind.startswith("lightning"):
+        micro = ACCUMULATE if kind == "lightning_accum" else 1
+        reads = lightning_case(Busy(), DataLoader(Batches(), batch_size=None), recorder, micro)
         disarm_steps()
         dist.barrier()
         return reads
@@ -104,9 +106,10 @@ def run_case(kind: str, slow: str, slow_rank: int, rank: int) -> list[list[int]]
     return reads
 
 
-def lightning_case(busy: Any, loader: Any, recorder: Any) -> list[list[int]]:
+def lightning_case(busy: Any, loader: Any, recorder: Any, micro: int = 1) -> list[list[int]]:
     """Lightning's own loops (its fit loop, its data fetcher's prefetch, its DDP strategy over the
-    process group already made) over the same model and batches, for :data:`STEPS` steps."""
+    process group already made) over the same model and batches, for :data:`STEPS` steps of
+    ``micro`` batches each (``accumulate_grad_batches``: its own ``no_sync()`` path)."""
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.strategies import DDPStrategy
@@ -124,13 +127,17 @@ def lightning_case(busy: Any, loader: Any, recorder: Any) -> list[list[int]]:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.001)
 
+    read_at: set[int] = set()
+
     class Read(pl.Callback):  # type: ignore[misc]
-        def on_train_batch_end(self, trainer: Any, *_: Any) -> None:
-            if trainer.global_step in (FIRST, STEPS):
+        def on_train_batch_end(self, trainer: Any, *_: Any) -> None:  # after each micro-batch
+            if trainer.global_step in (FIRST, STEPS) and trainer.global_step not in read_at:
+                read_at.add(trainer.global_step)  # the step's optimizer step just ran: once a step
                 reads.append(list(dataclasses.astuple(recorder.publish())))
 
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, strategy=DDPStrategy(), max_steps=STEPS, callbacks=[Read()],
+        accumulate_grad_batches=micro,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(Module(), loader)

@@ -19,7 +19,7 @@ from tests.support.loop_ranks import ACCUMULATE, PASS_S, SLOW_S
 CASES = (
     *("ddp_bn:none:1", "ddp_bn:input:1", "accum:none:1", "accum:compute:1", "fsdp2:none:1", "fsdp2:compute:1"),
     *("ddp_count:none:1", "ddp_count:input:1", "ddp_bn_compiled:input:1", "fsdp2_compiled:compute:1"),
-    *("lightning:none:1", "lightning:input:1"),
+    *("lightning:none:1", "lightning:input:1", "lightning_accum:compute:1"),
 )
 REPO = Path(__file__).resolve().parents[3]
 
@@ -131,3 +131,18 @@ def test_lightning_s_loops_time_the_input_and_name_the_rank_late_for_it(runs: di
     assert fast.wait_s is not None and late.wait_s is not None and fast.wait_s - late.wait_s > SLOW_S / 2
     verdict = attribute([fast, late])
     assert [(f.rank, f.cause) for f in verdict.slow] == [(1, Cause.INPUT)]
+
+
+def test_lightning_accumulating_counts_every_micro_batch_s_compute_on_every_rank(
+    runs: dict[str, list[RankWindow]],
+) -> None:
+    """Lightning's ``accumulate_grad_batches`` (its own ``no_sync()``): each rank's compute is its
+    micro-batches' passes, the rank that waits for the slow one included (its wait is not taken
+    out of its compute twice)."""
+    fast, slow = runs["lightning_accum:compute:1"]
+    assert fast.passes == slow.passes == ACCUMULATE
+    assert fast.compute_s is not None and slow.compute_s is not None
+    assert fast.compute_s > ACCUMULATE * PASS_S * 0.8, fast  # its own passes, not zero
+    assert slow.compute_s - fast.compute_s > ACCUMULATE * SLOW_S * 0.8
+    verdict = attribute([fast, slow])
+    assert [(f.rank, f.cause) for f in verdict.slow] == [(1, Cause.COMPUTE)]
