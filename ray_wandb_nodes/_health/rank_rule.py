@@ -11,27 +11,23 @@ rank, and the two rules must agree on it for one slow rank to be one alert.
 
 Ranks flagged in one sample with one cause are one alert (``Slow ranks: ranks 4-7 on node-b``);
 ranks on several nodes, one alert that counts them. When every rank waits long and none is
-late, communication itself is slow: one alert of its own, with its own episode. Slow against the
-job's own pace: the median rank's wait must reach :data:`COMM_GROWTH` times the least it was in a
-window of the run. A job whose collectives take a large share of every step from its first window
-(FSDP, tensor parallelism, a small model on a large fleet) is that job's design, not a link gone
-bad: the first window sets the pace and is never judged.
+late and the waits have grown past the attempt's own pace, communication itself is slow: one
+alert of its own, with its own episode (``comm_rule``).
 """
 
 from __future__ import annotations
 
 import enum
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._hang import rank_ranges
-from .._steps import Attribution, Cause, CommFinding, RankFinding, RankWindow, attribute
+from .._steps import Attribution, Cause, RankFinding, RankWindow, attribute
 from .alerts import Alert
+from .comm_rule import CommRule
 from .kinds import EventKind
 from .rule import NodeStreak, advance
 
-COMM_GROWTH = 2.0  # communication is slow once the median wait doubles the job's own pace
 LIST_LIMIT = 40  # ranks listed in a grouped alert; past it, counted
 TITLE_MAX = 63  # W&B's limit on an alert title: under 64 characters
 
@@ -83,9 +79,7 @@ class RankRule:
     def __init__(self, threshold: float = 0.7, window_s: float = 120.0, min_samples: int = 3) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self._ranks: dict[int, _Episode] = {}
-        self._comm = NodeStreak()
-        self._comm_said: CommFinding | None = None
-        self.comm_pace_s: float | None = None  # the least median wait of a window: the job's own pace
+        self.comm = CommRule(window_s, min_samples)
         self.latest: Attribution | None = None
 
     def judge(
@@ -117,7 +111,7 @@ class RankRule:
         alerts = [_slow_alert(findings, attribution, places) for findings in flagged.values()]
         if recovered:
             alerts.append(_recovered_alert(recovered, places))
-        comm = self._judge_comm(attribution, now) if complete else None
+        comm = self.comm.judge(attribution, now) if complete else None
         return alerts + ([comm] if comm is not None else [])
 
     def state(self, rank: int) -> RankState:
@@ -134,28 +128,9 @@ class RankRule:
         """A rank gone (its worker group ended): its episode ends unsaid."""
         self._ranks.pop(rank, None)
 
-    def _judge_comm(self, attribution: Attribution, now: float) -> Alert | None:
-        if attribution.basis != "wait":
-            return None  # no wait measured: communication is not judged
-        comm, pace = attribution.communication, self.comm_pace_s
-        slower = comm is not None and pace is not None and comm.wait_s >= COMM_GROWTH * pace
-        median = statistics.median((w.wait_s or 0.0) for w in attribution.windows)  # a late rank only raises it
-        self.comm_pace_s = median if pace is None else min(pace, median)
-        if not advance(self._comm, slower, 1, now, now, self.window_s, self.min_samples):
-            return None
-        if self._comm.flagged and comm is not None and pace is not None:
-            self._comm_said = comm
-            return _comm_alert(comm, attribution.step_s, pace)
-        self._comm_said = None
-        return Alert(
-            "Slow communication recovered",
-            "The ranks no longer wait long in their collectives: the least wait is "
-            f"{_ms(min((w.wait_s or 0.0) for w in attribution.windows))} of a {_ms(attribution.step_s)} step.",
-            "INFO",
-            "",
-            EventKind.SLOW_COMMUNICATION,
-            recovered=True,
-        )
+    def restart(self) -> None:
+        """Another attempt or placement: communication's pace is set again (``comm_rule``)."""
+        self.comm.restart()
 
 
 # words ------------------------------------------------------------------------------------------
@@ -222,16 +197,6 @@ def _recovered_alert(recovered: list[tuple[int, RankFinding, float | None]], pla
     noun = "Slow rank recovered" if len(ranks) == 1 else "Slow ranks recovered"
     who = where(ranks[0], places, gpu=False) if len(ranks) == 1 else _who(ranks, places)
     return _alert(f"{noun}: {who}", "\n".join(lines), "INFO", ranks, places, EventKind.SLOW_RANK, recovered=True)
-
-
-def _comm_alert(comm: CommFinding, step_s: float, pace_s: float) -> Alert:
-    text = (
-        f"Every rank waits in its collectives: at least {_ms(comm.least_wait_s)} of a {_ms(step_s)} step "
-        f"({_pct(comm.share)}), the median rank {_ms(comm.wait_s)} ({comm.wait_s / pace_s:.1f} times the "
-        f"{_ms(pace_s)} it waited at its best), and no rank arrives late. Communication itself became slow: "
-        "a link or a switch, or traffic sharing the network."
-    )
-    return Alert("Slow communication", text, "WARN", "", EventKind.SLOW_COMMUNICATION)
 
 
 def _who(ranks: list[int], places: Mapping[int, RankPlace]) -> str:

@@ -78,6 +78,7 @@ class RankHealth:
                 self.rule.forget(rank)
                 self.places.pop(rank, None)
             self._marks, self._at, self._attempt, self._moved = StepMarks(), dict(at), attempt, {}
+            self.rule.restart()
             self._first_at = None
         if isinstance(steps, Mapping):
             steps = [RankSteps(rank, totals) for rank, totals in steps.items()]

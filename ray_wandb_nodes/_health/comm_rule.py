@@ -1,0 +1,104 @@
+"""Slow communication (pure): every rank waits long in its collectives, none arrives late, and
+the waits have grown well past the attempt's own pace; one alert an episode, and its recovery.
+
+A job's collectives take what its design makes them take: FSDP2 over a CPU's gloo, a small model
+on a large fleet, a network slower than the model needs. That share of a step is the job's pace,
+not a fault. What the alert is for is a change: a link that degrades, a switch, another team's
+traffic on the same fabric. So each attempt sets its **pace** first, the median of the median
+rank's wait over its first :data:`PACE_WINDOWS` windows (a median: no one lucky or unlucky
+window sets it; each window on CUDA is one timed iteration), and no window is judged before it.
+Then communication is slow where every rank waits at least ``1 - threshold`` of its step, none is
+late, and the median rank waits at least :data:`COMM_GROWTH` times the pace, for ``window_s``
+and ``min_samples`` windows in a row (``rule.advance``); it recovers once the median wait has
+stayed under :data:`RECOVER_GROWTH` times the pace as long (a margin: a fabric near twice its
+pace does not flap). A window where a rank is late says nothing of the fabric: it leaves the
+streak as it is. Another attempt (a restart, a resize) sets its pace again: a job that comes
+back on other nodes, or as many as before after a smaller attempt, is not compared with them.
+
+What it cannot tell: communication slow from an attempt's first windows (a bad link the job
+lands on) is that attempt's pace; the ``ranks`` table's ``comm_wait_ms`` shows the share.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .._steps import Attribution, CommFinding
+from .alerts import Alert
+from .kinds import EventKind
+from .rule import NodeStreak, advance
+
+PACE_WINDOWS = 8  # an attempt's first windows that set its pace (at window_s / 8 a window: one window_s)
+COMM_GROWTH = 2.0  # slow once the median wait is twice the pace
+RECOVER_GROWTH = 1.5  # recovered once it stays under one and a half times the pace
+PACE_FLOOR_S = 0.002  # a pace under 2 ms a step is taken as 2 ms (scheduling noise; never a zero)
+
+
+class CommRule:
+    """The slow-communication judgement of one run's current attempt. One owner: the thread that
+    judges the run's health."""
+
+    def __init__(self, window_s: float = 120.0, min_samples: int = 3) -> None:
+        self.window_s, self.min_samples = window_s, min_samples
+        self._streak = NodeStreak()
+        self._early: list[tuple[float, int, int]] = []  # (median wait, first step, last step) a window
+        self.pace_s: float | None = None  # set once PACE_WINDOWS windows were seen
+        self._pace_steps = (0, 0)
+
+    def restart(self) -> None:
+        """Another attempt or placement: its pace is set again (an episode under way ends unsaid,
+        as the ranks' do)."""
+        self._streak, self._early, self.pace_s = NodeStreak(), [], None
+
+    def judge(self, attribution: Attribution, now: float) -> Alert | None:
+        """One complete set of windows over the same steps: a WARN when communication turns slow,
+        an INFO when it recovers, else None."""
+        if attribution.basis != "wait":
+            return None  # no wait measured: communication is not judged
+        median = statistics.median((w.wait_s or 0.0) for w in attribution.windows)
+        if self.pace_s is None:
+            self._set_pace(attribution, median)
+            return None
+        if attribution.slow:
+            return None  # a rank is late: this window says nothing of the fabric
+        comm = attribution.communication
+        growth = median / self.pace_s
+        slower = growth >= RECOVER_GROWTH if self._streak.flagged else (comm is not None and growth >= COMM_GROWTH)
+        if not advance(self._streak, slower, 1, now, now, self.window_s, self.min_samples):
+            return None
+        if self._streak.flagged and comm is not None:
+            return self._alert(comm, attribution.step_s)
+        return Alert(
+            "Slow communication recovered",
+            f"The ranks wait {_ms(median)} a step in their collectives, the median rank: {growth:.1f} times the "
+            f"attempt's pace ({_ms(self.pace_s)}), of a {_ms(attribution.step_s)} step.",
+            "INFO",
+            "",
+            EventKind.SLOW_COMMUNICATION,
+            recovered=True,
+        )
+
+    def _set_pace(self, attribution: Attribution, median: float) -> None:
+        first = min((w.first_step for w in attribution.windows), default=0)
+        last = max((w.last_step for w in attribution.windows), default=0)
+        self._early.append((median, first, last))
+        if len(self._early) >= PACE_WINDOWS:
+            self.pace_s = max(PACE_FLOOR_S, statistics.median(m for m, _, _ in self._early))
+            self._pace_steps = (self._early[0][1], self._early[-1][2])
+            self._early = []
+
+    def _alert(self, comm: CommFinding, step_s: float) -> Alert:
+        assert self.pace_s is not None
+        first, last = self._pace_steps
+        text = (
+            f"Every rank waits in its collectives: at least {_ms(comm.least_wait_s)} of a {_ms(step_s)} step "
+            f"({comm.share * 100:.0f} %), the median rank {_ms(comm.wait_s)}: {comm.wait_s / self.pace_s:.1f} times "
+            f"the attempt's pace ({_ms(self.pace_s)} a step over steps {first:,} to {last:,}), and no rank arrives "
+            "late. Communication itself became slow: a link or a switch, or traffic sharing the network."
+        )
+        return Alert("Slow communication", text, "WARN", "", EventKind.SLOW_COMMUNICATION)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if abs(ms) >= 10 else f"{ms:.1f} ms"
