@@ -70,7 +70,7 @@ class CommRule:
             return self._alert(comm, attribution.step_s)
         return Alert(
             "Slow communication recovered",
-            f"The ranks wait {_ms(median)} a step in their collectives, the median rank: {growth:.1f} times the "
+            f"The median rank waits {_ms(median)} a step in its collectives again, {growth:.1f} times the "
             f"attempt's pace ({_ms(self.pace_s)}), of a {_ms(attribution.step_s)} step.",
             "INFO",
             "",

@@ -7,6 +7,9 @@ run shows the last phase's outcome (the ranks agree on the phase at every step, 
 one step):
 
 - ``fsdp2``: a model sharded with FSDP2's ``fully_shard``; slowed: rank 1's compute (each pass);
+- ``fabric``: the same FSDP2 model, no rank slowed; slowed: the link between the two hosts (tc's
+  ``htb``, each way, ``SLOW_LINK``): every rank waits in its collectives and none is late, one
+  WARN "Slow communication" and, once the link is back, its INFO;
 - ``ddp_bn``: a model with BatchNorm under DDP (``prepare_model``: its buffers broadcast at every
   forward); slowed: rank 1's input (its ``collate_fn``);
 - ``accum``: DDP with gradient accumulation of ``ACCUMULATE`` (the other micro-batches under
@@ -55,8 +58,16 @@ ACCUMULATE = 4
 WINDOW_S = 1.0  # straggler_window_s: the rank rule's window
 HANG_TIMEOUT_S = 12.0  # armed ranks (the step anatomy rides the hang beacon), polled every 0.75 s
 SAMPLING_S = 1.0  # the rank history keys (one a judgement) at most this often
-KINDS = ("fsdp2", "ddp_bn", "accum", "lightning", "hf")  # an input kind last: the last ranks table is its
-CAUSE = {"fsdp2": "compute", "ddp_bn": "input", "accum": "compute", "hf": "input", "lightning": "compute"}
+KINDS = ("fsdp2", "fabric", "ddp_bn", "accum", "lightning", "hf")  # an input kind last: the last ranks table is its
+CAUSE = {
+    **{"fsdp2": "compute", "fabric": "network", "ddp_bn": "input", "accum": "compute"},
+    **{"hf": "input", "lightning": "compute"},
+}
+# The fabric kind's link between the two hosts while slowed, each way. FSDP2's collectives move
+# about 2 KB a rank each (the first layer's shard), four or more a step: at 8 KB/s over a second a
+# step in them, against the 50 to 160 ms a step the first kind's FSDP2 sets as the attempt's pace
+# (a quiet machine to CI's loaded one): past the rule's twice the pace at any of them.
+SLOW_LINK = "64kbit"
 LIGHTNING_ACCUMULATE = 2  # Lightning's accumulate_grad_batches: its own no_sync() path
 PHASES = (*(f"{kind}:{part}" for kind in KINDS for part in ("balanced", "slow")), "stop")
 BALANCED_JUDGEMENTS = 3  # the rule's judgements of a kind's balanced phase (after any recovery)
@@ -130,7 +141,7 @@ def slow_loops(config: dict[str, Any]) -> None:
     def torch_kind(kind: str) -> None:
         micro = ACCUMULATE if kind == "accum" else 1
         model: Any = body(micro, norm=kind == "ddp_bn")
-        if kind == "fsdp2":
+        if kind in ("fsdp2", "fabric"):
             from torch.distributed.fsdp import fully_shard
 
             fully_shard(model[0])
@@ -280,9 +291,17 @@ def test_the_slow_rank_is_named_inside_each_loop_kind_and_a_balanced_one_names_n
     started = time.monotonic()
     marks: dict[str, int] = {}  # phase -> the slow-rank alerts the run held when the test switched to it
 
+    host_a, host_b = hosts.hosts["a"], hosts.hosts["b"]
+
     def phase(kind: str) -> None:
         print(f"{time.monotonic() - started:6.1f} s: {kind}")
         marks[kind] = alerts()
+        if kind == "fabric:slow":  # the link between the hosts slowed, both ways
+            host_a.shape(host_b.address, SLOW_LINK)
+            host_b.shape(host_a.address, SLOW_LINK)
+        elif kind.endswith(":balanced") or kind == "stop":
+            host_a.unshape()
+            host_b.unshape()
         (tmp_path / "phase.tmp").write_text(kind)
         (tmp_path / "phase.tmp").replace(tmp_path / "phase")
 
@@ -319,9 +338,16 @@ def test_the_slow_rank_is_named_inside_each_loop_kind_and_a_balanced_one_names_n
     for i, kind in enumerate(KINDS):  # the alerts that came in each phase
         balanced = found[marks[f"{kind}:balanced"] : marks[f"{kind}:slow"]]
         slowed = found[marks[f"{kind}:slow"] : ends[2 * i + 1]]
-        recovered = [("INFO", f"Slow rank recovered: {slow}")] if i else []
-        assert [(a["severity"], a["title"]) for a in balanced] == recovered, (kind, said())
-        assert [(a["severity"], a["title"]) for a in slowed] == [("WARN", f"Slow rank: {slow}")], (kind, said())
+        before = KINDS[i - 1] if i else None
+        recovered = [("INFO", f"Slow rank recovered: {slow}")] if before else []
+        if before == "fabric":
+            recovered = [("INFO", "Slow communication recovered")]
+        assert [(x["severity"], x["title"]) for x in balanced] == recovered, (kind, said())
+        if kind == "fabric":  # every rank waits, none is late: no rank named
+            assert [(x["severity"], x["title"]) for x in slowed] == [("WARN", "Slow communication")], said()
+            assert "no rank arrives late" in slowed[0]["text"] and "times the attempt's pace" in slowed[0]["text"]
+            continue
+        assert [(x["severity"], x["title"]) for x in slowed] == [("WARN", f"Slow rank: {slow}")], (kind, said())
         assert slowed[0]["text"].startswith(opening[CAUSE[kind]]), (kind, slowed[0]["text"])
 
     # The ranks tables (at most one a minute, the first with the first alert, and the last at the

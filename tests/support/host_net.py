@@ -103,6 +103,26 @@ class Network:
     def blocks(self, name: str) -> dict[str, Block]:
         return dict(self._blocks[name])
 
+    def shape(self, name: str, address: str, rate: str) -> None:
+        """The host's traffic to ``address`` held to ``rate`` (tc's ``htb``, a class matched by
+        destination; everything else as it was): a slow link. It goes with the namespace."""
+        tc = ["ip", "netns", "exec", self.netns(name), "tc"]
+        for args in (
+            ["qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10"],
+            ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
+            ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate", rate],
+            ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+             "dst", f"{address}/32", "flowid", "1:20"],
+        ):  # fmt: skip
+            out = subprocess.run([*tc, *args], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RuntimeError(f"{' '.join([*tc, *args])}: {out.stderr.strip()}")
+
+    def unshape(self, name: str) -> None:
+        """The host's link at its own speed again (nothing happens where it was not shaped)."""
+        tc = ["ip", "netns", "exec", self.netns(name), "tc", "qdisc", "del", "dev", "eth0", "root"]
+        subprocess.run(tc, capture_output=True, text=True)
+
 
 def take_slot() -> tuple[int, IO[bytes]]:
     """A free slot (its lock held by the returned file) whose network the machine does not use;

@@ -221,6 +221,15 @@ class Host:
         """The addresses this host cannot reach now, and how."""
         return self.cluster.network.blocks(self.name)
 
+    def shape(self, address: str, rate: str) -> None:
+        """From now on the host sends to ``address`` at ``rate`` at most (``"64kbit"``: tc's
+        units), its other traffic as it was: a link gone slow, until :meth:`unshape`."""
+        self.cluster.network.shape(self.name, address, rate)
+
+    def unshape(self) -> None:
+        """The host's link at its own speed again."""
+        self.cluster.network.unshape(self.name)
+
     def cut_off_from_head(self, how: Block = Block.DROPPED) -> None:
         """A partition: the host loses the head (Ray's GCS, the driver, the Train controller,
         the primary writer), silently by default, while it still reaches W&B and the other hosts,
