@@ -118,14 +118,18 @@ def _next_of(iterator: Iterator[Any]) -> Any:
 
 @dataclass(frozen=True)
 class TimeRayData:
-    """The patch on ``ray.data.iterator``: what ``iter_batches`` and ``iter_torch_batches`` of a
-    ``DataIterator`` return is a :class:`TimedIterable`."""
+    """The patch on ``ray.data.iterator`` (``cls_name`` ``DataIterator``: what
+    ``ray.train.get_dataset_shard`` returns) or ``ray.data.dataset`` (``Dataset``): what their
+    ``iter_batches`` and ``iter_torch_batches`` return is a :class:`TimedIterable`. Both: a
+    ``Dataset``'s may go round the iterator's public methods (Ray 2.60's ``iter_batches`` calls
+    its iterator's private one); where one calls the other, a fetch inside a fetch is timed once."""
 
     current: Current
+    cls_name: str = "DataIterator"
     methods: tuple[str, ...] = ("iter_batches", "iter_torch_batches")
 
     def __call__(self, module: ModuleType) -> None:
-        cls = getattr(module, "DataIterator", None)
+        cls = getattr(module, self.cls_name, None)
         if not isinstance(cls, type):
             return
         for name in self.methods:

@@ -51,6 +51,7 @@ def arm_steps(region: memoryview | bytearray | None, owner: object | None = None
     when_imported("torch.distributed.distributed_c10d", TimeCollectives(CURRENT))
     when_imported("torch.distributed.fsdp._fully_shard._fsdp_state", TimeFsdpPasses(CURRENT, _attach_loop))
     when_imported("ray.data.iterator", TimeRayData(CURRENT))
+    when_imported("ray.data.dataset", TimeRayData(CURRENT, "Dataset"))
     return recorder
 
 
