@@ -194,7 +194,7 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     from ray.train import FailureConfig
 
     name = unique("node-dies")
-    # Two retries: Ray 2.50 at times loses a restarted worker once more on a node just removed.
+    # Two retries: a restart placed on the node just removed is lost once more at times (below).
     failure = FailureConfig(max_failures=2)
     entries = tmp_path / "entries"
     entries.mkdir()
@@ -251,11 +251,13 @@ def test_node_dies_and_a_replacement_joins_the_same_run(
     attempts = failure_alerts(run)
     node_alerts = [a for a in run.alerts if a not in attempts]
     assert [(a["title"], a["severity"]) for a in node_alerts] == [(f"Node lost: {victim_label}", "ERROR")]
-    # Ray 2.50 at times loses the restarted attempt's worker too on the node just removed (the
-    # fit's second retry, above): that attempt's failure is named as well, and the recovery is
-    # the next attempt's. Every other Ray: one failed attempt, then its recovery.
+    # A killed node is known dead only once its heartbeats go unanswered: a restart Ray places on
+    # it meanwhile is lost too (seen on Ray 2.50 and 2.55 in CI), and Ray 2.50 at times loses the
+    # restarted worker on a node drained too (the fit's second retry, above). That attempt's
+    # failure is named as well, and the recovery is the next attempt's. A drained node on any
+    # other Ray: one failed attempt, then its recovery.
     failed = [a for a in attempts if a["severity"] == "ERROR"]
-    assert 1 <= len(failed) <= (2 if RAY_LOSES_RESTARTED_WORKER else 1), attempts
+    assert 1 <= len(failed) <= (2 if RAY_LOSES_RESTARTED_WORKER or not graceful else 1), attempts
     assert [a["severity"] for a in attempts] == ["ERROR"] * len(failed) + ["INFO"], attempts
     assert attempts[0]["title"].startswith("Attempt 1: Rank"), attempts
     assert attempts[-1]["title"] == f"Attempt {len(failed) + 1} recovered", attempts
