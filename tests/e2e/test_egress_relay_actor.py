@@ -55,6 +55,24 @@ def tunnel(route: RelayRoute, target: str, token: str) -> tuple[socket.socket, b
     return sock, answer
 
 
+def relay_answers(route: RelayRoute, target: str, token: str) -> bool:
+    """Whether a relay answers a tunnel with the token at ``route`` (anything else listening
+    there, or nothing, does not)."""
+    try:
+        sock = socket.create_connection((route.host, route.port), timeout=5)
+    except OSError:
+        return False
+    with sock:
+        auth = base64.b64encode(f"relay:{token}".encode()).decode()
+        try:
+            sock.sendall(
+                f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+            )
+            return sock.recv(16).startswith(b"HTTP/1.1 200 ")
+        except OSError:  # reset, or silent for 5 s: no relay
+            return False
+
+
 def refused(host: str, port: int) -> bool:
     try:
         socket.create_connection((host, port), timeout=5).close()
@@ -87,7 +105,7 @@ def test_the_relay_runs_on_the_driver_s_node_without_a_cpu_and_stops_with_the_ru
     assert final is not None and final.open == 0 and final.bytes_up == 4
     sock.settimeout(30)
     assert sock.recv(1) == b""  # the tunnel open at the run's end is closed
-    assert refused(route.host, route.port) and relay.actor is None
+    assert not relay_answers(route, target, relay.token.reveal()) and relay.actor is None
 
 
 def test_a_relay_that_dies_is_not_restarted_on_its_port_and_its_owner_learns_it(cluster: Any, upstream: str) -> None:
@@ -98,13 +116,14 @@ def test_a_relay_that_dies_is_not_restarted_on_its_port_and_its_owner_learns_it(
     try:
         route = relay.route(60)
         assert route is not None and relay.gone() is None  # a live relay
-        assert tunnel(route, upstream.removeprefix("http://"), relay.token.reveal())[1].startswith(b"HTTP/1.1 200 ")
+        assert relay_answers(route, upstream.removeprefix("http://"), relay.token.reveal())
         ray.kill(relay.actor, no_restart=False)  # as its process dying: Ray may restart it, if asked to
         why = wait_until(relay.gone, 60, "the relay's owner to learn of its death")
         assert "died" in why
-        # Nothing listens on its port again: a restart would have bound it after a window
-        # in which another process could take it, with the writers' token.
-        assert refused(route.host, route.port)
+        # No relay answers on its port again: a restart would have bound it after a window in
+        # which another process could take it, with the writers' token. (Another process of the
+        # machine may listen there by now: Ray's workers take ports from the same ephemeral range.)
+        assert not relay_answers(route, upstream.removeprefix("http://"), relay.token.reveal())
     finally:
         relay.stop(30)
 
