@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_wandb_nodes._health.rank_rule import RankRule
 from ray_wandb_nodes._steps import Cause, RankWindow, Sources, StepTotals, attribute, rank_window
 from tests.support.loop_ranks import ACCUMULATE, PASS_S, SLOW_S
 
@@ -61,7 +62,11 @@ def test_a_balanced_job_of_each_loop_kind_names_no_rank(runs: dict[str, list[Ran
         assert w.host_compute_s is not None and w.wait_s is not None and w.passes is not None
     verdict = attribute(windows)
     assert verdict.basis == "wait"
-    assert verdict.slow == () and verdict.communication is None
+    assert verdict.slow == ()
+    # FSDP2 over gloo on a loaded host may wait 30 % of its step from the start: that is the
+    # job's pace, and the rule says nothing of it however long it goes on
+    rule = RankRule(window_s=60.0)
+    assert [a for t in range(0, 600, 10) for a in rule.judge(windows, float(t), {})] == []
 
 
 def test_under_ddp_with_batchnorm_the_rank_late_for_its_input_is_named_with_cause_input(
