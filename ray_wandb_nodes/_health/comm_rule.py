@@ -70,8 +70,8 @@ class CommRule:
             return self._alert(comm, attribution.step_s)
         return Alert(
             "Slow communication recovered",
-            f"The median rank waits {_ms(median)} a step in its collectives again, {growth:.1f} times the "
-            f"attempt's pace ({_ms(self.pace_s)}), of a {_ms(attribution.step_s)} step.",
+            f"The median rank waits {ms_text(median)} a step in its collectives again, {growth:.1f} times the "
+            f"attempt's pace ({ms_text(self.pace_s)}), of a {ms_text(attribution.step_s)} step.",
             "INFO",
             "",
             EventKind.SLOW_COMMUNICATION,
@@ -91,14 +91,18 @@ class CommRule:
         assert self.pace_s is not None
         first, last = self._pace_steps
         text = (
-            f"Every rank waits in its collectives: at least {_ms(comm.least_wait_s)} of a {_ms(step_s)} step "
-            f"({comm.share * 100:.0f} %), the median rank {_ms(comm.wait_s)}: {comm.wait_s / self.pace_s:.1f} times "
-            f"the attempt's pace ({_ms(self.pace_s)} a step over steps {first:,} to {last:,}), and no rank arrives "
-            "late. Communication itself became slow: a link or a switch, or traffic sharing the network."
+            f"Every rank waits in its collectives: at least {ms_text(comm.least_wait_s)} of a {ms_text(step_s)} step "
+            f"({comm.share * 100:.0f} %), the median rank {ms_text(comm.wait_s)}: "
+            f"{comm.wait_s / self.pace_s:.1f} times the attempt's pace ({ms_text(self.pace_s)} a step over steps "
+            f"{first:,} to {last:,}), and no rank arrives late. Communication itself became slow: a link or a "
+            "switch, or traffic sharing the network."
         )
         return Alert("Slow communication", text, "WARN", "", EventKind.SLOW_COMMUNICATION)
 
 
-def _ms(seconds: float) -> str:
+def ms_text(seconds: float | None) -> str:
+    """``240 ms``, ``4.0 ms`` (a tenth under 10 ms), ``n/a`` where not known: the alerts' figures."""
+    if seconds is None:
+        return "n/a"
     ms = seconds * 1e3
     return f"{ms:.0f} ms" if abs(ms) >= 10 else f"{ms:.1f} ms"

@@ -25,6 +25,7 @@ from .._hang import rank_ranges
 from .._steps import Attribution, Cause, RankFinding, RankWindow, attribute
 from .alerts import Alert
 from .comm_rule import CommRule
+from .comm_rule import ms_text as _ms
 from .kinds import EventKind
 from .rule import NodeStreak, advance
 
@@ -240,10 +241,3 @@ def _cap(text: str) -> str:
 
 def _pct(share: float) -> str:
     return f"{share * 100:.0f} %"
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    ms = seconds * 1e3
-    return f"{ms:.0f} ms" if abs(ms) >= 10 else f"{ms:.1f} ms"
