@@ -8,12 +8,19 @@ traffic on the same fabric. So each attempt sets its **pace** first, the median 
 rank's wait over its first :data:`PACE_WINDOWS` windows (a median: no one lucky or unlucky
 window sets it; each window on CUDA is one timed iteration), and no window is judged before it.
 Then communication is slow where every rank waits at least ``1 - threshold`` of its step, none is
-late, and the median rank waits at least :data:`COMM_GROWTH` times the pace, for ``window_s``
-and ``min_samples`` windows in a row (``rule.advance``); it recovers once the median wait has
+late, the median rank waits at least :data:`COMM_GROWTH` times the pace, and what it waits past
+the pace costs the job at least ``1 - threshold`` of every step (the measure a slow rank is held
+to: the job keeps less than ``threshold`` of the pace it kept), for ``window_s`` and
+``min_samples`` windows in a row (``rule.advance``); it recovers once the median wait has
 stayed under :data:`RECOVER_GROWTH` times the pace as long (a margin: a fabric near twice its
 pace does not flap). A window where a rank is late says nothing of the fabric: it leaves the
 streak as it is. Another attempt (a restart, a resize) sets its pace again: a job that comes
 back on other nodes, or as many as before after a smaller attempt, is not compared with them.
+
+The cost matters where the waits are noise: ranks that take turns arriving late (scheduling on a
+loaded host, jitter spread over many nodes) wait for each other with no rank late on the whole.
+Such waits grow with the load by some milliseconds a step, twice a small pace, but seldom a
+share of the step; a link gone slow holds every collective back, a share of every step.
 
 What it cannot tell: communication slow from an attempt's first windows (a bad link the job
 lands on) is that attempt's pace; the ``ranks`` table's ``comm_wait_ms`` shows the share.
@@ -38,8 +45,8 @@ class CommRule:
     """The slow-communication judgement of one run's current attempt. One owner: the thread that
     judges the run's health."""
 
-    def __init__(self, window_s: float = 120.0, min_samples: int = 3) -> None:
-        self.window_s, self.min_samples = window_s, min_samples
+    def __init__(self, threshold: float = 0.7, window_s: float = 120.0, min_samples: int = 3) -> None:
+        self.share, self.window_s, self.min_samples = 1.0 - threshold, window_s, min_samples
         self._streak = NodeStreak()
         self._early: list[tuple[float, int, int]] = []  # (median wait, first step, last step) a window
         self.pace_s: float | None = None  # set once PACE_WINDOWS windows were seen
@@ -63,7 +70,11 @@ class CommRule:
             return None  # a rank is late: this window says nothing of the fabric
         comm = attribution.communication
         growth = median / self.pace_s
-        slower = growth >= RECOVER_GROWTH if self._streak.flagged else (comm is not None and growth >= COMM_GROWTH)
+        if self._streak.flagged:
+            slower = growth >= RECOVER_GROWTH
+        else:
+            cost = (median - self.pace_s) / attribution.step_s if attribution.step_s > 0 else 0.0
+            slower = comm is not None and growth >= COMM_GROWTH and cost >= self.share
         if not advance(self._streak, slower, 1, now, now, self.window_s, self.min_samples):
             return None
         if self._streak.flagged and comm is not None:
@@ -90,12 +101,14 @@ class CommRule:
     def _alert(self, comm: CommFinding, step_s: float) -> Alert:
         assert self.pace_s is not None
         first, last = self._pace_steps
+        cost = (comm.wait_s - self.pace_s) / step_s
         text = (
             f"Every rank waits in its collectives: at least {ms_text(comm.least_wait_s)} of a {ms_text(step_s)} step "
             f"({comm.share * 100:.0f} %), the median rank {ms_text(comm.wait_s)}: "
             f"{comm.wait_s / self.pace_s:.1f} times the attempt's pace ({ms_text(self.pace_s)} a step over steps "
-            f"{first:,} to {last:,}), and no rank arrives late. Communication itself became slow: a link or a "
-            "switch, or traffic sharing the network."
+            f"{first:,} to {last:,}), and no rank arrives late: the job loses "
+            f"{cost * 100:.0f} % of every step to it. Communication itself became slow: "
+            "a link or a switch, or traffic sharing the network."
         )
         return Alert("Slow communication", text, "WARN", "", EventKind.SLOW_COMMUNICATION)
 

@@ -80,7 +80,7 @@ class RankRule:
     def __init__(self, threshold: float = 0.7, window_s: float = 120.0, min_samples: int = 3) -> None:
         self.threshold, self.window_s, self.min_samples = threshold, window_s, min_samples
         self._ranks: dict[int, _Episode] = {}
-        self.comm = CommRule(window_s, min_samples)
+        self.comm = CommRule(threshold, window_s, min_samples)
         self.latest: Attribution | None = None
 
     def judge(

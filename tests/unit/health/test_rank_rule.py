@@ -142,6 +142,7 @@ def test_every_rank_waiting_long_with_none_late_is_one_slow_communication_alert_
     assert slow[0][1].kind is EventKind.SLOW_COMMUNICATION
     assert "no rank arrives late" in slow[0][1].text
     assert "60 ms: 15.0 times the attempt's pace (4.0 ms a step over steps 0 to 100)" in slow[0][1].text
+    assert "the job loses 49 % of every step to it" in slow[0][1].text  # (60 - 4) ms of a 114 ms step
     back = feed(rule, job(comm=4.0), 960, 1300)
     assert [(a.title, a.level) for _, a in back] == [("Slow communication recovered", "INFO")]
     assert "1.0 times the attempt's pace" in back[0][1].text
@@ -153,6 +154,20 @@ def test_collectives_that_take_most_of_every_step_from_the_first_windows_are_the
     assert attribute(job(comm=60.0), rule.threshold).communication is not None  # past the share of a step
     assert feed(rule, job(comm=60.0), 0, 3600) == []
     assert feed(rule, job(comm=100.0), 3630, 7200) == []  # under twice its pace: no alert either
+
+
+def test_waits_past_twice_the_pace_that_cost_the_job_less_than_the_threshold_say_nothing() -> None:
+    """Ranks that take turns arriving late (a loaded host's scheduling, jitter over many nodes) wait
+    for each other with none late on the whole: some milliseconds a step past a small pace (CI's
+    host: 9.8 ms to 39 ms a step in a 118 ms step). Slow communication is held to what a slow rank
+    is: it costs the job at least ``1 - threshold`` of every step past the pace."""
+    rule = RankRule(window_s=WINDOW_S)
+    feed(rule, job(comm=10.0), 0, 300)  # the pace: 10 ms
+    waits = job(comm=30.0)  # 3 times the pace, every rank 36 % of its 84 ms step: the job loses 24 %
+    assert attribute(waits, rule.threshold).communication is not None
+    assert feed(rule, waits, 330, 3600) == []
+    slow = feed(rule, job(comm=60.0), 3630, 4000)  # loses (60 - 10) ms of a 114 ms step: 44 %
+    assert [a.title for _, a in slow] == ["Slow communication"]
 
 
 def test_no_one_window_sets_the_pace_and_none_is_judged_before_it() -> None:
