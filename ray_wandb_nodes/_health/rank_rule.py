@@ -11,8 +11,9 @@ rank, and the two rules must agree on it for one slow rank to be one alert.
 
 Ranks flagged in one sample with one cause are one alert (``Slow ranks: ranks 4-7 on node-b``);
 ranks on several nodes, one alert that counts them. When every rank waits long and none is
-late and the waits have grown past the attempt's own pace, communication itself is slow: one
-alert of its own, with its own episode (``comm_rule``).
+late, and the waits have grown past the attempt's own pace by what costs the job the same share
+of every step, communication itself is slow: one alert of its own, with its own episode
+(``comm_rule``).
 """
 
 from __future__ import annotations
