@@ -46,8 +46,6 @@ def _at_least(package: str, major: int, minor: int) -> bool:
 # previous table's artifact, which RunRecord.tables does not follow).
 WANDB_SAMPLES_AT_JOIN = _at_least("wandb", 0, 31)
 WANDB_TABLES = _at_least("wandb", 0, 31)
-# Ray 2.50 at times loses a restarted train worker once more on a node just removed (a retry more).
-RAY_LOSES_RESTARTED_WORKER = not _at_least("ray", 2, 51)
 
 
 def worker_env(backend: WandbTestBackend, project: str, tmp_path: Any) -> dict[str, str]:
