@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tests.support.cluster import assert_nothing_left, node_labels, node_logger_
 from tests.support.runs import unique, user_rows
 from tests.support.training import fit_loop, report
 from tests.support.training import make_callback as callback_with_test_settings
+from tests.support.wait import wait_until
 from tests.support.wandb_backend import RunRecord, WandbTestBackend
 
 pytestmark = pytest.mark.cluster
@@ -43,6 +45,10 @@ def loop(config: dict[str, Any]) -> None:
         f.write(ray.get_runtime_context().get_node_id())
     # No pause a step: the plugin's start hold has every node sampled before this function starts.
     for step in range(REPORTS):
+        if step == REPORTS - 1 and config.get("hold_file"):  # the test says when to end (its ceiling: 120 s)
+            ends = time.monotonic() + 120
+            while not os.path.exists(config["hold_file"]) and time.monotonic() < ends:
+                time.sleep(0.1)
         metrics: dict[str, Any] = {"step": step, "rank": rank, "score": SCORES[step] + 100 * rank, "phase": "train"}
         if rank == 1:
             metrics["only_rank1"] = step
@@ -57,13 +63,15 @@ def fit(
     checkpoint: bool = False,
     run_config: dict[str, Any] | None = None,
     step_sleep_s: float = 0.0,
+    name: str | None = None,
+    hold_file: str | None = None,
 ) -> str:
-    name = unique("strategy")
+    name = name or unique("strategy")
     placement = tmp_path / "placement"
     placement.mkdir(exist_ok=True)
     fit_loop(
         loop, name, callback, str(tmp_path / "storage"), workers=WORKERS, run_config=run_config, succeed=True,
-        placement_dir=str(placement), checkpoint=checkpoint, step_sleep_s=step_sleep_s,
+        placement_dir=str(placement), checkpoint=checkpoint, step_sleep_s=step_sleep_s, hold_file=hold_file,
     )  # fmt: skip
     return name
 
@@ -74,6 +82,13 @@ def placement(tmp_path: Path) -> dict[int, str]:
 
 
 make_callback = partial(callback_with_test_settings, project="strategies")
+
+
+class _NoRun:
+    labels: frozenset[str] = frozenset()
+
+
+_NONE = _NoRun()
 
 
 def group_runs(backend: WandbTestBackend, group: str) -> dict[str, RunRecord]:
@@ -105,8 +120,21 @@ def test_node_strategy_one_run_per_node_with_its_lowest_rank(
 
 def test_all_strategy_one_run_per_rank(cluster: Any, backend: WandbTestBackend, tmp_path: Path) -> None:
     # The start hold is the shared run's: a rank's own run (its writer created as the rank is
-    # placed) samples within its first seconds, so the ranks train that long (0.5 s samples).
-    name = fit(tmp_path, make_callback(strategy="all"), step_sleep_s=0.75)
+    # placed) samples once it has started, which on a loaded machine may come after a short
+    # loop's end. So the ranks hold before their last report until every rank's run holds a
+    # sample (an event: the backend's, written to a file the loop reads).
+    name, hold = unique("strategy"), tmp_path / "sampled"
+
+    def sampled() -> None:
+        ranks = {f"rank-{r}" for r in range(WORKERS)}
+        wait_until(lambda: all(group_runs(backend, name).get(r, _NONE).labels for r in ranks), 120, "a sample a rank")
+        hold.touch()
+
+    watcher = threading.Thread(target=sampled, daemon=True)
+    watcher.start()
+    fit(tmp_path, make_callback(strategy="all"), name=name, hold_file=str(hold))
+    watcher.join(5)
+    assert hold.exists()
     runs = group_runs(backend, name)
     assert set(runs) == {f"rank-{r}" for r in range(WORKERS)}
     for rank in range(WORKERS):
