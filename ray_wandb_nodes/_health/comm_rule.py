@@ -95,7 +95,7 @@ class CommRule:
         if not advance(self._streak, slower, 1, now, now, self.window_s, self.min_samples):
             return None
         if self._streak.flagged and comm is not None:
-            return self._alert(comm, attribution.step_s)
+            return self._alert(comm, attribution.step_s, cost)
         return Alert(
             "Slow communication recovered",
             f"The median rank waits {ms_text(median)} a step in its collectives again, {growth:.1f} times the "
@@ -117,10 +117,9 @@ class CommRule:
             self._pace_passes = passes
             self._early = []
 
-    def _alert(self, comm: CommFinding, step_s: float) -> Alert:
+    def _alert(self, comm: CommFinding, step_s: float, cost: float) -> Alert:
         assert self.pace_s is not None
         first, last = self._pace_steps
-        cost = (comm.wait_s - self.pace_s) / step_s
         text = (
             f"Every rank waits in its collectives: at least {ms_text(comm.least_wait_s)} of a {ms_text(step_s)} step "
             f"({comm.share * 100:.0f} %), the median rank {ms_text(comm.wait_s)}: "

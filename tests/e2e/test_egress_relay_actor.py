@@ -45,13 +45,18 @@ def upstream(cluster: Any) -> Iterator[str]:
     server.server_close()
 
 
-def tunnel(route: RelayRoute, target: str, token: str) -> tuple[socket.socket, bytes]:
-    sock = socket.create_connection((route.host, route.port), timeout=30)
+def tunnel(route: RelayRoute, target: str, token: str, timeout: float = 30) -> tuple[socket.socket, bytes]:
+    """A tunnel to ``target`` through the relay at ``route`` with ``token``: the socket and the
+    relay's answer (its head; what came before the peer closed, where it did)."""
+    sock = socket.create_connection((route.host, route.port), timeout=timeout)
     auth = base64.b64encode(f"relay:{token}".encode()).decode()
     sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
     answer = b""
     while not answer.endswith(b"\r\n\r\n"):
-        answer += sock.recv(1)
+        byte = sock.recv(1)
+        if not byte:
+            break
+        answer += byte
     return sock, answer
 
 
@@ -59,18 +64,11 @@ def relay_answers(route: RelayRoute, target: str, token: str) -> bool:
     """Whether a relay answers a tunnel with the token at ``route`` (anything else listening
     there, or nothing, does not)."""
     try:
-        sock = socket.create_connection((route.host, route.port), timeout=5)
-    except OSError:
+        sock, answer = tunnel(route, target, token, timeout=5)
+    except OSError:  # refused, reset, or silent for 5 s: no relay
         return False
     with sock:
-        auth = base64.b64encode(f"relay:{token}".encode()).decode()
-        try:
-            sock.sendall(
-                f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
-            )
-            return sock.recv(16).startswith(b"HTTP/1.1 200 ")
-        except OSError:  # reset, or silent for 5 s: no relay
-            return False
+        return answer.startswith(b"HTTP/1.1 200 ")
 
 
 def refused(host: str, port: int) -> bool:

@@ -84,13 +84,6 @@ def placement(tmp_path: Path) -> dict[int, str]:
 make_callback = partial(callback_with_test_settings, project="strategies")
 
 
-class _NoRun:
-    labels: frozenset[str] = frozenset()
-
-
-_NONE = _NoRun()
-
-
 def group_runs(backend: WandbTestBackend, group: str) -> dict[str, RunRecord]:
     return {r.display_name or "": r for r in backend.runs.values() if r.group == group}
 
@@ -127,7 +120,11 @@ def test_all_strategy_one_run_per_rank(cluster: Any, backend: WandbTestBackend, 
 
     def sampled() -> None:
         ranks = {f"rank-{r}" for r in range(WORKERS)}
-        wait_until(lambda: all(group_runs(backend, name).get(r, _NONE).labels for r in ranks), 120, "a sample a rank")
+
+        def every_rank_sampled() -> bool:
+            return ranks <= {label for label, run in group_runs(backend, name).items() if run.labels}
+
+        wait_until(every_rank_sampled, 120, "a sample a rank")
         hold.touch()
 
     watcher = threading.Thread(target=sampled, daemon=True)
