@@ -10,11 +10,13 @@ from .._gpu_ids import lookup_on_node
 from .writers import WriterSpec
 
 
-def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
+def init_writer(spec: WriterSpec, *, log_is_fallback: bool = False, **overrides: Any) -> Any:
     """Start one writer as ``spec`` says and repeat the step-metric definitions.
 
     Every writer repeats ``define_metric``: in shared mode each writer's config sync can
     replace the run's metric definitions (last writer wins), so they must all agree.
+    ``log_is_fallback``: its transaction log is what the run's end brings in should its way to
+    W&B die (a relayed writer's): see :func:`fallback_log_settings`.
     """
     import wandb
 
@@ -24,6 +26,8 @@ def init_writer(spec: WriterSpec, **overrides: Any) -> Any:
     settings = dict(spec.settings)
     if "x_stats_pid" not in settings:  # a writer that samples a chosen process (Tune) keeps it
         settings.update(raylet_tree_settings(wandb.Settings))
+    if log_is_fallback:
+        settings.update(fallback_log_settings(wandb.Settings, settings))
     if spec.gpu_ids:  # one rank's GPUs, as NVML indices on this node (UUIDs looked up here)
         indices = lookup_on_node(spec.gpu_ids)
         if indices is not None:
@@ -68,6 +72,22 @@ def share_host_with_process(wandb: Any, settings: dict[str, Any]) -> None:
     shared = {k: settings[k] for k in ("base_url", "api_key", "https_proxy", "http_proxy") if settings.get(k)}
     if shared:  # with no host of its own, the default W&B host: the key still goes with it
         wandb.setup(settings=wandb.Settings(**shared))
+
+
+def fallback_log_settings(settings_cls: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """A writer whose transaction log may have to stand in for what it sends (a relayed writer:
+    should the relay die, the run's end brings its series in from that log): the log flushed
+    at every sample, so that it holds each sample within one interval of its taking.
+
+    wandb-core writes the log a 32 KiB block at a time: each block as it fills, and the one in
+    progress every ``x_transaction_log_flush_interval`` (15 s by default; a setting of wandb 0.31
+    and later: before, only at the run's end). A client that never reaches its end (its relay
+    died, so its finish never returns) takes what it had not flushed with it. One flush a sample is one small write a
+    sampling interval. wandb before 0.31 has no such setting: {} there, and its last block's
+    samples are lost with a dead relay (``docs/egress.md`` says so)."""
+    if "x_transaction_log_flush_interval" not in getattr(settings_cls, "model_fields", {}):
+        return {}
+    return {"x_transaction_log_flush_interval": float(settings.get("x_stats_sampling_interval") or 15.0)}
 
 
 def raylet_tree_settings(settings_cls: Any) -> dict[str, Any]:

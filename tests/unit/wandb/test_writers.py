@@ -227,3 +227,22 @@ def test_the_process_gets_the_writer_s_host_and_key_unless_it_has_a_host_of_its_
     # A process whose WANDB_BASE_URL names another host keeps its host and key.
     other = shared_with_process(mine, HOME=home, WANDB_BASE_URL="http://127.0.0.1:7")
     assert other[:2] == ["http://127.0.0.1:7", "http://127.0.0.1:7"] and other[2] != DUMMY_KEY
+
+
+def test_a_relayed_writer_s_log_is_flushed_at_every_sample_where_wandb_can() -> None:
+    """Its log is what the run's end brings in should the relay die: flushed once a sampling
+    interval where wandb has the setting (0.31 on), nothing asked of an older wandb."""
+    import wandb
+    from ray_wandb_nodes._wandb.runs import fallback_log_settings
+
+    class Older:
+        model_fields: dict[str, Any] = {"x_stats_sampling_interval": None}
+
+    class Newer:
+        model_fields: dict[str, Any] = {"x_transaction_log_flush_interval": None}
+
+    assert fallback_log_settings(Older, {"x_stats_sampling_interval": 2}) == {}
+    assert fallback_log_settings(Newer, {"x_stats_sampling_interval": 2}) == {"x_transaction_log_flush_interval": 2.0}
+    assert fallback_log_settings(Newer, {}) == {"x_transaction_log_flush_interval": 15.0}  # wandb's own interval
+    asked = fallback_log_settings(wandb.Settings, {"x_stats_sampling_interval": 2})
+    assert wandb.Settings(**asked)  # what is asked of the wandb installed is a setting it takes
