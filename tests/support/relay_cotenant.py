@@ -6,8 +6,9 @@ token::
 
     python -m tests.support.relay_cotenant HOST PORT
 
-A round: ``REQUESTS`` requests, ``CONCURRENT`` at a time, each for a host of its own (every other
-one a valid name of random labels, the rest a single 8 KiB label), then ``SILENT`` sockets opened
+A round: ``REQUESTS`` requests, ``CONCURRENT`` at a time, each for a host of its own (one in
+``NAMED`` a valid name of random labels, the rest a single 8 KiB label: with the ``Host`` line's
+copy, a head the relay reads 16 KiB of, its bound, then refuses), then ``SILENT`` sockets opened
 that never send a byte, held until the relay closes each (it evicts them, or their head times
 out). It prints one JSON line a round (``{"held": n, "closed_by_relay": n, "answers": {status
 line: count}, ...}``), then reads a line from stdin: one more round, or at its end, exits. Every
@@ -31,16 +32,18 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-REQUESTS, CONCURRENT, SILENT = 3000, 32, 6000
+REQUESTS, CONCURRENT, SILENT = 4000, 32, 6000
+NAMED = 4  # one request in NAMED asks for a valid name: its refusal's log line shows the host
 MARK = "cotenant"
 HOST_BYTES = 8192
+LONG_HEADS = REQUESTS - REQUESTS // NAMED  # heads of 16 KiB and more, a round
 
 
 def random_host(i: int) -> str:
     """A host of its own for request ``i``: a valid name (labels of up to 63 characters, 250 in
     all) or one label of ``HOST_BYTES``."""
     letters = string.ascii_lowercase + string.digits
-    if i % 2:
+    if i % NAMED:
         return MARK + "".join(random.choices(letters, k=HOST_BYTES - len(MARK)))
     labels = [MARK + str(i)]
     while sum(len(x) + 1 for x in labels) < 190:
