@@ -130,7 +130,7 @@ class NodeLogger(OfflineRuns):
             # brings its run in from there at the end (pack_offline), as a node without a route's.
             relayed = record.egress is not None and record.egress.way is Way.RELAY
             path = node_dir(spec.init_kwargs.get("dir"), spec.run_id, spec.label, offline=offline or relayed)
-            run = init_writer(spec, log_is_fallback=relayed, dir=path)
+            run = init_writer(spec, log_brought_in=offline or relayed, dir=path)
             stepper = Stepper.resuming(spec.step_metric, run)
             with self._lock:
                 record.run, record.stepper = run, stepper

@@ -10,13 +10,14 @@ from .._gpu_ids import lookup_on_node
 from .writers import WriterSpec
 
 
-def init_writer(spec: WriterSpec, *, log_is_fallback: bool = False, **overrides: Any) -> Any:
+def init_writer(spec: WriterSpec, *, log_brought_in: bool = False, **overrides: Any) -> Any:
     """Start one writer as ``spec`` says and repeat the step-metric definitions.
 
     Every writer repeats ``define_metric``: in shared mode each writer's config sync can
     replace the run's metric definitions (last writer wins), so they must all agree.
-    ``log_is_fallback``: its transaction log is what the run's end brings in should its way to
-    W&B die (a relayed writer's): see :func:`fallback_log_settings`.
+    ``log_brought_in``: its transaction log is what the run's end brings into the run (an
+    offline writer's; a relayed writer's, should its relay die): see
+    :func:`brought_in_log_settings`.
     """
     import wandb
 
@@ -26,8 +27,8 @@ def init_writer(spec: WriterSpec, *, log_is_fallback: bool = False, **overrides:
     settings = dict(spec.settings)
     if "x_stats_pid" not in settings:  # a writer that samples a chosen process (Tune) keeps it
         settings.update(raylet_tree_settings(wandb.Settings))
-    if log_is_fallback:
-        settings.update(fallback_log_settings(wandb.Settings, settings))
+    if log_brought_in:
+        settings.update(brought_in_log_settings(wandb.Settings, settings))
     if spec.gpu_ids:  # one rank's GPUs, as NVML indices on this node (UUIDs looked up here)
         indices = lookup_on_node(spec.gpu_ids)
         if indices is not None:
@@ -74,20 +75,30 @@ def share_host_with_process(wandb: Any, settings: dict[str, Any]) -> None:
         wandb.setup(settings=wandb.Settings(**shared))
 
 
-def fallback_log_settings(settings_cls: Any, settings: dict[str, Any]) -> dict[str, Any]:
-    """A writer whose transaction log may have to stand in for what it sends (a relayed writer:
-    should the relay die, the run's end brings its series in from that log): the log flushed
-    at every sample, so that it holds each sample within one interval of its taking.
+# How often a writer's transaction log is flushed where the run's end brings its series in from
+# it (a relayed or an offline writer's): well within the wait a relayed writer's finish is given
+# once its relay is gone (_fleet/hosted.py RELAY_LOST_FINISH_S, 5 s), so that each sample it took
+# is on its node's disk when that log is collected. A flush with nothing new writes nothing.
+BROUGHT_IN_FLUSH_S = 1.0
+
+
+def brought_in_log_settings(settings_cls: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """A writer whose transaction log is what the run's end brings into the run (a relayed
+    writer's, should its relay die; an offline writer's, its only copy): the log flushed every
+    ``BROUGHT_IN_FLUSH_S`` (or the writer's own setting, where shorter), so that it holds each
+    sample within a second of its taking.
 
     wandb-core writes the log a 32 KiB block at a time: each block as it fills, and the one in
     progress every ``x_transaction_log_flush_interval`` (15 s by default; a setting of wandb 0.31
     and later: before, only at the run's end). A client that never reaches its end (its relay
-    died, so its finish never returns) takes what it had not flushed with it. One flush a sample is one small write a
-    sampling interval. wandb before 0.31 has no such setting: {} there, and its last block's
-    samples are lost with a dead relay (``docs/egress.md`` says so)."""
-    if "x_transaction_log_flush_interval" not in getattr(settings_cls, "model_fields", {}):
+    died, so its finish never returns; its process was killed) takes what it had not flushed
+    with it. wandb before 0.31 has no such setting: {} there, and the samples of its block in
+    progress are lost with it (``docs/egress.md`` says so)."""
+    key = "x_transaction_log_flush_interval"
+    if key not in getattr(settings_cls, "model_fields", {}):
         return {}
-    return {"x_transaction_log_flush_interval": float(settings.get("x_stats_sampling_interval") or 15.0)}
+    own = settings.get(key)
+    return {key: min(float(own), BROUGHT_IN_FLUSH_S) if own else BROUGHT_IN_FLUSH_S}
 
 
 def raylet_tree_settings(settings_cls: Any) -> dict[str, Any]:

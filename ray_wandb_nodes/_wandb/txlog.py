@@ -123,8 +123,9 @@ def iter_chunks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
 class LogTail:
     """The records a live writer has added to its transaction log since the last read.
 
-    wandb-core writes the log a whole 32 KiB block at a time, so a live log grows by blocks:
-    only complete blocks are read, and each block is read once. The last, partial block is the
+    wandb-core writes the log a 32 KiB block at a time (and, on wandb 0.31, the block in progress
+    at each flush), so a live log grows by blocks, its last one partial: only complete blocks
+    are read, and each block is read once. The last, partial block is the
     file's end only once the writer has finished: ``read(to_end=True)`` reads it then, and keeps
     it only when it holds the writer's exit record (``ended``; wandb's ``finish()`` can return
     before wandb-core has written the log out, so a partial block without it is read again

@@ -717,9 +717,9 @@ def rows_and_alerts(backend: WandbTestBackend, name: str) -> tuple[int, list[str
 #   of that. What it must stand clear of is the noise of a Ray worker's process keeping nothing:
 #   its peak rose 0.2 to 19 MiB over two rounds after the first (quiet and under CI's load), and
 #   10 MiB over six, in steps of up to 14 MiB at a time: arenas, the worker's own threads. A leak
-#   of half a long head (8 KiB a request) or more fails here surely; a smaller one may pass, hidden
-#   in that noise: that a flood leaves no state in the relay is tests/unit/egress/
-#   test_relay_cotenant.py's (no string of a refused host found among its objects after one).
+#   of a whole head (16 KiB a request) fails here surely; one of its host alone (8 KiB) costs about
+#   the bound and may pass, a smaller one surely: that a flood leaves no state in the relay is
+#   tests/unit/egress/test_relay_cotenant.py's (no string of a refused host among its objects).
 # - Its log: admit.LINES (10) refusal lines a minute (each a window from its first line), so at most
 #   10 x (whole minutes of the relay's life + 1); no host a co-tenant asked for (it has no token).
 FLOOD_ROUNDS = 3

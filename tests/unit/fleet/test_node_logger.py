@@ -187,8 +187,15 @@ def test_a_join_takes_the_way_its_check_finds_and_its_status_says_which(
         return Reachability(outcomes.pop(0), Endpoint("wandb.corp", 443), proxy, "", 0.0)
 
     started: list[WriterSpec] = []
+    brought_in: list[bool] = []  # each writer's log brought in at the run's end (so flushed each second)
     monkeypatch.setattr("ray_wandb_nodes._egress.way.check_reach", check)
-    monkeypatch.setattr(node_logger, "init_writer", lambda spec, **_: started.append(spec) or Run())
+
+    def init(spec: WriterSpec, *, log_brought_in: bool = False, **_: Any) -> Run:
+        started.append(spec)
+        brought_in.append(log_brought_in)
+        return Run()
+
+    monkeypatch.setattr(node_logger, "init_writer", init)
     online = {"base_url": "https://wandb.corp", "mode": "shared"}
     outcomes[:] = [Reach.UNREACHABLE, Reach.REACHABLE]
     status = logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-1"}, online), WriterEgress(route=route))
@@ -202,3 +209,7 @@ def test_a_join_takes_the_way_its_check_finds_and_its_status_says_which(
     status = logger.add_writer(spec("run-3"), WriterEgress(route=route))
     logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-4"}, {"mode": "offline"}), WriterEgress())
     assert "run-3" not in status.egress and started[-1].settings == {"mode": "offline"}
+    outcomes[:] = [Reach.REACHABLE]
+    status = logger.add_writer(WriterSpec(Role.NODE, "node-a", {"id": "run-5"}, online), WriterEgress(route=route))
+    assert status.egress["run-5"].way is Way.DIRECT
+    assert brought_in == [True, True, True, False]  # relayed, offline, offline, straight

@@ -229,11 +229,13 @@ def test_the_process_gets_the_writer_s_host_and_key_unless_it_has_a_host_of_its_
     assert other[:2] == ["http://127.0.0.1:7", "http://127.0.0.1:7"] and other[2] != DUMMY_KEY
 
 
-def test_a_relayed_writer_s_log_is_flushed_at_every_sample_where_wandb_can() -> None:
-    """Its log is what the run's end brings in should the relay die: flushed once a sampling
-    interval where wandb has the setting (0.31 on), nothing asked of an older wandb."""
+def test_a_log_the_run_s_end_brings_in_is_flushed_each_second_where_wandb_can() -> None:
+    """A relayed or offline writer's log is what the run's end brings in: flushed every second
+    (within the wait a relayed writer's finish gets once its relay is gone) where wandb has the
+    setting (0.31 on), a user's shorter interval kept, nothing asked of an older wandb."""
     import wandb
-    from ray_wandb_nodes._wandb.runs import fallback_log_settings
+    from ray_wandb_nodes._fleet.hosted import RELAY_LOST_FINISH_S
+    from ray_wandb_nodes._wandb.runs import BROUGHT_IN_FLUSH_S, brought_in_log_settings
 
     class Older:
         model_fields: dict[str, Any] = {"x_stats_sampling_interval": None}
@@ -241,8 +243,11 @@ def test_a_relayed_writer_s_log_is_flushed_at_every_sample_where_wandb_can() -> 
     class Newer:
         model_fields: dict[str, Any] = {"x_transaction_log_flush_interval": None}
 
-    assert fallback_log_settings(Older, {"x_stats_sampling_interval": 2}) == {}
-    assert fallback_log_settings(Newer, {"x_stats_sampling_interval": 2}) == {"x_transaction_log_flush_interval": 2.0}
-    assert fallback_log_settings(Newer, {}) == {"x_transaction_log_flush_interval": 15.0}  # wandb's own interval
-    asked = fallback_log_settings(wandb.Settings, {"x_stats_sampling_interval": 2})
+    key = "x_transaction_log_flush_interval"
+    assert brought_in_log_settings(Older, {"x_stats_sampling_interval": 15}) == {}
+    assert brought_in_log_settings(Newer, {"x_stats_sampling_interval": 15}) == {key: BROUGHT_IN_FLUSH_S}
+    assert brought_in_log_settings(Newer, {key: 0.25}) == {key: 0.25}  # the user's, shorter
+    assert brought_in_log_settings(Newer, {key: 30.0}) == {key: BROUGHT_IN_FLUSH_S}
+    assert BROUGHT_IN_FLUSH_S <= RELAY_LOST_FINISH_S / 2  # on disk, with a margin, before it is collected
+    asked = brought_in_log_settings(wandb.Settings, {})
     assert wandb.Settings(**asked)  # what is asked of the wandb installed is a setting it takes
