@@ -234,6 +234,7 @@ def test_a_log_the_run_s_end_brings_in_is_flushed_each_second_where_wandb_can() 
     (within the wait a relayed writer's finish gets once its relay is gone) where wandb has the
     setting (0.31 on), a user's shorter interval kept, nothing asked of an older wandb."""
     import wandb
+
     from ray_wandb_nodes._fleet.hosted import RELAY_LOST_FINISH_S
     from ray_wandb_nodes._wandb.runs import BROUGHT_IN_FLUSH_S, brought_in_log_settings
 
