@@ -193,34 +193,61 @@ def test_disarmed_the_hooks_count_nothing(armed: tuple[StepRecorder, bytearray])
     assert recorder.steps == 0
 
 
-def test_ddp_over_gloo_is_read_for_its_timers_with_no_code(
-    armed: tuple[StepRecorder, bytearray], tmp_path: Any
-) -> None:
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+# DDP over gloo in a process of its own, which prints what it read and ends with os._exit: torch
+# 2.13 stashes a Python object (the backward's contextvars) in the thread-local state each of a
+# backward's allreduce works keeps, so a gloo worker thread that drops the last reference to such
+# a work must take the GIL, while the process group's destructor, run under the GIL when the last
+# DDP reference goes, joins that thread: a deadlock, by chance (pytorch/pytorch#182083). It hung
+# this suite once in CI. Skipping the destructor at the child's exit cannot meet it.
+_GLOO_DDP = """
+import dataclasses, json, os, sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from ray_wandb_nodes._steps import CPU_RATE
+from ray_wandb_nodes._worker.steps import arm_steps
 
+recorder = arm_steps(bytearray(256))
+store, steps = sys.argv[1], int(sys.argv[2])
+dist.init_process_group("gloo", store=dist.FileStore(store, 1), rank=0, world_size=1)
+ddp = DistributedDataParallel(torch.nn.Linear(8, 1))
+armed = ddp.reducer is not None and recorder._ddp is not None and recorder._ddp.rate == CPU_RATE
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+samples = {}  # the sampled iterations' backward compute, one by one
+for _ in range(steps):
+    ddp(torch.ones(4, 8)).sum().backward()
+    opt.step()
+    ints = ddp.logger._get_ddp_logging_data().ints_map
+    if ints.get("iteration"):
+        samples[ints["iteration"]] = ints["backward_compute_time"]
+t = recorder.publish()
+print(json.dumps({"armed": armed, "samples": sorted(samples.items()), "totals": dataclasses.asdict(t)}), flush=True)
+os._exit(0)
+"""
+
+
+def test_ddp_over_gloo_is_read_for_its_timers_with_no_code(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
     from ray_wandb_nodes._steps import CPU_RATE, sampled_iterations
 
-    recorder, _ = armed
     steps = 400  # 40 timed: 1 to 10, then every 13th (CPU_RATE)
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process already")
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        ddp = DistributedDataParallel(torch.nn.Linear(8, 1))
-        assert ddp.reducer is not None and recorder._ddp is not None and recorder._ddp.rate == CPU_RATE
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-        samples: dict[int, int] = {}  # the sampled iterations' backward compute, one by one
-        for _ in range(steps):
-            ddp(torch.ones(4, 8)).sum().backward()
-            opt.step()
-            ints = ddp.logger._get_ddp_logging_data().ints_map
-            if ints.get("iteration"):
-                samples[ints["iteration"]] = ints["backward_compute_time"]
-        t = recorder.publish()
-    finally:
-        dist.destroy_process_group()
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOO_DDP, str(tmp_path / "store"), str(steps)],
+        cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        timeout=300,  # a bound on a hang, never reached by a healthy run (a few seconds)
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["armed"], out
+    samples = dict(out["samples"])
+    t = StepTotals(**{**out["totals"], "sources": Sources(out["totals"]["sources"])})
     assert Sources.DDP in t.sources and Sources.DDP_DEVICE not in t.sources
     timed = [i for i in range(1, steps) if i <= 10 or i % CPU_RATE == 0]  # the last forward set the one before's
     assert sorted(samples) == timed
