@@ -226,25 +226,31 @@ os._exit(0)
 """
 
 
-def test_ddp_over_gloo_is_read_for_its_timers_with_no_code(tmp_path: Any) -> None:
-    import json
-    import os
+def run_child(script: str, *args: str) -> str:
+    """``script`` run by a Python of its own in the repository (nothing of this process's
+    environment but ``PATH``'s basics, one thread for torch's ops); its stdout, once it exited 0."""
     import subprocess
     import sys
     from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=repo,
+        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=300,  # a bound on a hang: a healthy child takes seconds
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_ddp_over_gloo_is_read_for_its_timers_with_no_code(tmp_path: Any) -> None:
+    import json
 
     pytest.importorskip("torch")
     from ray_wandb_nodes._steps import CPU_RATE, sampled_iterations
 
     steps = 400  # 40 timed: 1 to 10, then every 13th (CPU_RATE)
-    repo = Path(__file__).resolve().parents[3]
-    done = subprocess.run(
-        [sys.executable, "-c", _GLOO_DDP, str(tmp_path / "store"), str(steps)],
-        cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-        timeout=300,  # a bound on a hang, never reached by a healthy run (a few seconds)
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(run_child(_GLOO_DDP, str(tmp_path / "store"), str(steps)).strip().splitlines()[-1])
     assert out["armed"], out
     samples = dict(out["samples"])
     t = StepTotals(**{**out["totals"], "sources": Sources(out["totals"]["sources"])})
@@ -303,10 +309,6 @@ def test_a_fetch_on_another_thread_than_the_one_stepping_is_not_its_wait() -> No
 def test_armed_before_torch_is_imported_the_hooks_go_in_as_it_is() -> None:
     """The order on a Ray worker: the plugin arms the rank before the train function imports torch."""
     pytest.importorskip("torch")
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = """
 import sys
 from ray_wandb_nodes._steps import Sources
@@ -325,12 +327,7 @@ assert (t.steps, t.intervals, t.batches) == (4, 3, 3), t
 assert t.sources == Sources.INPUT | Sources.OPTIMIZER, t
 print("ok")
 """
-    repo = Path(__file__).resolve().parents[3]
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=repo, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert run_child(script).strip() == "ok"
 
 
 def test_a_ddp_whose_timers_cannot_be_read_leaves_the_other_parts_measured() -> None:
